@@ -1,0 +1,16 @@
+//! Conformance suite for CoderProvisioner operators.
+//!
+//! Infrastructure: `cluster` (control-plane binaries, the local control plane, other tiers),
+//! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
+//! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
+//! (polling with deadlines), `report` and `diagnostics`, `cli`.
+pub mod cli;
+pub mod cluster;
+pub mod diagnostics;
+pub mod implementation;
+pub mod kubelet;
+pub mod manifests;
+pub mod report;
+pub mod steps;
+pub mod wait;
+pub mod world;

@@ -1,0 +1,8 @@
+//! Reference operator for `CoderProvisioner` (coder.com/v1alpha1).
+//!
+//! `api` holds the CRD types, `coderd` the typed coderd client, `provisioner` the reconcile
+//! pipeline (dereference → gates → children → apply → status), `runtime` the process wiring.
+pub mod api;
+pub mod coderd;
+pub mod provisioner;
+pub mod runtime;
