@@ -45,6 +45,12 @@ work="$(mktemp -d "$cache_root/build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 ldflags="-s -w"
+# What Kubernetes' own build stamps, so `kubectl version` and /version report the real release.
+k8s_minor="${KUBERNETES_VERSION#v1.}"; k8s_minor="${k8s_minor%%.*}"
+k8s_ldflags="$ldflags"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=${KUBERNETES_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${k8s_minor} -X $pkg.gitTreeState=clean"
+done
 
 # Kubernetes: k8s.io/kubernetes is only buildable as a dependency when every staging module
 # (required there as v0.0.0) is replaced by its published v0.x.y twin.
@@ -63,7 +69,7 @@ for cmd in kube-apiserver kube-controller-manager kubectl; do
 done
 for cmd in kube-apiserver kube-controller-manager kubectl; do
   log "building $cmd (a few minutes on 2 cores)"
-  go build -trimpath -ldflags "$ldflags" -o "$work/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+  go build -trimpath -ldflags "$k8s_ldflags" -o "$work/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
 done
 
 # etcd: its server module has its own main package; build it in a module of its own so its
