@@ -1,1 +1,675 @@
+//! The `conformance` command line: `run` (the suite, with its reports) and `verify-report`.
+//!
+//! `run` starts the shared environment once (control plane, fake coderd, operator under test,
+//! readiness simulator), publishes it for the Worlds, runs cucumber with the terminal, JUnit,
+//! Cucumber-JSON and conformance writers teed together, and tears everything down again.
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
+use anyhow::{Context as _, anyhow, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cucumber::gherkin::tagexpr::TagOperation;
+use cucumber::tag::Ext as _;
+use cucumber::{World as _, WriterExt as _, event, gherkin, writer};
+use futures::FutureExt as _;
+use regex::Regex;
+
+use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
+use crate::cluster::local::{LocalControlPlane, LocalOptions};
+use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
+use crate::report::collector::{Collector, Outcomes, ScenarioKey, feature_file, key};
+use crate::report::model::{self, ConformanceReport, FeatureFile, Implementation, SCHEMA, Suite};
+use crate::wait::{TimeoutProfile, Timeouts};
+use crate::world::{Coderd, Environment, ExistingControlPlane, Operator, ProvisionerWorld, install_environment};
+
+/// Name of the conformance report in the report folder.
+pub const REPORT_FILE: &str = "conformance-report.yaml";
+
+#[derive(Parser, Debug)]
+#[command(name = "conformance", version, about = "Conformance suite for CoderProvisioner operators")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the suite against an operator and write the reports.
+    Run(Box<RunArgs>),
+    /// Check a conformance report: schema, digest, feature hashes, and the Core claim.
+    VerifyReport(VerifyArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClusterTier {
+    /// Start etcd + kube-apiserver (+ controller manager) on loopback; readiness is simulated.
+    Local,
+    /// Use an existing cluster from --kubeconfig / --context.
+    Kubeconfig,
+    /// A kind cluster (not implemented in this build).
+    Kind,
+    /// A k3s cluster (not implemented in this build).
+    K3s,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OperatorMode {
+    /// The reference operator of this repository, started under --operator-rbac.
+    Reference,
+    /// Already running in the cluster: nothing is started, restart scenarios are skipped.
+    Installed,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Where the Kubernetes API comes from.
+    #[arg(long, value_enum, default_value_t = ClusterTier::Local)]
+    pub cluster: ClusterTier,
+    /// Kubeconfig for --cluster kubeconfig (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in the kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Cucumber tag expression selecting scenarios, e.g. "@core and not @serial".
+    #[arg(long, short = 't', env = "CUCUMBER_FILTER_TAGS")]
+    pub tags: Option<String>,
+    /// Regex on scenario names.
+    #[arg(long, short = 'n')]
+    pub name: Option<String>,
+    /// Stop at the first failing scenario.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Scenarios run at the same time (`@serial` ones always run alone).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
+    #[arg(long, default_value_t = 0)]
+    pub retry: usize,
+    /// Folder for junit.xml, cucumber.json, the conformance report and diagnostics.
+    #[arg(long, default_value = "reports")]
+    pub report_dir: PathBuf,
+    /// Keep the namespace of a failed scenario for inspection.
+    #[arg(long)]
+    pub keep_on_failure: bool,
+    /// List the scenarios with their tags, without running anything.
+    #[arg(long)]
+    pub list: bool,
+    /// Folder with the feature files.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
+    pub features: PathBuf,
+    /// The implementation under test.
+    #[arg(long, value_enum, default_value_t = OperatorMode::Reference, conflicts_with = "operator_cmd")]
+    pub operator: OperatorMode,
+    /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
+    #[arg(long)]
+    pub operator_cmd: Option<String>,
+    /// RBAC manifests the started operator runs under (default: config/rbac of this repository).
+    #[arg(long)]
+    pub operator_rbac: Option<PathBuf>,
+    /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
+    #[arg(long, requires = "control_plane")]
+    pub coderd: Option<String>,
+    /// Existing control plane as NAMESPACE/NAME (with --coderd).
+    #[arg(long, requires = "coderd")]
+    pub control_plane: Option<String>,
+    /// Name of the implementation, for the report.
+    #[arg(long, default_value = "coder-provisioner-operator (reference)")]
+    pub impl_name: String,
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+    pub impl_version: String,
+    #[arg(long, default_value = "")]
+    pub impl_url: String,
+    #[arg(long, default_value = "")]
+    pub impl_contact: String,
+    /// Multiplies every wait deadline and observation window.
+    #[arg(long)]
+    pub timeout_scale: Option<f64>,
+    /// Deadline of "eventually" assertions, e.g. 90s or 3m (overrides the tier's default).
+    #[arg(long, value_parser = parse_duration)]
+    pub wait_timeout: Option<Duration>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// The conformance report (YAML).
+    pub file: PathBuf,
+    /// Folder with the suite's feature files.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
+    pub features: PathBuf,
+}
+
+/// `90`, `90s`, `3m`, `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s or 3m"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(number)),
+        "ms" => Ok(Duration::from_millis(number)),
+        "m" => Ok(Duration::from_secs(number * 60)),
+        _ => Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m)")),
+    }
+}
+
+pub async fn main_with(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Run(args) => run(*args).await,
+        Command::VerifyReport(args) => verify_report(&args),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("conformance: {error:#}");
+        ExitCode::from(2)
+    })
+}
+
+/// The repository root (holding `config/`), next to this crate.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+// ---- scenario selection ----
+
+/// A scenario's tags with its feature's and rule's, as cucumber evaluates them.
+fn all_tags(feature: &gherkin::Feature, rule: Option<&gherkin::Rule>, scenario: &gherkin::Scenario) -> Vec<String> {
+    feature
+        .tags
+        .iter()
+        .chain(rule.iter().flat_map(|r| &r.tags))
+        .chain(&scenario.tags)
+        .cloned()
+        .collect()
+}
+
+/// What this run can execute; scenarios outside it are reported skipped with the reason.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub tags: Option<TagOperation>,
+    pub name: Option<Regex>,
+    pub real_coderd: bool,
+    pub operator_installed: bool,
+}
+
+impl Selection {
+    /// `None` = run it; `Some(reason)` = skip it.
+    pub fn skip_reason(&self, tags: &[String], name: &str) -> Option<String> {
+        if let Some(expression) = &self.tags
+            && !expression.eval(tags.iter())
+        {
+            return Some("not selected by --tags".to_owned());
+        }
+        if let Some(regex) = &self.name
+            && !regex.is_match(name)
+        {
+            return Some("not selected by --name".to_owned());
+        }
+        let has = |tag: &str| tags.iter().any(|t| t == tag);
+        if self.real_coderd && (has("fake-coderd") || has("fault-injection")) {
+            return Some("needs the fake coderd (journal, fault injection, entitlement switches); --coderd points at a real coderd".to_owned());
+        }
+        if self.operator_installed && has("operator-restart") {
+            return Some("restarts the operator, which --operator installed does not allow".to_owned());
+        }
+        if self.operator_installed && has("operator-identity") {
+            return Some("needs the operator's ServiceAccount, unknown with --operator installed".to_owned());
+        }
+        None
+    }
+}
+
+fn parse_features(dir: &Path) -> anyhow::Result<Vec<gherkin::Feature>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the features folder {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "feature"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            gherkin::Feature::parse_path(p, gherkin::GherkinEnv::default())
+                .map_err(|e| anyhow!("{}: {e}", p.display()))
+        })
+        .collect()
+}
+
+/// sha256 of every feature file, by file name.
+pub fn feature_hashes(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "feature") {
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            files.push(FeatureFile { path: name, sha256: model::sha256_hex(&bytes) });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+fn list(features: &[gherkin::Feature], selection: &Selection) {
+    for feature in features {
+        let file = feature_file(feature);
+        let scenarios = feature
+            .scenarios
+            .iter()
+            .map(|s| (None, s))
+            .chain(feature.rules.iter().flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))));
+        for (rule, scenario) in scenarios {
+            let tags = all_tags(feature, rule, scenario);
+            let tag_text = tags.iter().map(|t| format!("@{t}")).collect::<Vec<_>>().join(" ");
+            let note = selection.skip_reason(&tags, &scenario.name).map(|r| format!("  (skipped: {r})")).unwrap_or_default();
+            println!("{file}:{}  {}  [{tag_text}]{note}", scenario.position.line, scenario.name);
+        }
+    }
+}
+
+// ---- the shared environment ----
+
+/// What `run` owns and stops at the end (the Worlds only see the [`Environment`]).
+struct Owned {
+    control_plane: Option<LocalControlPlane>,
+    fake: Option<fake_coderd::FakeCoderd>,
+    simulator: Option<crate::kubelet::ReadinessSimulator>,
+}
+
+struct Prepared {
+    environment: Arc<Environment>,
+    owned: Owned,
+    tier: String,
+    simulated: Vec<String>,
+    mode: String,
+}
+
+async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Result<Prepared> {
+    let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
+        ClusterTier::Kind | ClusterTier::K3s => bail!(
+            "--cluster {} is not implemented in this build; use --cluster local, or --cluster kubeconfig with a kubeconfig for that cluster",
+            format!("{:?}", args.cluster).to_lowercase()
+        ),
+        ClusterTier::Local => {
+            eprintln!("conformance: starting a local control plane (etcd + kube-apiserver + controller manager)");
+            let local = LocalControlPlane::start(LocalOptions::default()).await.context("starting the local control plane")?;
+            let client = local.admin_client().await?;
+            let kubeconfig = local.kubeconfig_path().to_path_buf();
+            let endpoint = local.endpoint().clone();
+            let kubectl = Some(local.kubectl());
+            (client, kubeconfig, endpoint, kubectl, Some(local), TimeoutProfile::Local, "local")
+        }
+        ClusterTier::Kubeconfig => {
+            let path = args
+                .kubeconfig
+                .clone()
+                .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
+                .ok_or_else(|| anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)"))?;
+            let config = match &args.context {
+                None => load_config(&path).await?,
+                Some(context) => {
+                    let file = kube::config::Kubeconfig::read_from(&path)?;
+                    let options = kube::config::KubeConfigOptions { context: Some(context.clone()), ..Default::default() };
+                    kube::Config::from_custom_kubeconfig(file, &options).await?
+                }
+            };
+            let endpoint = ClusterEndpoint::from_config(&config);
+            let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
+            let kubectl = find_on_path("kubectl");
+            (client, path, endpoint, kubectl, None, TimeoutProfile::RealCluster, "kubeconfig")
+        }
+    };
+    let timeouts = Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
+
+    if args.operator != OperatorMode::Installed {
+        let crds = crate::manifests::install_crds(&client, &repo.join("config/crd")).await.context("installing the CRDs")?;
+        crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
+    }
+
+    let (coderd, fake, existing_control_plane) = match (&args.coderd, &args.control_plane) {
+        (Some(url), Some(reference)) => {
+            let (namespace, name) = reference
+                .split_once('/')
+                .ok_or_else(|| anyhow!("--control-plane must be NAMESPACE/NAME, got {reference:?}"))?;
+            let existing = ExistingControlPlane { namespace: namespace.to_owned(), name: name.to_owned() };
+            (Coderd { url: url.trim_end_matches('/').to_owned(), admin: None }, None, Some(existing))
+        }
+        _ => {
+            let fake = fake_coderd::FakeCoderd::start().await.context("starting the fake coderd")?;
+            eprintln!("conformance: fake coderd at {}", fake.url());
+            (Coderd { url: fake.url(), admin: Some(fake.admin()) }, Some(fake), None)
+        }
+    };
+
+    let (operator, mode) = match (&args.operator_cmd, args.operator) {
+        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
+        (command, OperatorMode::Reference) => {
+            let (command, mode) = match command {
+                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
+                None => (OperatorCommand::reference().await?, "reference"),
+            };
+            let mut spec = OperatorUnderTest::new(command);
+            if let Some(rbac) = &args.operator_rbac {
+                spec.rbac_dir = rbac.clone();
+            }
+            spec.work_dir = Some(report_dir.join("operator"));
+            eprintln!("conformance: starting the operator: {} (RBAC {})", spec.command.display(), spec.rbac_dir.display());
+            let process = OperatorProcess::start(&client, &endpoint, spec).await.context("starting the operator")?;
+            (Operator::Started(tokio::sync::Mutex::new(process)), mode)
+        }
+    };
+
+    let mut simulated = Vec::new();
+    let simulator = if control_plane.is_some() {
+        simulated.push(
+            "Deployment readiness: the local tier has no kubelet, so the suite sets Deployment status (readyReplicas) \
+             once the pod template is valid (contract D-8); provisioner pods never run"
+                .to_owned(),
+        );
+        Some(crate::kubelet::ReadinessSimulator::start(client.clone(), crate::kubelet::WatchScope::AllNamespaces).await.context("starting the readiness simulator")?)
+    } else {
+        None
+    };
+
+    let environment = Arc::new(Environment {
+        client,
+        kubeconfig,
+        kubectl,
+        coderd,
+        operator,
+        existing_control_plane,
+        timeouts,
+        repo_root: repo.to_path_buf(),
+        report_dir: report_dir.to_path_buf(),
+        keep_on_failure: args.keep_on_failure,
+        readiness_simulated: simulator.is_some(),
+    });
+    Ok(Prepared {
+        environment,
+        owned: Owned { control_plane, fake, simulator },
+        tier: tier.to_owned(),
+        simulated,
+        mode: mode.to_owned(),
+    })
+}
+
+fn find_on_path(binary: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(binary))
+        .find(|candidate| candidate.is_file())
+}
+
+async fn teardown(environment: &Environment, owned: Owned) {
+    if let Operator::Started(process) = &environment.operator {
+        process.lock().await.stop().await;
+    }
+    if let Some(simulator) = owned.simulator {
+        simulator.stop().await;
+    }
+    drop(owned.fake);
+    if let Some(control_plane) = owned.control_plane {
+        control_plane.stop().await;
+    }
+}
+
+// ---- per-scenario hooks ----
+
+/// After each scenario: coderd call counts, diagnostics on failure, global coderd switches
+/// restored, namespace removed (kept on failure with --keep-on-failure).
+async fn after_scenario(
+    outcomes: Arc<Mutex<Outcomes>>,
+    scenario_key: ScenarioKey,
+    scenario_name: String,
+    failed: bool,
+    world: Option<&mut ProvisionerWorld>,
+) {
+    let Some(world) = world else { return };
+    let calls = if world.env.coderd.admin.is_some() && world.coderd.is_some() {
+        world.journal().await.ok().map(|entries| {
+            let mut counts = BTreeMap::new();
+            for entry in entries {
+                let route = entry.route.unwrap_or(entry.path);
+                *counts.entry(format!("{} {route}", entry.method)).or_insert(0) += 1;
+            }
+            counts
+        })
+    } else {
+        None
+    };
+    let mut diagnostics = None;
+    if failed {
+        let folder = crate::diagnostics::folder_name(&scenario_key.0, &scenario_name, scenario_key.1);
+        let dir = world.env.report_dir.join("diagnostics").join(&folder);
+        match crate::diagnostics::write_bundle(world, &dir).await {
+            Ok(dir) => {
+                eprintln!("conformance: diagnostics for \"{scenario_name}\" in {}", dir.display());
+                diagnostics = Some(format!("diagnostics/{folder}"));
+            }
+            Err(error) => eprintln!("conformance: could not write diagnostics for \"{scenario_name}\": {error:#}"),
+        }
+    }
+    outcomes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .set_extras(scenario_key, calls, diagnostics);
+    if world.touched_global_coderd
+        && let Err(error) = crate::steps::coderd::restore_global_coderd(world).await
+    {
+        eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
+    }
+    if failed && world.env.keep_on_failure && world.owns_namespace {
+        eprintln!("conformance: kept namespace {} of failed scenario \"{scenario_name}\"", world.namespace);
+    } else if let Err(error) = world.delete_namespace().await {
+        eprintln!("conformance: could not delete namespace {}: {error:#}", world.namespace);
+    }
+}
+
+// ---- run ----
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let selection = Selection {
+        tags: args
+            .tags
+            .as_deref()
+            .map(|t| t.parse::<TagOperation>().map_err(|e| anyhow!("--tags {t:?}: {e}")))
+            .transpose()?,
+        name: args.name.as_deref().map(Regex::new).transpose().context("--name is not a valid regex")?,
+        real_coderd: args.coderd.is_some(),
+        operator_installed: args.operator == OperatorMode::Installed,
+    };
+    let features = parse_features(&args.features)?;
+    if args.list {
+        list(&features, &selection);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report_dir = args.report_dir.clone();
+    std::fs::create_dir_all(&report_dir).with_context(|| format!("creating {}", report_dir.display()))?;
+    let report_dir = report_dir.canonicalize()?;
+    let repo = repo_root().canonicalize().context("locating the repository root")?;
+
+    let started_at = jiff::Timestamp::now();
+    let clock = Instant::now();
+    let prepared = prepare(&args, &repo, &report_dir).await?;
+    install_environment(prepared.environment.clone())?;
+
+    let collector = Collector::default();
+    let outcomes = collector.outcomes.clone();
+    let junit = std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
+    let json = std::fs::File::create(report_dir.join("cucumber.json")).context("creating cucumber.json")?;
+    let writer = writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
+        .summarized()
+        .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
+        .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json))
+        .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
+        .normalized();
+
+    let filter_outcomes = outcomes.clone();
+    let filter = move |feature: &gherkin::Feature, rule: Option<&gherkin::Rule>, scenario: &gherkin::Scenario| {
+        let tags = all_tags(feature, rule, scenario);
+        match selection.skip_reason(&tags, &scenario.name) {
+            None => true,
+            Some(reason) => {
+                filter_outcomes.lock().unwrap_or_else(PoisonError::into_inner).skipped(feature, scenario, reason);
+                false
+            }
+        }
+    };
+    let hook_outcomes = outcomes.clone();
+    let mut cucumber = ProvisionerWorld::cucumber()
+        .max_concurrent_scenarios(args.concurrency.max(1))
+        .retries(args.retry)
+        .after(move |feature, _rule, scenario, finished, world| {
+            let failed = matches!(
+                finished,
+                event::ScenarioFinished::StepFailed(..) | event::ScenarioFinished::BeforeHookFailed(_)
+            );
+            after_scenario(hook_outcomes.clone(), key(feature, scenario), scenario.name.clone(), failed, world)
+                .boxed_local()
+        })
+        .with_writer(writer)
+        .with_default_cli();
+    if args.fail_fast {
+        cucumber = cucumber.fail_fast();
+    }
+    let finished = cucumber.filter_run(&args.features, filter).await;
+    let cucumber_failed = cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
+
+    teardown(&prepared.environment, prepared.owned).await;
+
+    let report = ConformanceReport {
+        schema: SCHEMA.to_owned(),
+        implementation: Implementation {
+            name: args.impl_name.clone(),
+            version: args.impl_version.clone(),
+            url: args.impl_url.clone(),
+            contact: args.impl_contact.clone(),
+            mode: prepared.mode,
+        },
+        suite: Suite { version: env!("CARGO_PKG_VERSION").to_owned(), features: feature_hashes(&args.features)? },
+        environment: model::Environment {
+            tier: prepared.tier,
+            coderd: if args.coderd.is_some() { "real" } else { "fake" }.to_owned(),
+            simulated: prepared.simulated,
+        },
+        started_at: started_at.round(jiff::Unit::Second).unwrap_or(started_at).to_string(),
+        duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
+        summary: model::summarise(&[]),
+        results: outcomes.lock().unwrap_or_else(PoisonError::into_inner).into_results(),
+        digest: String::new(),
+    }
+    .seal()?;
+    let path = report_dir.join(REPORT_FILE);
+    std::fs::write(&path, report.to_yaml()?).with_context(|| format!("writing {}", path.display()))?;
+    print_summary(&report, &report_dir);
+
+    let any_failed = report.results.iter().any(|r| r.status == model::Status::Failed);
+    Ok(if cucumber_failed || any_failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn print_summary(report: &ConformanceReport, report_dir: &Path) {
+    let tally = |t: &model::Tally| format!("{} passed, {} failed, {} skipped, {} flaky", t.passed, t.failed, t.skipped, t.flaky);
+    println!();
+    println!("Core:     {}", tally(&report.summary.core));
+    println!("Extended: {}", tally(&report.summary.extended));
+    let skipped = report.results.iter().filter(|r| r.status == model::Status::Skipped);
+    let (deselected, skipped): (Vec<_>, Vec<_>) =
+        skipped.partition(|r| r.reason.as_deref().is_some_and(|reason| reason.starts_with("not selected")));
+    if !deselected.is_empty() {
+        println!("  {} scenarios not selected by --tags/--name (listed in the report)", deselected.len());
+    }
+    for result in skipped {
+        println!(
+            "  skipped {}:{} \"{}\": {}",
+            result.feature,
+            result.line,
+            result.scenario,
+            result.reason.as_deref().unwrap_or("")
+        );
+    }
+    for note in &report.environment.simulated {
+        println!("Simulated: {note}");
+    }
+    println!(
+        "Core conformance: {}",
+        if report.summary.core_conformant { "yes" } else { "no" }
+    );
+    println!("Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}", report_dir.display());
+}
+
+fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let report = ConformanceReport::from_yaml(&text)?;
+    let problems = model::verify(&report, &feature_hashes(&args.features)?)?;
+    if problems.is_empty() {
+        println!(
+            "{}: valid; Core conformance {}, Extended {}",
+            args.file.display(),
+            if report.summary.core_conformant { "yes" } else { "no" },
+            if report.summary.extended_conformant { "yes" } else { "no" }
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for problem in &problems {
+            eprintln!("{}: {problem}", args.file.display());
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("90", Ok(Duration::from_secs(90)))]
+    #[case("90s", Ok(Duration::from_secs(90)))]
+    #[case("3m", Ok(Duration::from_secs(180)))]
+    #[case("500ms", Ok(Duration::from_millis(500)))]
+    #[case("soon", Err(()))]
+    #[case("5h", Err(()))]
+    fn durations_parse(#[case] text: &str, #[case] expected: Result<Duration, ()>) {
+        assert_eq!(parse_duration(text).map_err(|_| ()), expected);
+    }
+
+    fn tags(list: &[&str]) -> Vec<String> {
+        list.iter().map(|t| (*t).to_owned()).collect()
+    }
+
+    #[rstest]
+    #[case(Some("@core"), false, false, &["core"], None)]
+    #[case(Some("@core"), false, false, &["extended"], Some("--tags"))]
+    #[case(None, true, false, &["core", "fake-coderd"], Some("fake coderd"))]
+    #[case(None, false, true, &["core", "operator-restart"], Some("installed"))]
+    #[case(None, false, true, &["core"], None)]
+    fn skips_carry_their_reason(
+        #[case] expression: Option<&str>,
+        #[case] real_coderd: bool,
+        #[case] installed: bool,
+        #[case] scenario_tags: &[&str],
+        #[case] reason: Option<&str>,
+    ) {
+        let selection = Selection {
+            tags: expression.map(|e| e.parse().unwrap()),
+            name: None,
+            real_coderd,
+            operator_installed: installed,
+        };
+        let skip = selection.skip_reason(&tags(scenario_tags), "s");
+        match reason {
+            None => assert_eq!(skip, None),
+            Some(fragment) => assert!(skip.as_deref().is_some_and(|s| s.contains(fragment)), "{skip:?}"),
+        }
+    }
+
+    #[test]
+    fn the_suites_feature_files_parse() {
+        let features = parse_features(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))).unwrap();
+        assert!(!features.is_empty());
+    }
+}

@@ -1,1 +1,199 @@
+//! The bundle written for a failed scenario, before its namespace is deleted: the CRs as YAML,
+//! the operator's children, the namespace's events, the operator's log tail and the scenario's
+//! coderd journal. Secret values never reach the bundle: Secret data is replaced by its size,
+//! and every known secret value (Secret data, the session token) is masked in all text.
+use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use crate::world::{ProvisionerWorld, control_plane_resource, provisioner_resource};
+
+/// Lines of operator log kept in a bundle.
+const LOG_LINES: usize = 200;
+const MASK: &str = "<redacted>";
+
+/// A file-system-friendly folder name for a scenario.
+pub fn folder_name(feature: &str, scenario: &str, line: usize) -> String {
+    let slug: String = format!("{}-{line}-{scenario}", feature.trim_end_matches(".feature"))
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let mut collapsed = String::new();
+    for c in slug.chars() {
+        if !(c == '-' && collapsed.ends_with('-')) {
+            collapsed.push(c);
+        }
+    }
+    collapsed.trim_matches('-').chars().take(100).collect()
+}
+
+/// Replaces each secret (≥ 6 characters, shorter ones would mask ordinary words) by a mask.
+pub fn mask(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| s.len() >= 6)
+        .fold(text.to_owned(), |acc, secret| acc.replace(secret.as_str(), MASK))
+}
+
+/// Secret data replaced by sizes (pure, so the redaction is unit-tested).
+pub fn redact_secret(mut secret: Value) -> Value {
+    for field in ["data", "stringData"] {
+        if let Some(map) = secret.get_mut(field).and_then(Value::as_object_mut) {
+            for value in map.values_mut() {
+                let size = value.as_str().map_or(0, str::len);
+                *value = json!(format!("{MASK} ({size} base64 characters)"));
+            }
+        }
+    }
+    if let Some(annotations) = secret.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(metadata) = secret.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
+    secret
+}
+
+fn without_managed_fields(mut object: Value) -> Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
+    object
+}
+
+async fn list(world: &ProvisionerWorld, resource: &ApiResource) -> anyhow::Result<Vec<Value>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(world.client(), &world.namespace, resource);
+    let items = api.list(&ListParams::default()).await?.items;
+    Ok(items.into_iter().map(|o| serde_json::to_value(o).map(without_managed_fields)).collect::<Result<_, _>>()?)
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn to_yaml(value: &Value) -> String {
+    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{value}"))
+}
+
+/// Writes the bundle into `dir` and returns it. Each part is best-effort: a part that cannot be
+/// collected says why in its file instead of aborting the bundle.
+pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Result<PathBuf> {
+    tokio::fs::create_dir_all(dir).await.with_context(|| format!("creating {}", dir.display()))?;
+
+    let secrets_api: Api<Secret> = world.api();
+    let secrets = secrets_api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let mut known_secrets = world.secret_values();
+    for secret in &secrets {
+        for value in secret.data.iter().flat_map(|d| d.values()) {
+            known_secrets.push(String::from_utf8_lossy(&value.0).into_owned());
+        }
+    }
+
+    let mut parts: Vec<(&str, String)> = Vec::new();
+    let groups: [(&str, anyhow::Result<Vec<Value>>); 7] = [
+        ("coderprovisioners.yaml", list(world, &provisioner_resource()).await),
+        ("codercontrolplanes.yaml", list(world, &control_plane_resource()).await),
+        ("deployments.yaml", list(world, &resource("apps", "v1", "Deployment", "deployments")).await),
+        ("serviceaccounts.yaml", list(world, &resource("", "v1", "ServiceAccount", "serviceaccounts")).await),
+        ("roles.yaml", list(world, &resource("rbac.authorization.k8s.io", "v1", "Role", "roles")).await),
+        (
+            "rolebindings.yaml",
+            list(world, &resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")).await,
+        ),
+        ("resourcequotas.yaml", list(world, &resource("", "v1", "ResourceQuota", "resourcequotas")).await),
+    ];
+    for (file, objects) in groups {
+        let text = match objects {
+            Ok(objects) => to_yaml(&Value::Array(objects)),
+            Err(error) => format!("# could not list: {error:#}\n"),
+        };
+        parts.push((file, text));
+    }
+    let redacted: Vec<Value> = secrets
+        .iter()
+        .filter_map(|s| serde_json::to_value(s).ok())
+        .map(redact_secret)
+        .collect();
+    parts.push(("secrets.yaml", to_yaml(&Value::Array(redacted))));
+
+    let events_api: Api<Event> = world.api();
+    let events = match events_api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut events = list.items;
+            events.sort_by_key(|e| e.last_timestamp.clone().or(e.first_timestamp.clone()).map(|t| t.0));
+            events
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {} {}/{}: {} {}",
+                        e.last_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                        e.type_.as_deref().unwrap_or(""),
+                        e.involved_object.kind.as_deref().unwrap_or(""),
+                        e.involved_object.name.as_deref().unwrap_or(""),
+                        e.reason.as_deref().unwrap_or(""),
+                        e.message.as_deref().unwrap_or(""),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        Err(error) => format!("could not list events: {error:#}"),
+    };
+    parts.push(("events.txt", events));
+
+    let log = world
+        .operator_log_tail(LOG_LINES)
+        .await
+        .unwrap_or_else(|| "the operator is installed in the cluster; its log is not available to the suite".to_owned());
+    parts.push(("operator.log", log));
+
+    let journal = if world.env.coderd.admin.is_none() {
+        "a real coderd has no journal".to_owned()
+    } else if world.coderd.is_none() {
+        "this scenario had no coderd identity (no control plane fixture)".to_owned()
+    } else {
+        match world.journal().await {
+            Ok(entries) => to_yaml(&serde_json::to_value(entries).unwrap_or(Value::Null)),
+            Err(error) => format!("could not read the journal: {error:#}"),
+        }
+    };
+    parts.push(("coderd-journal.yaml", journal));
+
+    for (file, text) in parts {
+        tokio::fs::write(dir.join(file), mask(&text, &known_secrets))
+            .await
+            .with_context(|| format!("writing {file}"))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("key_lifecycle.feature", "Lost Secret: key rotated!", 12, "key-lifecycle-12-lost-secret-key-rotated")]
+    #[case("a.feature", "--x--", 1, "a-1-x")]
+    fn folder_names_are_safe(#[case] feature: &str, #[case] scenario: &str, #[case] line: usize, #[case] expected: &str) {
+        assert_eq!(folder_name(feature, scenario, line), expected);
+    }
+
+    #[test]
+    fn secret_data_is_replaced_by_its_size() {
+        let secret = json!({"metadata": {"name": "k", "managedFields": []}, "data": {"key": "c2VjcmV0"}});
+        let redacted = redact_secret(secret);
+        assert_eq!(redacted["data"]["key"], json!("<redacted> (8 base64 characters)"));
+        assert!(redacted["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn known_secrets_are_masked_everywhere() {
+        let text = "token=abcdef123 and again abcdef123, short=xy";
+        assert_eq!(mask(text, &["abcdef123".into(), "xy".into()]), "token=<redacted> and again <redacted>, short=xy");
+    }
+}

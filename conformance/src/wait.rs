@@ -1,1 +1,274 @@
+//! Polling with deadlines and consecutive observations, so that no step relies on a fixed sleep.
+//!
+//! Two shapes cover every assertion in the suite:
+//! * [`eventually`]: poll until the expected state is observed `reach_and_hold` times in a row
+//!   (a state that flickers past is not accepted), failing at the deadline with the last
+//!   observation;
+//! * [`stays`]: the expected state must hold at every observation over a window (at least
+//!   `hold_observations` of them); the first contrary observation fails at once.
+use std::future::Future;
+use std::time::Duration;
 
+use anyhow::bail;
+use tokio::time::{Instant, sleep_until};
+
+/// What one observation found: the value when the expected state holds, otherwise why not.
+pub type Observation<T> = Result<T, String>;
+
+/// How long and how often to look, per tier; scaled by `--timeout-scale`, or overridden by
+/// `--wait-timeout`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timeouts {
+    /// Deadline for "eventually" assertions.
+    pub eventually: Duration,
+    /// Window for "stays"/"still"/"during" assertions.
+    pub hold_window: Duration,
+    /// Time between two observations.
+    pub interval: Duration,
+    /// Consecutive passing observations an "eventually" assertion needs.
+    pub reach_and_hold: u32,
+    /// Minimum number of observations in a "stays" assertion.
+    pub hold_observations: u32,
+}
+
+/// Which environment the suite runs in; real clusters schedule pods and are slower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutProfile {
+    /// Local kube-apiserver + etcd, readiness simulated.
+    Local,
+    /// kind, k3s or any kubeconfig.
+    RealCluster,
+}
+
+impl Timeouts {
+    pub fn for_profile(profile: TimeoutProfile) -> Self {
+        let (eventually, hold_window) = match profile {
+            TimeoutProfile::Local => (Duration::from_secs(30), Duration::from_secs(8)),
+            TimeoutProfile::RealCluster => (Duration::from_secs(180), Duration::from_secs(20)),
+        };
+        Timeouts {
+            eventually,
+            hold_window,
+            interval: Duration::from_millis(200),
+            reach_and_hold: 2,
+            hold_observations: 3,
+        }
+    }
+
+    /// Applies the user's `--timeout-scale` (multiplies deadlines and windows) and
+    /// `--wait-timeout` (replaces the "eventually" deadline).
+    pub fn adjusted(self, scale: Option<f64>, wait_timeout: Option<Duration>) -> anyhow::Result<Self> {
+        let mut adjusted = self;
+        if let Some(scale) = scale {
+            if !(scale.is_finite() && scale > 0.0) {
+                bail!("--timeout-scale must be a positive number, got {scale}");
+            }
+            adjusted.eventually = self.eventually.mul_f64(scale);
+            adjusted.hold_window = self.hold_window.mul_f64(scale);
+        }
+        if let Some(timeout) = wait_timeout {
+            if timeout.is_zero() {
+                bail!("--wait-timeout must be greater than zero");
+            }
+            adjusted.eventually = timeout;
+        }
+        Ok(adjusted)
+    }
+}
+
+/// Counts consecutive passing observations (pure, so it is unit-tested without time).
+#[derive(Debug, Default)]
+pub struct Streak {
+    current: u32,
+}
+
+impl Streak {
+    /// Records one observation; returns the length of the current run of passes.
+    pub fn observe(&mut self, passed: bool) -> u32 {
+        self.current = if passed { self.current + 1 } else { 0 };
+        self.current
+    }
+}
+
+/// Polls `probe` until it reports the expected state `reach_and_hold` times in a row.
+///
+/// A probe error (e.g. an API hiccup) counts as "not yet" and is reported if the deadline passes.
+pub async fn eventually<T, F, Fut>(what: &str, timeouts: &Timeouts, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Observation<T>>>,
+{
+    let deadline = Instant::now() + timeouts.eventually;
+    let mut streak = Streak::default();
+    loop {
+        let next = Instant::now() + timeouts.interval;
+        let last = match probe().await {
+            Ok(Ok(value)) => {
+                if streak.observe(true) >= timeouts.reach_and_hold.max(1) {
+                    return Ok(value);
+                }
+                None
+            }
+            Ok(Err(why)) => {
+                streak.observe(false);
+                Some(why)
+            }
+            Err(error) => {
+                streak.observe(false);
+                Some(format!("error while observing: {error:#}"))
+            }
+        };
+        if next >= deadline {
+            let last = last.unwrap_or_else(|| "the expected state was seen but did not hold".to_owned());
+            bail!(
+                "timed out after {:.1}s waiting for {what}; last observation: {last}",
+                timeouts.eventually.as_secs_f64()
+            );
+        }
+        sleep_until(next).await;
+    }
+}
+
+/// Requires `probe` to report the expected state at every observation for `window`
+/// (and for at least `hold_observations` observations); fails at the first contrary one.
+pub async fn stays<T, F, Fut>(what: &str, timeouts: &Timeouts, window: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Observation<T>>>,
+{
+    let end = Instant::now() + window;
+    let mut observations = 0u32;
+    loop {
+        let next = Instant::now() + timeouts.interval;
+        let value = match probe().await {
+            Ok(Ok(value)) => value,
+            Ok(Err(why)) => bail!("expected {what} to hold, but after {observations} good observations: {why}"),
+            Err(error) => bail!("expected {what} to hold, but observing it failed: {error:#}"),
+        };
+        observations += 1;
+        if observations >= timeouts.hold_observations.max(1) && Instant::now() >= end {
+            return Ok(value);
+        }
+        sleep_until(next).await;
+    }
+}
+
+/// Shorthand for [`stays`] over a few observations (~`hold_observations` × `interval`):
+/// the "still"/"stays" steps that follow an action and check nothing moved.
+pub async fn still<T, F, Fut>(what: &str, timeouts: &Timeouts, probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Observation<T>>>,
+{
+    let window = timeouts.interval * timeouts.hold_observations.saturating_sub(1);
+    stays(what, timeouts, window, probe).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use std::cell::Cell;
+
+    fn fast() -> Timeouts {
+        Timeouts {
+            eventually: Duration::from_millis(300),
+            hold_window: Duration::from_millis(50),
+            interval: Duration::from_millis(10),
+            reach_and_hold: 2,
+            hold_observations: 3,
+        }
+    }
+
+    #[rstest]
+    #[case(&[true, true], 2)]
+    #[case(&[true, false, true], 1)]
+    #[case(&[false], 0)]
+    #[case(&[true, true, true, false], 0)]
+    fn streak_counts_consecutive_passes(#[case] observations: &[bool], #[case] expected: u32) {
+        let mut streak = Streak::default();
+        let last = observations.iter().map(|passed| streak.observe(*passed)).last();
+        assert_eq!(last.unwrap_or(0), expected);
+    }
+
+    #[rstest]
+    #[case(None, None, Duration::from_secs(30))]
+    #[case(Some(2.0), None, Duration::from_secs(60))]
+    #[case(Some(2.0), Some(Duration::from_secs(5)), Duration::from_secs(5))]
+    fn timeouts_are_scaled_or_overridden(
+        #[case] scale: Option<f64>,
+        #[case] wait: Option<Duration>,
+        #[case] expected: Duration,
+    ) {
+        let adjusted = Timeouts::for_profile(TimeoutProfile::Local).adjusted(scale, wait).unwrap();
+        assert_eq!(adjusted.eventually, expected);
+    }
+
+    #[rstest]
+    #[case(0.0)]
+    #[case(-1.0)]
+    #[case(f64::NAN)]
+    fn bad_scales_are_rejected(#[case] scale: f64) {
+        assert!(Timeouts::for_profile(TimeoutProfile::Local).adjusted(Some(scale), None).is_err());
+    }
+
+    #[tokio::test]
+    async fn eventually_needs_the_state_to_hold() {
+        let calls = Cell::new(0u32);
+        // Passes on every call after the second: needs two consecutive passes.
+        let value = eventually("counter", &fast(), || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { Ok(if n >= 3 { Ok(n) } else { Err(format!("n={n}")) }) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(value, 4);
+    }
+
+    #[tokio::test]
+    async fn eventually_times_out_with_the_last_observation() {
+        let error = eventually::<(), _, _>("never", &fast(), || async { Ok(Err("still absent".to_owned())) })
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("still absent"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_flicker_does_not_satisfy_eventually() {
+        let calls = Cell::new(0u32);
+        let result = eventually("flicker", &fast(), || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { Ok(if n % 2 == 0 { Ok(()) } else { Err("odd".to_owned()) }) }
+        })
+        .await;
+        assert!(result.is_err());
+    }
+
+    #[tokio::test]
+    async fn stays_fails_at_the_first_contrary_observation() {
+        let calls = Cell::new(0u32);
+        let error = stays("stable", &fast(), Duration::from_millis(100), || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { Ok(if n < 3 { Ok(()) } else { Err("changed".to_owned()) }) }
+        })
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("changed"), "{error}");
+        assert_eq!(calls.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn still_takes_at_least_the_minimum_observations() {
+        let calls = Cell::new(0u32);
+        still("stable", &fast(), || {
+            calls.set(calls.get() + 1);
+            async { Ok(Ok(())) }
+        })
+        .await
+        .unwrap();
+        assert!(calls.get() >= 3);
+    }
+}

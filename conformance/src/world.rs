@@ -1,1 +1,377 @@
+//! The cucumber World: one per scenario, with its own namespace, coderd organization and
+//! coderd user, on top of the process-wide [`Environment`] started once per run.
+//!
+//! Scenario isolation: every scenario gets a fresh namespace, a unique coderd organization and
+//! a unique coderd owner user whose session token is the control plane's operator token. The
+//! fake coderd's journal records a fingerprint of the session token, so a scenario counts only
+//! the calls the operator made on its behalf, even while other scenarios run concurrently.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
+use anyhow::{Context as _, anyhow, bail};
+use cucumber::World;
+use fake_coderd::{AdminClient, JournalEntry};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use crate::wait::{self, Observation, Timeouts};
+
+/// Field manager for everything the suite writes.
+pub const FIELD_MANAGER: &str = "coder-provisioner-conformance";
+/// Label put on namespaces the suite creates (so leftovers are easy to find and remove).
+pub const SCENARIO_LABEL: &str = "conformance.coder.com/scenario";
+/// The control plane name used by the tutorial and, for readability, by every scenario.
+pub const CONTROL_PLANE: &str = "codercontrolplane-sample";
+/// The CR name of the sample, reused by every scenario that applies "the sample provisioner".
+pub const SAMPLE_PROVISIONER: &str = "coderprovisioner-sample";
+/// Name of the Secret holding the operator token that the fixture control plane points at.
+pub const OPERATOR_TOKEN_SECRET: &str = "coder-operator-token";
+
+/// How the implementation under test runs.
+pub enum Operator {
+    /// Started by the suite (the reference operator or `--operator-cmd`); can be restarted.
+    Started(tokio::sync::Mutex<crate::implementation::OperatorProcess>),
+    /// Already installed in the cluster (`--operator installed`): nothing started, no restarts.
+    Installed,
+}
+
+/// How the suite reaches coderd.
+pub struct Coderd {
+    /// Base URL that control planes publish in `status.url`.
+    pub url: String,
+    /// Admin handle of the fake coderd; `None` when `--coderd` points at a real coderd.
+    pub admin: Option<AdminClient>,
+}
+
+/// An existing control plane given with `--control-plane` (used with a real coderd).
+#[derive(Clone, Debug)]
+pub struct ExistingControlPlane {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Everything started once per run and shared by all scenarios.
+pub struct Environment {
+    pub client: kube::Client,
+    /// Admin kubeconfig, for the real `kubectl` the tutorial scenario runs.
+    pub kubeconfig: PathBuf,
+    /// The `kubectl` binary, when one was found.
+    pub kubectl: Option<PathBuf>,
+    pub coderd: Coderd,
+    pub operator: Operator,
+    pub existing_control_plane: Option<ExistingControlPlane>,
+    pub timeouts: Timeouts,
+    /// Folder holding `config/` (samples, RBAC) of the suite.
+    pub repo_root: PathBuf,
+    pub report_dir: PathBuf,
+    pub keep_on_failure: bool,
+    /// Whether a readiness simulator plays the kubelet's part (contract D-8).
+    pub readiness_simulated: bool,
+}
+
+static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
+
+/// Publishes the shared environment; done once, before the cucumber run starts.
+pub fn install_environment(environment: Arc<Environment>) -> anyhow::Result<()> {
+    ENVIRONMENT
+        .set(environment)
+        .map_err(|_| anyhow!("the conformance environment was already initialised in this process"))
+}
+
+pub fn environment() -> anyhow::Result<Arc<Environment>> {
+    ENVIRONMENT
+        .get()
+        .cloned()
+        .ok_or_else(|| anyhow!("the conformance environment is not initialised (run through `conformance run`)"))
+}
+
+/// The coderd identity a scenario uses: its own organization and owner user.
+pub struct ScenarioCoderd {
+    pub organization: String,
+    pub organization_id: String,
+    /// The user's session token; written only to the operator token Secret, never printed.
+    token: String,
+    pub token_fingerprint: String,
+}
+
+/// Per-scenario state.
+#[derive(World)]
+#[world(init = Self::new)]
+pub struct ProvisionerWorld {
+    pub env: Arc<Environment>,
+    /// Short random id, also used in namespace, organization and user names.
+    pub id: String,
+    pub namespace: String,
+    /// Whether the suite created the namespace (and so deletes it after the scenario).
+    pub owns_namespace: bool,
+    pub coderd: Option<ScenarioCoderd>,
+    /// Name of the CoderProvisioner the scenario works with.
+    pub provisioner: String,
+    /// Values remembered by one step for a later one (e.g. a pod-template checksum).
+    pub remembered: BTreeMap<String, String>,
+    /// Journal length at the start of the latest `When` step ("since the last action").
+    pub action_mark: Option<usize>,
+    /// Set by steps that change the fake coderd's global switches, restored after the scenario.
+    pub touched_global_coderd: bool,
+    /// The last command a tutorial step ran, with what it printed.
+    pub last_command: Option<(String, crate::steps::tutorial::CommandOutput)>,
+    /// The last answer of the API server to a submitted CoderProvisioner (admission checks).
+    pub last_admission: Option<Result<(), String>>,
+}
+
+impl fmt::Debug for ProvisionerWorld {
+    // Printed by cucumber on failures: names only, never the session token.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProvisionerWorld")
+            .field("namespace", &self.namespace)
+            .field("organization", &self.coderd.as_ref().map(|c| c.organization.as_str()))
+            .field("provisioner", &self.provisioner)
+            .field("remembered", &self.remembered)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_id() -> String {
+    let value: u32 = rand::random();
+    format!("{value:08x}")
+}
+
+pub fn provisioner_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("coder.com", "v1alpha1", "CoderProvisioner"),
+        "coderprovisioners",
+    )
+}
+
+pub fn control_plane_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("coder.com", "v1alpha1", "CoderControlPlane"),
+        "codercontrolplanes",
+    )
+}
+
+impl ProvisionerWorld {
+    async fn new() -> anyhow::Result<Self> {
+        let env = environment()?;
+        let id = random_id();
+        let (namespace, owns_namespace) = match &env.existing_control_plane {
+            Some(existing) => (existing.namespace.clone(), false),
+            None => (format!("conf-{id}"), true),
+        };
+        let mut world = ProvisionerWorld {
+            env,
+            id,
+            namespace,
+            owns_namespace: false,
+            coderd: None,
+            provisioner: SAMPLE_PROVISIONER.to_owned(),
+            remembered: BTreeMap::new(),
+            action_mark: None,
+            touched_global_coderd: false,
+            last_command: None,
+            last_admission: None,
+        };
+        if owns_namespace {
+            world.create_namespace().await?;
+        }
+        Ok(world)
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.env.client.clone()
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.env.timeouts
+    }
+
+    /// Moves the scenario into `namespace` (the tutorial needs `coder`), creating it.
+    pub async fn use_namespace(&mut self, namespace: &str) -> anyhow::Result<()> {
+        if self.owns_namespace {
+            self.delete_namespace().await?;
+        }
+        self.namespace = namespace.to_owned();
+        let api: Api<Namespace> = Api::all(self.client());
+        if let Some(existing) = api.get_opt(namespace).await? {
+            if existing.metadata.deletion_timestamp.is_some() {
+                wait::eventually(&format!("namespace {namespace} to finish terminating"), self.timeouts(), || {
+                    let api = api.clone();
+                    async move {
+                        Ok(match api.get_opt(namespace).await? {
+                            None => Ok(()),
+                            Some(_) => Err("still terminating".to_owned()),
+                        })
+                    }
+                })
+                .await?;
+            } else {
+                bail!("namespace {namespace} already exists; the tutorial scenario needs to create it (remove it first)");
+            }
+        }
+        self.create_namespace().await
+    }
+
+    async fn create_namespace(&mut self) -> anyhow::Result<()> {
+        let api: Api<Namespace> = Api::all(self.client());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([(SCENARIO_LABEL.to_owned(), self.id.clone())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {}", self.namespace))?;
+        self.owns_namespace = true;
+        Ok(())
+    }
+
+    /// Deletes the scenario's namespace (if the suite created it) without waiting for it to go.
+    pub async fn delete_namespace(&mut self) -> anyhow::Result<()> {
+        if !self.owns_namespace {
+            return Ok(());
+        }
+        let api: Api<Namespace> = Api::all(self.client());
+        match api.delete(&self.namespace, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error).with_context(|| format!("deleting namespace {}", self.namespace)),
+        }
+        self.owns_namespace = false;
+        Ok(())
+    }
+
+    pub fn provisioners(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client(), &self.namespace, &provisioner_resource())
+    }
+
+    pub fn control_planes(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client(), &self.namespace, &control_plane_resource())
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client(), &self.namespace)
+    }
+
+    /// The fake coderd's admin handle, or a clear error when running against a real coderd.
+    pub fn admin(&self) -> anyhow::Result<&AdminClient> {
+        self.env
+            .coderd
+            .admin
+            .as_ref()
+            .ok_or_else(|| anyhow!("this step needs the fake coderd's admin API, but --coderd points at a real coderd"))
+    }
+
+    pub fn scenario_coderd(&self) -> anyhow::Result<&ScenarioCoderd> {
+        self.coderd
+            .as_ref()
+            .ok_or_else(|| anyhow!("no control plane fixture in this scenario: start with \"Given a Ready control plane with operator access\""))
+    }
+
+    /// Creates the scenario's coderd organization and owner user (fake coderd only).
+    pub async fn create_scenario_coderd(&mut self, organization: Option<&str>) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        let (organization, organization_id) = match organization {
+            Some(existing) => (existing.to_owned(), String::new()),
+            None => {
+                let name = format!("conf-{}", self.id);
+                let created = admin.add_organization(&name).await.context("creating the scenario's coderd organization")?;
+                (created.name, created.id.to_string())
+            }
+        };
+        let token = admin
+            .add_user(&format!("conf-{}", self.id), fake_coderd::UserRole::Owner)
+            .await
+            .context("creating the scenario's coderd owner user")?;
+        let token_fingerprint = fake_coderd::fingerprint(&token);
+        self.coderd = Some(ScenarioCoderd { organization, organization_id, token, token_fingerprint });
+        Ok(())
+    }
+
+    /// The operator token Secret the fixture control plane points at.
+    pub async fn write_operator_token_secret(&self) -> anyhow::Result<()> {
+        let coderd = self.scenario_coderd()?;
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": OPERATOR_TOKEN_SECRET, "namespace": self.namespace},
+            "type": "Opaque",
+            "stringData": {"token": coderd.token},
+        });
+        let api: Api<Secret> = self.api();
+        api.patch(OPERATOR_TOKEN_SECRET, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&secret))
+            .await
+            .context("writing the operator token Secret")?;
+        Ok(())
+    }
+
+    /// Journal entries made with this scenario's session token.
+    pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
+        let fingerprint = self.scenario_coderd()?.token_fingerprint.clone();
+        let entries = self.admin()?.journal().await.context("reading the fake coderd journal")?;
+        Ok(entries
+            .into_iter()
+            .filter(|entry| entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str()))
+            .collect())
+    }
+
+    /// Records the journal position at the start of an action (`When` step).
+    pub async fn mark_action(&mut self) -> anyhow::Result<()> {
+        if self.coderd.is_some() && self.env.coderd.admin.is_some() {
+            self.action_mark = Some(self.journal().await?.len());
+        }
+        Ok(())
+    }
+
+    /// The CoderProvisioner as JSON (or `None` when absent).
+    pub async fn provisioner_json(&self) -> anyhow::Result<Option<Value>> {
+        let object = self.provisioners().get_opt(&self.provisioner).await?;
+        Ok(object.map(|o| serde_json::to_value(o)).transpose()?)
+    }
+
+    /// Polls the CR until `check` accepts it.
+    pub async fn provisioner_eventually<T>(
+        &self,
+        what: &str,
+        check: impl Fn(&Value) -> Observation<T>,
+    ) -> anyhow::Result<T> {
+        let check = &check;
+        wait::eventually(what, self.timeouts(), || async move {
+            Ok(match self.provisioner_json().await? {
+                Some(cr) => check(&cr),
+                None => Err(format!("CoderProvisioner {} does not exist", self.provisioner)),
+            })
+        })
+        .await
+    }
+
+    /// Restarts the operator under test (only possible when the suite started it).
+    pub async fn restart_operator(&self) -> anyhow::Result<()> {
+        match &self.env.operator {
+            Operator::Started(process) => process.lock().await.restart().await,
+            Operator::Installed => bail!("the operator is installed in the cluster; the suite cannot restart it"),
+        }
+    }
+
+    /// The last lines of the operator's log, when the suite started it.
+    pub async fn operator_log_tail(&self, lines: usize) -> Option<String> {
+        match &self.env.operator {
+            Operator::Started(process) => Some(process.lock().await.log_tail(lines)),
+            Operator::Installed => None,
+        }
+    }
+
+    /// The scenario's session token, for redaction only (diagnostics must never contain it).
+    pub fn secret_values(&self) -> Vec<String> {
+        self.coderd.iter().map(|c| c.token.clone()).collect()
+    }
+}

@@ -1,1 +1,28 @@
-//! placeholder
+//! A stateful, faithful, scriptable and journaled fake of the coderd HTTP API subset a
+//! CoderProvisioner operator uses (`/work/shared/spec/coderd-api.md`), built on wiremock.
+//!
+//! * `state` — organizations, users and session tokens, provisioner keys, entitlement (pure logic);
+//! * `routes` — one wiremock responder per coderd endpoint and the shared request pipeline;
+//! * `faults`, `ratelimit`, `journal` — scripted misbehaviour, §1.7 limiter, request record;
+//! * `admin` — the admin HTTP API and `AdminClient`; `server` — `FakeCoderd`, listeners;
+//! * `stub` — the `coder-stub` provisioner daemon stand-in (binary `coder-stub`).
+
+pub mod admin;
+pub mod api;
+pub mod faults;
+pub mod journal;
+pub mod ratelimit;
+pub mod routes;
+pub mod seed;
+pub mod server;
+pub mod state;
+pub mod stub;
+pub mod world;
+
+pub use admin::AdminClient;
+pub use faults::{FaultKind, FaultSpec};
+pub use journal::{JournalEntry, JournalQuery, fingerprint};
+pub use ratelimit::RateLimitSpec;
+pub use seed::{Seed, SeedOrganization, SeedUser};
+pub use server::{FakeCoderd, FakeConfig};
+pub use state::{Entitlement, Organization, ProvisionerKey, UserRole, UserStatus};

@@ -1,1 +1,17 @@
-
+//! Where the suite gets a Kubernetes API from.
+//!
+//! - [`binaries`]: the pinned etcd / kube-apiserver / kube-controller-manager / kubectl binaries.
+//! - [`local`]: a throw-away control plane (etcd + kube-apiserver + GC/namespace controllers)
+//!   on loopback, with RBAC on and no kubelets.
+//! - [`identity`]: ServiceAccount kubeconfigs, so an operator runs with only its declared RBAC.
+//! - [`kubeconfig`] and [`pki`]: the pure parts (rendering kubeconfigs, generating certificates).
+//! - [`children`]: child processes that never outlive the suite.
+pub mod binaries;
+pub mod children;
+pub mod identity;
+pub mod images;
+pub mod k3s;
+pub mod kind;
+pub mod kubeconfig;
+pub mod local;
+pub mod pki;

@@ -1,1 +1,450 @@
+//! The operator under test, run by the suite as a child process.
+//!
+//! The operator gets a kubeconfig for the ServiceAccount declared in its RBAC folder (default
+//! `config/rbac/`), so it runs with exactly the rights it ships: an operator that needs more
+//! than its manifests grant fails here as it would in a cluster. Its stdout and stderr go to a
+//! log file that survives restarts.
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+
+use crate::cluster::children::{self, DEFAULT_GRACE, ManagedChild};
+use crate::cluster::identity;
+use crate::cluster::kubeconfig::{self, ClusterEndpoint};
+use crate::manifests;
+
+/// Namespace of the operator's own ServiceAccount (and its leader-election Lease).
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "coder-system";
+/// Name of the reference operator's binary.
+pub const REFERENCE_BINARY: &str = "coder-provisioner-operator";
+/// Overrides where the reference operator binary is found.
+pub const REFERENCE_BINARY_ENV: &str = "CODER_PROVISIONER_OPERATOR_BIN";
+/// Arguments the reference operator runs with under the suite: one replica, no fixed port. The
+/// watched namespace comes from [`WATCH_NAMESPACE_ENV`] (a `--namespace` flag would override it).
+pub const REFERENCE_ARGS: [&str; 6] = [
+    "run",
+    "--leader-election=false",
+    "--metrics-addr",
+    "127.0.0.1:0",
+    "--log-format",
+    "text",
+];
+/// Environment variable naming the namespace to watch (operator-sdk convention; the reference
+/// operator reads it too).
+pub const WATCH_NAMESPACE_ENV: &str = "WATCH_NAMESPACE";
+
+/// A command line: program and arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorCommand {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+impl OperatorCommand {
+    /// From an argument vector (`argv[0]` is the program).
+    pub fn from_argv<S: Into<String>>(argv: impl IntoIterator<Item = S>) -> anyhow::Result<Self> {
+        let mut argv = argv.into_iter().map(Into::into);
+        let program = argv
+            .next()
+            .filter(|p| !p.trim().is_empty())
+            .context("the operator command is empty")?;
+        Ok(Self {
+            program,
+            args: argv.collect(),
+        })
+    }
+
+    /// From a shell command line (`--operator-cmd "…"`), run by `sh -c`. Signals go to the whole
+    /// process group, so they reach the operator behind the shell too.
+    pub fn from_shell(line: &str) -> anyhow::Result<Self> {
+        if line.trim().is_empty() {
+            bail!("the operator command is empty");
+        }
+        Ok(Self {
+            program: "sh".to_owned(),
+            args: vec!["-c".to_owned(), line.to_owned()],
+        })
+    }
+
+    /// The reference operator with [`REFERENCE_ARGS`], building it first if needed.
+    pub async fn reference() -> anyhow::Result<Self> {
+        let binary = reference_operator_binary().await?;
+        Ok(Self {
+            program: binary.display().to_string(),
+            args: REFERENCE_ARGS.iter().map(|a| (*a).to_owned()).collect(),
+        })
+    }
+
+    /// Shell-like rendering for logs and reports.
+    pub fn display(&self) -> String {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|word| {
+                if word.is_empty() || word.contains(|c: char| c.is_whitespace() || c == '\'') {
+                    format!("'{}'", word.replace('\'', r"'\''"))
+                } else {
+                    word.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// What to run and with which identity.
+#[derive(Clone, Debug)]
+pub struct OperatorUnderTest {
+    pub command: OperatorCommand,
+    /// RBAC manifests; must declare exactly one ServiceAccount (the operator's identity).
+    pub rbac_dir: PathBuf,
+    /// Namespace the RBAC objects (and the ServiceAccount) are put in.
+    pub namespace: String,
+    /// Passed as [`WATCH_NAMESPACE_ENV`] when set.
+    pub watch_namespace: Option<String>,
+    pub extra_env: Vec<(String, String)>,
+    /// Where `operator.log` and the kubeconfig live; `None` = a scratch folder removed on drop.
+    pub work_dir: Option<PathBuf>,
+}
+
+impl OperatorUnderTest {
+    /// `command` with the repository's `config/rbac/` in [`DEFAULT_OPERATOR_NAMESPACE`].
+    pub fn new(command: OperatorCommand) -> Self {
+        Self {
+            command,
+            rbac_dir: default_rbac_dir(),
+            namespace: DEFAULT_OPERATOR_NAMESPACE.to_owned(),
+            watch_namespace: None,
+            extra_env: Vec::new(),
+            work_dir: None,
+        }
+    }
+}
+
+/// `config/rbac/` of this repository.
+pub fn default_rbac_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac")
+}
+
+/// A running (or stopped) operator process.
+pub struct OperatorProcess {
+    spec: OperatorUnderTest,
+    child: Option<ManagedChild>,
+    /// Keeps the scratch folder alive when no `work_dir` was given.
+    _scratch: Option<tempfile::TempDir>,
+    kubeconfig: PathBuf,
+    log: PathBuf,
+    service_account: (String, String),
+    starts: u32,
+}
+
+impl OperatorProcess {
+    /// Applies `spec.rbac_dir` into `spec.namespace` (creating it), gets a token for the
+    /// ServiceAccount declared there, and starts the command with `KUBECONFIG` pointing at it.
+    pub async fn start(
+        admin: &kube::Client,
+        endpoint: &ClusterEndpoint,
+        spec: OperatorUnderTest,
+    ) -> anyhow::Result<Self> {
+        let service_account = rbac_service_account(&spec.rbac_dir, &spec.namespace)?;
+        ensure_namespace(admin, &spec.namespace).await?;
+        manifests::apply_dir(admin, &spec.rbac_dir, Some(&spec.namespace))
+            .await
+            .with_context(|| {
+                format!(
+                    "applying the operator's RBAC from {}",
+                    spec.rbac_dir.display()
+                )
+            })?;
+        let yaml = identity::service_account_kubeconfig(
+            admin,
+            endpoint,
+            &service_account.0,
+            &service_account.1,
+        )
+        .await?;
+        let (scratch, dir) = match &spec.work_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                (None, dir.clone())
+            }
+            None => {
+                let scratch = tempfile::Builder::new()
+                    .prefix("coder-conformance-operator-")
+                    .tempdir()
+                    .context("creating the operator's scratch folder")?;
+                let dir = scratch.path().to_path_buf();
+                (Some(scratch), dir)
+            }
+        };
+        let kubeconfig = dir.join("operator.kubeconfig");
+        kubeconfig::write_private(&kubeconfig, &yaml)?;
+        let mut process = Self {
+            spec,
+            child: None,
+            _scratch: scratch,
+            kubeconfig,
+            log: dir.join("operator.log"),
+            service_account,
+            starts: 0,
+        };
+        process.spawn()?;
+        Ok(process)
+    }
+
+    /// Stops the process (SIGTERM, SIGKILL after a grace period) and starts it again with the
+    /// same identity and environment. Also starts a process that was stopped or killed.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await;
+        self.spawn()
+    }
+
+    /// SIGTERM, then SIGKILL after [`DEFAULT_GRACE`]: a graceful shutdown.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.stop(DEFAULT_GRACE).await;
+        }
+    }
+
+    /// SIGKILL at once: a crash, as far as the operator can tell.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await;
+        }
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.exit_status().is_none())
+    }
+
+    /// The exit status if the process ended on its own (not through stop/kill).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(ManagedChild::exit_status)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(ManagedChild::pid)
+    }
+
+    /// How many times the process has been started.
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// (namespace, name) of the ServiceAccount the operator authenticates as.
+    pub fn service_account(&self) -> (&str, &str) {
+        (&self.service_account.0, &self.service_account.1)
+    }
+
+    pub fn command(&self) -> &OperatorCommand {
+        &self.spec.command
+    }
+
+    /// The last `lines` lines of the log (all starts).
+    pub fn log_tail(&self, lines: usize) -> String {
+        children::tail_lines(&self.log, lines)
+    }
+
+    /// The whole log (all starts, each introduced by a `=== start #N` line).
+    pub fn full_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        self.starts += 1;
+        let banner = format!(
+            "=== start #{} as system:serviceaccount:{}:{}: {}\n",
+            self.starts,
+            self.service_account.0,
+            self.service_account.1,
+            self.spec.command.display()
+        );
+        append(&self.log, &banner)?;
+        let mut command = tokio::process::Command::new(&self.spec.command.program);
+        command
+            .args(&self.spec.command.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("POD_NAMESPACE", &self.spec.namespace)
+            .envs(self.spec.extra_env.iter().map(|(k, v)| (k, v)));
+        if let Some(namespace) = &self.spec.watch_namespace {
+            command.env(WATCH_NAMESPACE_ENV, namespace);
+        }
+        self.child = Some(ManagedChild::spawn("operator", command, &self.log)?);
+        Ok(())
+    }
+}
+
+/// The one ServiceAccount an RBAC folder declares, placed in `namespace`.
+fn rbac_service_account(dir: &Path, namespace: &str) -> anyhow::Result<(String, String)> {
+    let accounts: Vec<String> = manifests::read_dir(dir)?
+        .into_iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "ServiceAccount"))
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    match accounts.as_slice() {
+        [name] => Ok((namespace.to_owned(), name.clone())),
+        [] => bail!(
+            "{} declares no ServiceAccount for the operator",
+            dir.display()
+        ),
+        many => bail!(
+            "{} declares several ServiceAccounts ({}); the operator's identity is ambiguous",
+            dir.display(),
+            many.join(", ")
+        ),
+    }
+}
+
+async fn ensure_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(admin.clone());
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
+}
+
+fn append(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Finds the reference operator: `$CODER_PROVISIONER_OPERATOR_BIN`, else next to the running
+/// executable (`target/<profile>/`, also from `target/<profile>/deps/`), else builds it with
+/// `cargo build -p operator --bin coder-provisioner-operator` (progress on stderr).
+pub async fn reference_operator_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(REFERENCE_BINARY_ENV) {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("{REFERENCE_BINARY_ENV}={} is not a file", path.display());
+        }
+        return Ok(path);
+    }
+    if let Some(found) = next_to_current_exe() {
+        return Ok(found);
+    }
+    build_reference_operator().await
+}
+
+fn next_to_current_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(REFERENCE_BINARY))
+        .find(|candidate| candidate.is_file())
+}
+
+async fn build_reference_operator() -> anyhow::Result<PathBuf> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
+    let output = tokio::process::Command::new(cargo)
+        .args(["build", "-p", "operator", "--bin", REFERENCE_BINARY])
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(&workspace)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .context("running cargo to build the reference operator")?;
+    if !output.status.success() {
+        bail!(
+            "building {REFERENCE_BINARY} failed ({}); see the messages above",
+            output.status
+        );
+    }
+    built_executable(&String::from_utf8_lossy(&output.stdout))
+        .with_context(|| format!("cargo reported no {REFERENCE_BINARY} executable"))
+}
+
+/// The `executable` of the `compiler-artifact` message for the reference binary.
+fn built_executable(cargo_json: &str) -> Option<PathBuf> {
+    cargo_json
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == REFERENCE_BINARY)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_commands_run_through_sh() {
+        let command = OperatorCommand::from_shell("./op run --x; echo done").expect("command");
+        assert_eq!(command.program, "sh");
+        assert_eq!(command.args, ["-c", "./op run --x; echo done"]);
+        assert!(OperatorCommand::from_shell("  ").is_err());
+        assert!(OperatorCommand::from_argv(Vec::<String>::new()).is_err());
+    }
+
+    #[test]
+    fn display_quotes_words_with_spaces() {
+        let command = OperatorCommand::from_argv(["op", "a b", "it's", "plain"]).expect("command");
+        assert_eq!(command.display(), r"op 'a b' 'it'\''s' plain");
+    }
+
+    #[test]
+    fn cargo_messages_name_the_built_executable() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","target":{"name":"operator"},"executable":null}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","target":{"name":"coder-provisioner-operator"},"executable":"/t/debug/coder-provisioner-operator"}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(
+            built_executable(json),
+            Some(PathBuf::from("/t/debug/coder-provisioner-operator"))
+        );
+    }
+
+    #[test]
+    fn the_rbac_folder_names_exactly_one_service_account() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let account = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: op, namespace: x}\n";
+        std::fs::write(dir.path().join("sa.yaml"), account).expect("write");
+        assert_eq!(
+            rbac_service_account(dir.path(), "coder-system").expect("one"),
+            ("coder-system".to_owned(), "op".to_owned())
+        );
+        std::fs::write(dir.path().join("sa2.yaml"), account.replace("op,", "op2,")).expect("write");
+        assert!(rbac_service_account(dir.path(), "coder-system").is_err());
+    }
+
+    #[test]
+    fn the_repository_rbac_declares_the_operator_identity() {
+        let (namespace, name) =
+            rbac_service_account(&default_rbac_dir(), DEFAULT_OPERATOR_NAMESPACE).expect("rbac");
+        assert_eq!(namespace, DEFAULT_OPERATOR_NAMESPACE);
+        assert_eq!(name, "coder-provisioner-operator");
+    }
+}

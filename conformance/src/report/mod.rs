@@ -1,1 +1,11 @@
+//! Reports of a run.
+//!
+//! JUnit XML and Cucumber JSON come from cucumber's own writers (wired in [`crate::cli`]); this
+//! module adds the conformance report: [`collector`] turns cucumber events into per-scenario
+//! outcomes, [`model`] is the YAML document (with a digest over its content so an edited result
+//! is detected) and `verify-report`'s checks.
+pub mod collector;
+pub mod model;
 
+pub use collector::{Collector, Outcomes};
+pub use model::{ConformanceReport, Level, ScenarioResult, Status, verify};

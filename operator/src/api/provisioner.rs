@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Desired state of a set of external provisioner daemons (contract §1).
+/// Desired state of a set of external provisioner daemons.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "coder.com",
@@ -92,7 +92,7 @@ pub struct ProvisionerKeySpec {
     pub secret_key: Option<String>,
 }
 
-/// Observed state (exactly the fields of R-CRD-12).
+/// Observed state of the provisioner, its key and its Deployment.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CoderProvisionerStatus {

@@ -1,1 +1,364 @@
+//! The CoderProvisioner reconciler as a pipeline:
+//! `dereference` (read) → `gates` (pure checks of D-1) → `keys` (coderd key lifecycle) →
+//! `children` (pure objects) → `apply` (server-side apply) → `status` (pure, written once per change).
+pub mod apply;
+pub mod backoff;
+pub mod children;
+pub mod credentials;
+pub mod dereference;
+pub mod gates;
+pub mod keys;
+pub mod names;
+pub mod status;
 
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::api::{CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason};
+use crate::coderd::{ClientOptions, CoderdClient, CoderdError, SecretString};
+use crate::runtime::metrics::Metrics;
+
+use self::backoff::AttemptCounters;
+use self::children::ChildInputs;
+use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
+use self::keys::{DesiredKey, KeyAction, KeyEvent};
+use self::names::Names;
+use self::status::PassReport;
+
+/// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
+const RESYNC: Duration = Duration::from_secs(300);
+/// Message of R-RL-1.
+pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
+
+/// Shared state of all reconciles.
+pub struct Context {
+    pub client: Client,
+    pub field_manager: String,
+    pub coderd_timeout: Duration,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// Consecutive 429 outcomes per CR (§11).
+    pub rate_limits: AttemptCounters,
+    /// Consecutive reconcile errors per CR (error backoff).
+    pub failures: AttemptCounters,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("provisioner key step failed: {0}")]
+    Key(#[source] CoderdError),
+    #[error(transparent)]
+    Finalizer(#[from] Box<finalizer::Error<Error>>),
+}
+
+impl Context {
+    fn coderd(&self, url: &str, token: &SecretString) -> Result<CoderdClient, CoderdError> {
+        let options = ClientOptions { timeout: self.coderd_timeout, metrics: Some(self.metrics.clone()) };
+        CoderdClient::new(url, token.clone(), options)
+    }
+
+    /// Publishes an Event on the CR; failures only log (events are advisory).
+    async fn event(&self, cr: &CoderProvisioner, type_: EventType, reason: &str, action: &str, note: String) {
+        let event = Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
+        if let Err(error) = self.recorder.publish(&event, &cr.object_ref(&())).await {
+            warn!(%error, reason, "could not publish event");
+        }
+    }
+}
+
+/// `namespace/name`, the key of per-CR counters.
+pub fn object_key(cr: &CoderProvisioner) -> String {
+    format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
+}
+
+/// Entry point for the controller: finalizer handling, then apply or cleanup.
+pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let namespace = cr.namespace().unwrap_or_default();
+    let api: Api<CoderProvisioner> = Api::namespaced(ctx.client.clone(), &namespace);
+    let outcome = finalizer(&api, FINALIZER, cr.clone(), |event| async {
+        match event {
+            finalizer::Event::Apply(cr) => apply_pass(&cr, &ctx).await,
+            finalizer::Event::Cleanup(cr) => cleanup(&cr, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)));
+    let result = if outcome.is_ok() { "ok" } else { "error" };
+    if outcome.is_ok() {
+        ctx.failures.reset(&object_key(&cr));
+    }
+    ctx.metrics.reconcile_finished(result, started.elapsed().as_secs_f64());
+    outcome
+}
+
+/// Requeue policy after an error: exponential from 5 s, capped at 2 min, per CR.
+pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>) -> Action {
+    let attempt = ctx.failures.bump(&object_key(&cr));
+    let delay = backoff::exponential_delay(Duration::from_secs(5), attempt, backoff::random_jitter());
+    warn!(provisioner = %object_key(&cr), %error, attempt, ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The status being built during one pass, written whenever it changed.
+struct StatusWriter<'a> {
+    ctx: &'a Context,
+    cr: &'a CoderProvisioner,
+    current: Option<CoderProvisionerStatus>,
+}
+
+impl StatusWriter<'_> {
+    async fn write(&mut self, report: &PassReport, deployment: Option<&Deployment>) -> kube::Result<()> {
+        let next = status::next_status(self.current.as_ref(), self.cr.metadata.generation, report, deployment, Timestamp::now());
+        if status::status_changed(self.current.as_ref(), &next) {
+            apply::apply_status(&self.ctx.client, &self.ctx.field_manager, self.cr, &next).await?;
+            self.current = Some(next);
+        }
+        Ok(())
+    }
+}
+
+/// One full pass for a live CR. The status is written at the end whatever the outcome.
+async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+    let names = Names::for_provisioner(cr);
+    let observed = dereference::observe(&ctx.client, cr, &names).await?;
+    let mut report = PassReport::default();
+    let mut writer = StatusWriter { ctx, cr, current: cr.status.clone() };
+    let mut deployment = observed.deployment.clone();
+    let outcome = run_pipeline(cr, ctx, &names, &observed, &mut report, &mut writer, &mut deployment).await;
+    if !matches!(outcome, Ok(Step::RateLimited(_))) {
+        ctx.rate_limits.reset(&object_key(cr));
+    }
+    writer.write(&report, deployment.as_ref()).await?;
+    match outcome? {
+        Step::Done => Ok(Action::requeue(RESYNC)),
+        Step::Blocked(delay) | Step::RateLimited(delay) => Ok(Action::requeue(delay)),
+    }
+}
+
+/// How the pipeline ended (errors are `Err`).
+enum Step {
+    Done,
+    /// A gate did not pass; look again after the delay (no reconcile error, R-PRE-5).
+    Blocked(Duration),
+    RateLimited(Duration),
+}
+
+fn blocked(report: &mut PassReport, blocked: Blocked) -> Step {
+    report.set(blocked.condition);
+    Step::Blocked(blocked.retry_after)
+}
+
+async fn run_pipeline(
+    cr: &CoderProvisioner,
+    ctx: &Context,
+    names: &Names,
+    observed: &dereference::Observed,
+    report: &mut PassReport,
+    writer: &mut StatusWriter<'_>,
+    deployment: &mut Option<Deployment>,
+) -> Result<Step, Error> {
+    // Gate 1: control plane. Gate 2: operator access.
+    let (control_plane, condition) = match gates::control_plane(&cr.spec.control_plane_ref.name, observed.control_plane.as_ref()) {
+        Ok(passed) => passed,
+        Err(failure) => return Ok(blocked(report, failure)),
+    };
+    report.set(condition);
+    let (token, condition) = match gates::operator_access(control_plane.object, observed.token_secret.as_ref()) {
+        Ok(passed) => passed,
+        Err(failure) => return Ok(blocked(report, failure)),
+    };
+    report.set(condition);
+
+    // Gate 3: credential Secrets (D-2). While False: no key call, no Deployment change.
+    let refs = credentials::credential_refs(cr.spec.extra_env.as_deref().unwrap_or_default(), &names.key_secret);
+    match credentials::check_credentials(&refs, &observed.credential_secrets, &control_plane.url) {
+        Ok(()) => report.set(ConditionUpdate::ok(
+            condition::CREDENTIALS_READY,
+            reason::CREDENTIALS_VALID,
+            "every Secret named by spec.extraEnv is allowed for the control plane origin",
+        )),
+        Err((reason, message)) => {
+            let failure = Blocked { condition: ConditionUpdate::failed(condition::CREDENTIALS_READY, reason, message), retry_after: gates::CREDENTIALS_RETRY };
+            return Ok(blocked(report, failure));
+        }
+    }
+
+    // Gate 4: entitlement.
+    let coderd = ctx.coderd(&control_plane.url, &token);
+    let entitlement = match gates::entitlement_from_control_plane(control_plane.object, Timestamp::now()) {
+        EntitlementSource::Fresh(outcome) => outcome,
+        EntitlementSource::AskCoderd => match &coderd {
+            Ok(client) => {
+                let answer = client.entitlements().await;
+                gates::entitlement_from_coderd(answer.as_ref().map(|e| e.external_provisioner_daemons()))
+            }
+            Err(error) => gates::entitlement_from_coderd(Err(error)),
+        },
+    };
+    match entitlement {
+        Ok(condition) => report.set(condition),
+        Err(failure) => return Ok(blocked(report, failure)),
+    }
+
+    // Gate 5: the key Secret must be ours or absent (D-3), checked before any key request.
+    let uid = cr.metadata.uid.as_deref().unwrap_or_default();
+    let (secret_state, condition) =
+        match gates::key_secret_ownership(&names.key_secret, &names.key_secret_data_key, observed.key_secret.as_ref(), uid) {
+            Ok(passed) => passed,
+            Err(failure) => return Ok(blocked(report, failure)),
+        };
+
+    // Gate 6: the provisioner key.
+    let inputs = ChildInputs {
+        cr,
+        names,
+        control_plane_url: &control_plane.url,
+        control_plane_image: control_plane.image.as_deref(),
+    };
+    let tags = cr.spec.tags.clone().unwrap_or_default();
+    let desired = DesiredKey {
+        organization_name: names.organization.clone(),
+        key_name: names.key_name.clone(),
+        tags_hash: names::tags_hash(&tags),
+        tags,
+        control_plane_ref: cr.spec.control_plane_ref.name.clone(),
+        control_plane_url: control_plane.url.clone(),
+    };
+    let previous = cr.status.clone().unwrap_or_default();
+    let key_value = match keys::decide(&desired, &previous, &secret_state) {
+        KeyAction::Reuse(value) => {
+            report.set(condition);
+            value
+        }
+        KeyAction::Establish { cause, retire } => {
+            let client = coderd.map_err(|error| key_failed(report, error))?;
+            info!(provisioner = %object_key(cr), %cause, "establishing provisioner key");
+            let mut events = Vec::new();
+            let established = keys::establish(&client, |url| ctx.coderd(url, &token), &desired, retire.as_ref(), &mut events).await;
+            publish_key_events(ctx, cr, &events).await;
+            let established = match established {
+                Ok(established) => established,
+                Err(CoderdError::RateLimited { retry_after }) => {
+                    let attempt = ctx.rate_limits.bump(&object_key(cr));
+                    let delay = backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
+                    report.set(ConditionUpdate::failed(condition::KEY_READY, reason::RATE_LIMITED, RATE_LIMITED_MESSAGE));
+                    return Ok(Step::RateLimited(delay));
+                }
+                Err(error) => return Err(key_failed(report, error)),
+            };
+            apply::apply(&ctx.client, &ctx.field_manager, &children::key_secret(&inputs, established.plaintext.expose())).await?;
+            report.set(condition);
+            let secret_ref = SecretKeyRef { name: names.key_secret.clone(), key: Some(names.key_secret_data_key.clone()) };
+            report.key = Some((established.record, secret_ref));
+            report.set(key_ready());
+            // R-KEY-7: record the key before anything else can fail, so retries reuse it.
+            writer.write(report, deployment.as_ref()).await?;
+            established.plaintext
+        }
+    };
+    report.set(key_ready());
+
+    // Children in fixed order; the Deployment last.
+    apply::apply(&ctx.client, &ctx.field_manager, &children::service_account(&inputs)).await?;
+    apply::apply(&ctx.client, &ctx.field_manager, &children::role(&inputs)).await?;
+    apply::apply(&ctx.client, &ctx.field_manager, &children::role_binding(&inputs)).await?;
+    let applied = apply::apply(&ctx.client, &ctx.field_manager, &children::deployment(&inputs, key_value.expose())).await?;
+    *deployment = Some(applied);
+    report.reached_deployment = true;
+    Ok(Step::Done)
+}
+
+fn key_ready() -> ConditionUpdate {
+    ConditionUpdate::ok(condition::KEY_READY, reason::KEY_READY, "the provisioner key exists in coderd")
+}
+
+fn key_failed(report: &mut PassReport, error: CoderdError) -> Error {
+    report.set(ConditionUpdate::failed(condition::KEY_READY, reason::KEY_FAILED, format!("reconciling the provisioner key failed: {error}")));
+    Error::Key(error)
+}
+
+async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyEvent]) {
+    for event in events {
+        let (type_, reason, action, note) = match event {
+            KeyEvent::Created { name } => (EventType::Normal, "ProvisionerKeyCreated", "CreateKey", format!("created provisioner key {name:?} in coderd")),
+            KeyEvent::Retired { name } => (EventType::Normal, "ProvisionerKeyRotated", "DeleteKey", format!("deleted previous provisioner key {name:?}")),
+            KeyEvent::RetireFailed { organization_id, error } => (
+                EventType::Warning,
+                "ProvisionerKeyDeleteFailed",
+                "DeleteKey",
+                format!("could not delete the previous provisioner key in organization {organization_id}: {error}; it may remain in coderd"),
+            ),
+            KeyEvent::ReplacedUnrecorded { name } => (
+                EventType::Warning,
+                "ReplacedUnrecordedKey",
+                "DeleteKey",
+                format!("replaced provisioner key {name:?} that existed in coderd without a record in this CoderProvisioner's status"),
+            ),
+        };
+        ctx.event(cr, type_, reason, action, note).await;
+    }
+}
+
+/// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
+async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+    let status = cr.status.clone().unwrap_or_default();
+    let Some(recorded) = keys::recorded_key(&status, "") else {
+        info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
+        return Ok(Action::await_change());
+    };
+    let key_name = status.provisioner_key_name.clone().unwrap_or_else(|| "<name>".to_owned());
+    let organization = status.organization_name.clone().unwrap_or_else(|| recorded.organization_id.clone());
+    let manual = format!("coder provisioner keys delete {key_name} --org {organization}");
+    let outcome = delete_recorded_key(cr, ctx, &status, &recorded).await;
+    match outcome {
+        Ok(Some(name)) => {
+            ctx.event(cr, EventType::Normal, "ProvisionerKeyDeleted", "DeleteKey", format!("deleted provisioner key {name:?} from coderd")).await;
+        }
+        Ok(None) => info!(provisioner = %object_key(cr), "recorded provisioner key is already gone"),
+        Err(why) => {
+            let note = format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
+            ctx.event(cr, EventType::Warning, "ProvisionerKeyCleanupFailed", "DeleteKey", note).await;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// Deletes the recorded key; `Err` says (without secrets) why it could not.
+async fn delete_recorded_key(
+    cr: &CoderProvisioner,
+    ctx: &Context,
+    status: &CoderProvisionerStatus,
+    recorded: &keys::RecordedKey,
+) -> Result<Option<String>, String> {
+    let namespace = cr.namespace().unwrap_or_default();
+    let control_plane_name = status.control_plane_ref_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| cr.spec.control_plane_ref.name.clone());
+    let control_plane = dereference::control_plane(&ctx.client, &namespace, &control_plane_name)
+        .await
+        .map_err(|e| format!("reading CoderControlPlane {control_plane_name:?} failed: {e}"))?
+        .ok_or_else(|| format!("CoderControlPlane {control_plane_name:?} no longer exists"))?;
+    let token_secret = dereference::token_secret(&ctx.client, &namespace, Some(&control_plane))
+        .await
+        .map_err(|e| format!("reading the operator token Secret failed: {e}"))?;
+    let (token, _) = gates::operator_access(&control_plane, token_secret.as_ref()).map_err(|blocked| blocked.condition.message)?;
+    let url = if recorded.control_plane_url.is_empty() {
+        control_plane.status.as_ref().and_then(|s| s.url.clone()).unwrap_or_default()
+    } else {
+        recorded.control_plane_url.clone()
+    };
+    let client = ctx.coderd(&url, &token).map_err(|e| e.to_string())?;
+    keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id).await.map_err(|e| e.to_string())
+}

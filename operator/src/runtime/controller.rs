@@ -1,1 +1,250 @@
+//! The kube-runtime `Controller` for CoderProvisioner: watches, triggers and readiness.
+//!
+//! Triggers (contract §13):
+//! * the CR itself;
+//! * owned children (Deployment, Secret, ServiceAccount, Role, RoleBinding), selected by the
+//!   `app.kubernetes.io/managed-by` label the operator puts on them and mapped by ownerReference;
+//! * CoderControlPlanes, mapped through the controller's own CR store to every provisioner in
+//!   the namespace that references them (R-W-1), without a list call per event;
+//! * credential Secrets: Secrets labelled `coder.com/credential=true`, mapped through the store
+//!   to every provisioner whose `extraEnv` names them (R-CRED-11). A label selector is enough
+//!   for the transitions that can make `CredentialsReady` True: adding the label makes the
+//!   Secret enter the watched set (an ADDED event) and removing it a DELETED event. Edits to a
+//!   Secret that still lacks the label cannot make the check pass; the reconciler re-checks
+//!   every `CREDENTIALS_RETRY` while the condition is False, which also refreshes its message.
+//!   Watching every Secret in the cluster instead would cache all Secret data in memory.
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use crate::api::{CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::provisioner::backoff::AttemptCounters;
+use crate::provisioner::credentials::credential_refs;
+use crate::provisioner::names::Names;
+use crate::provisioner::{Context, error_policy, reconcile};
+use crate::runtime::metrics::Metrics;
+
+/// Name under which the operator reports Events and applies objects by default.
+pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
+
+/// Set once the controller's CR cache is filled; cheap to clone (for `/readyz`).
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn mark_ready(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ControllerSettings {
+    /// Namespace to watch; `None` watches all namespaces.
+    pub namespace: Option<String>,
+    /// Whole-request timeout of coderd calls.
+    pub coderd_timeout: Duration,
+    /// Server-side apply field manager of children and status.
+    pub field_manager: String,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            coderd_timeout: Duration::from_secs(30),
+            field_manager: CONTROLLER_NAME.to_owned(),
+        }
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Provisioners in the store that reference the control plane `control_plane`.
+fn referencing_control_plane(store: &Store<CoderProvisioner>, control_plane: &CoderControlPlane) -> Vec<ObjectRef<CoderProvisioner>> {
+    let namespace = control_plane.namespace();
+    let name = control_plane.name_any();
+    store
+        .state_filter(|cr| cr.namespace() == namespace && cr.spec.control_plane_ref.name == name)
+        .iter()
+        .map(|cr| ObjectRef::from_obj(cr.as_ref()))
+        .collect()
+}
+
+/// Provisioners in the store whose `extraEnv` names the Secret `secret`.
+fn referencing_secret(store: &Store<CoderProvisioner>, secret: &Secret) -> Vec<ObjectRef<CoderProvisioner>> {
+    let namespace = secret.namespace();
+    let name = secret.name_any();
+    store
+        .state_filter(|cr| {
+            cr.namespace() == namespace && {
+                let names = Names::for_provisioner(cr);
+                credential_refs(cr.spec.extra_env.as_deref().unwrap_or_default(), &names.key_secret)
+                    .iter()
+                    .any(|credential| credential.secret == name)
+            }
+        })
+        .iter()
+        .map(|cr| ObjectRef::from_obj(cr.as_ref()))
+        .collect()
+}
+
+/// Runs the controller until `shutdown` resolves (then finishes running reconciles and returns).
+/// `readiness` turns ready once the CoderProvisioner cache is filled (for `/readyz`).
+pub async fn run(
+    client: Client,
+    settings: ControllerSettings,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let namespace = settings.namespace.as_deref();
+    let provisioners: Api<CoderProvisioner> = api(&client, namespace);
+    let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    let credentials = watcher::Config::default().labels(&format!("{CREDENTIAL_LABEL}=true"));
+
+    let controller = Controller::new(provisioners, watcher::Config::default());
+    let store = controller.store();
+    let ready_store = store.clone();
+    tokio::spawn(async move {
+        if ready_store.wait_until_ready().await.is_ok() {
+            readiness.mark_ready();
+        }
+    });
+
+    let control_plane_store = store.clone();
+    let secret_store = store.clone();
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter { controller: CONTROLLER_NAME.to_owned(), instance: None }),
+        client: client.clone(),
+        field_manager: settings.field_manager.clone(),
+        coderd_timeout: settings.coderd_timeout,
+        metrics,
+        rate_limits: AttemptCounters::default(),
+        failures: AttemptCounters::default(),
+    });
+    // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = shutdown_tx.send(());
+    });
+    info!(namespace = namespace.unwrap_or("<all>"), "starting CoderProvisioner controller");
+    controller
+        .owns(api::<Deployment>(&client, namespace), owned.clone())
+        .owns(api::<Secret>(&client, namespace), owned.clone())
+        .owns(api::<ServiceAccount>(&client, namespace), owned.clone())
+        .owns(api::<Role>(&client, namespace), owned.clone())
+        .owns(api::<RoleBinding>(&client, namespace), owned)
+        .watches(api::<CoderControlPlane>(&client, namespace), watcher::Config::default(), move |control_plane| {
+            referencing_control_plane(&control_plane_store, &control_plane)
+        })
+        .watches(api::<Secret>(&client, namespace), credentials, move |secret| referencing_secret(&secret_store, &secret))
+        .graceful_shutdown_on(shutdown_rx.map(|_| ()))
+        .run(reconcile, error_policy, context)
+        .for_each(|outcome| async move {
+            match outcome {
+                Ok((object, action)) => tracing::debug!(%object, ?action, "reconciled"),
+                Err(error) => warn!(%error, "reconcile failed"),
+            }
+        })
+        .await;
+    info!("CoderProvisioner controller stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn provisioner(namespace: &str, name: &str, control_plane: &str, credential: Option<&str>) -> CoderProvisioner {
+        let mut value = serde_json::json!({
+            "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"controlPlaneRef": {"name": control_plane}},
+        });
+        if let Some(secret) = credential {
+            value["spec"]["extraEnv"] = serde_json::json!([{"name": "P", "valueFrom": {"secretKeyRef": {"name": secret, "key": "k"}}}]);
+        }
+        serde_json::from_value(value).expect("valid CR")
+    }
+
+    fn store_with(objects: Vec<CoderProvisioner>) -> Store<CoderProvisioner> {
+        let (reader, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        reader
+    }
+
+    fn names(mut refs: Vec<ObjectRef<CoderProvisioner>>) -> Vec<String> {
+        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        refs.into_iter().map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name)).collect()
+    }
+
+    #[test]
+    fn control_plane_change_maps_to_its_provisioners_in_the_same_namespace() {
+        let store = store_with(vec![
+            provisioner("coder", "a", "cp", None),
+            provisioner("coder", "b", "cp", None),
+            provisioner("coder", "c", "other", None),
+            provisioner("elsewhere", "d", "cp", None),
+        ]);
+        let control_plane: CoderControlPlane = serde_json::from_value(serde_json::json!({
+            "apiVersion": "coder.com/v1alpha1", "kind": "CoderControlPlane",
+            "metadata": {"name": "cp", "namespace": "coder"}, "spec": {}
+        }))
+        .expect("valid control plane");
+        assert_eq!(names(referencing_control_plane(&store, &control_plane)), ["coder/a", "coder/b"]);
+    }
+
+    #[test]
+    fn credential_secret_change_maps_to_the_provisioners_that_name_it() {
+        let store = store_with(vec![
+            provisioner("coder", "a", "cp", Some("proxy")),
+            provisioner("coder", "b", "cp", Some("other")),
+            provisioner("elsewhere", "c", "cp", Some("proxy")),
+            provisioner("coder", "d", "cp", None),
+        ]);
+        let mut secret = Secret::default();
+        secret.metadata.name = Some("proxy".into());
+        secret.metadata.namespace = Some("coder".into());
+        assert_eq!(names(referencing_secret(&store, &secret)), ["coder/a"]);
+    }
+
+    #[test]
+    fn readiness_starts_unready() {
+        let readiness = Readiness::default();
+        assert!(!readiness.is_ready());
+        readiness.clone().mark_ready();
+        assert!(readiness.is_ready());
+    }
+}

@@ -79,7 +79,7 @@ impl Metrics {
         let keys_deleted = Counter::default();
         registry.register(
             "provisioner_keys_deleted",
-            "Provisioner keys deleted in coderd (including already-absent keys)",
+            "Provisioner keys deleted in coderd (a delete answered 404, key already gone, is not counted)",
             keys_deleted.clone(),
         );
         Self { registry, reconciles, reconcile_duration, coderd_requests, keys_created, keys_deleted }

@@ -1,0 +1,178 @@
+//! A cucumber [`Writer`] that records each scenario's outcome for the conformance report,
+//! teed next to the terminal, JUnit and JSON writers.
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use cucumber::event::{self, Retries};
+use cucumber::{Event, Writer, cli, gherkin, parser};
+
+use super::model::{Level, ScenarioResult, Status};
+
+/// Identifies a scenario across events: feature file and line.
+pub type ScenarioKey = (String, usize);
+
+/// Outcomes gathered during a run; shared with the after-hook (coderd calls, diagnostics).
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    pub results: BTreeMap<ScenarioKey, ScenarioResult>,
+    started: BTreeMap<ScenarioKey, SystemTime>,
+    /// Set by the after-hook, which may run before the (normalised) events reach the writer.
+    extras: BTreeMap<ScenarioKey, Extras>,
+}
+
+/// Per-scenario facts only the after-hook knows.
+#[derive(Debug, Default)]
+struct Extras {
+    coderd_calls: Option<BTreeMap<String, usize>>,
+    diagnostics: Option<String>,
+}
+
+impl Outcomes {
+    /// Adds a scenario that did not run, with the reason.
+    pub fn skipped(&mut self, feature: &gherkin::Feature, scenario: &gherkin::Scenario, reason: String) {
+        let mut result = new_result(feature, scenario);
+        result.status = Status::Skipped;
+        result.attempts = 0;
+        result.reason = Some(reason);
+        self.results.insert(key(feature, scenario), result);
+    }
+
+    /// Records what the after-hook learnt (coderd call counts, diagnostics folder); a retry's
+    /// facts replace the earlier attempt's.
+    pub fn set_extras(&mut self, key: ScenarioKey, coderd_calls: Option<BTreeMap<String, usize>>, diagnostics: Option<String>) {
+        self.extras.insert(key, Extras { coderd_calls, diagnostics });
+    }
+
+    /// The results in feature/line order, with the after-hook's facts merged in.
+    pub fn into_results(&mut self) -> Vec<ScenarioResult> {
+        let mut extras = std::mem::take(&mut self.extras);
+        std::mem::take(&mut self.results)
+            .into_iter()
+            .map(|(key, mut result)| {
+                if let Some(extra) = extras.remove(&key) {
+                    result.coderd_calls = extra.coderd_calls;
+                    result.diagnostics = extra.diagnostics;
+                }
+                result
+            })
+            .collect()
+    }
+
+    fn annotate(&mut self, key: &ScenarioKey, update: impl FnOnce(&mut ScenarioResult)) {
+        if let Some(result) = self.results.get_mut(key) {
+            update(result);
+        }
+    }
+}
+
+pub fn feature_file(feature: &gherkin::Feature) -> String {
+    feature
+        .path
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map_or_else(|| feature.name.clone(), |n| n.to_string_lossy().into_owned())
+}
+
+pub fn key(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioKey {
+    (feature_file(feature), scenario.position.line)
+}
+
+fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioResult {
+    let tags: Vec<String> = feature.tags.iter().chain(&scenario.tags).cloned().collect();
+    ScenarioResult {
+        feature: feature_file(feature),
+        scenario: scenario.name.clone(),
+        line: scenario.position.line,
+        level: Level::from_tags(&tags),
+        rules: tags.iter().filter(|t| t.starts_with("R-") || t.starts_with("PR-")).cloned().collect(),
+        tags,
+        status: Status::Passed,
+        flaky: false,
+        attempts: 1,
+        duration_ms: 0,
+        reason: None,
+        coderd_calls: None,
+        diagnostics: None,
+    }
+}
+
+/// The writer; cheap to clone, all clones share the outcomes.
+#[derive(Clone, Debug, Default)]
+pub struct Collector {
+    pub outcomes: Arc<Mutex<Outcomes>>,
+}
+
+impl Collector {
+    fn record<W>(
+        &self,
+        feature: &gherkin::Feature,
+        scenario: &gherkin::Scenario,
+        event: &event::Scenario<W>,
+        retries: Option<Retries>,
+        at: SystemTime,
+    ) {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = key(feature, scenario);
+        let attempt = retries.map_or(0, |r| r.current);
+        match event {
+            event::Scenario::Started => {
+                outcomes.started.insert(key.clone(), at);
+                let mut result = new_result(feature, scenario);
+                result.attempts = attempt + 1;
+                outcomes.results.insert(key, result);
+            }
+            event::Scenario::Step(step, event::Step::Failed(_, _, _, error))
+            | event::Scenario::Background(step, event::Step::Failed(_, _, _, error)) => {
+                let reason = format!("step \"{} {}\" failed: {error}", step.keyword.trim(), step.value);
+                outcomes.annotate(&key, |r| {
+                    r.status = Status::Failed;
+                    r.reason = Some(reason);
+                });
+            }
+            event::Scenario::Step(step, event::Step::Skipped)
+            | event::Scenario::Background(step, event::Step::Skipped) => {
+                // cucumber skips a step no definition matches: a suite defect, never silent.
+                let reason = format!("step \"{} {}\" has no definition", step.keyword.trim(), step.value);
+                outcomes.annotate(&key, |r| {
+                    if r.status == Status::Passed {
+                        r.status = Status::Skipped;
+                        r.reason = Some(reason);
+                    }
+                });
+            }
+            event::Scenario::Hook(kind, event::Hook::Failed(_, _)) => {
+                let reason = format!("the {kind:?} hook failed");
+                outcomes.annotate(&key, |r| {
+                    r.status = Status::Failed;
+                    r.reason = Some(reason);
+                });
+            }
+            event::Scenario::Finished => {
+                let started = outcomes.started.get(&key).copied().unwrap_or(at);
+                let elapsed = at.duration_since(started).unwrap_or_default();
+                outcomes.annotate(&key, |r| {
+                    r.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+                    r.flaky = r.status == Status::Passed && attempt > 0;
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+impl<W: cucumber::World> Writer<W> for Collector {
+    type Cli = cli::Empty;
+
+    async fn handle_event(&mut self, event: parser::Result<Event<event::Cucumber<W>>>, _: &Self::Cli) {
+        let Ok(Event { value, at, .. }) = event else { return };
+        if let event::Cucumber::Feature(feature, event) = value {
+            let (scenario, retryable) = match event {
+                event::Feature::Scenario(scenario, retryable) => (scenario, retryable),
+                event::Feature::Rule(_, event::Rule::Scenario(scenario, retryable)) => (scenario, retryable),
+                _ => return,
+            };
+            self.record(&feature, &scenario, &retryable.event, retryable.retries, at);
+        }
+    }
+}

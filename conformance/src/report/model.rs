@@ -1,0 +1,317 @@
+//! The conformance report (YAML) and its verification. Pure: no I/O besides what callers pass in.
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+/// Identifies the document format; `verify-report` refuses other values.
+pub const SCHEMA: &str = "coder-provisioner-conformance/report/v1";
+
+/// Conformance level of a scenario (contract D-7), from its `@core`/`@extended` tag.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Core,
+    Extended,
+}
+
+impl Level {
+    pub fn from_tags<'a>(tags: impl IntoIterator<Item = &'a String>) -> Option<Level> {
+        let mut level = None;
+        for tag in tags {
+            match tag.as_str() {
+                "core" => return Some(Level::Core),
+                "extended" => level = Some(Level::Extended),
+                _ => {}
+            }
+        }
+        level
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ScenarioResult {
+    /// Feature file name, e.g. `key_lifecycle.feature`.
+    pub feature: String,
+    pub scenario: String,
+    pub line: usize,
+    pub level: Option<Level>,
+    /// Contract rule ids (`R-KEY-4`, …) from the scenario's tags.
+    pub rules: Vec<String>,
+    pub tags: Vec<String>,
+    pub status: Status,
+    /// Passed only after at least one retry (`--retry`).
+    pub flaky: bool,
+    pub attempts: usize,
+    pub duration_ms: u64,
+    /// Why it was skipped, or the failing step and its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// coderd requests made with the scenario's operator token (fake coderd only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coderd_calls: Option<BTreeMap<String, usize>>,
+    /// Folder of the diagnostics bundle written for a failure, relative to the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub url: String,
+    #[serde(default)]
+    pub contact: String,
+    /// `reference`, `command` or `installed`.
+    pub mode: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FeatureFile {
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Suite {
+    pub version: String,
+    pub features: Vec<FeatureFile>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Environment {
+    /// `local`, `kubeconfig`, …
+    pub tier: String,
+    /// `fake` or `real`.
+    pub coderd: String,
+    /// What the suite plays itself instead of the real thing (contract D-8), said plainly.
+    pub simulated: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub flaky: usize,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub core: Tally,
+    pub extended: Tally,
+    /// Scenarios without a level tag (a suite defect, listed so it is not hidden).
+    pub unlevelled: Tally,
+    /// Core conformance: at least one Core scenario ran, and none failed or was skipped.
+    pub core_conformant: bool,
+    pub extended_conformant: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ConformanceReport {
+    pub schema: String,
+    pub implementation: Implementation,
+    pub suite: Suite,
+    pub environment: Environment,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub summary: Summary,
+    pub results: Vec<ScenarioResult>,
+    /// sha256 over the JSON of this document with this field empty: editing a result without
+    /// recomputing it is detected by `verify-report`.
+    pub digest: String,
+}
+
+pub fn summarise(results: &[ScenarioResult]) -> Summary {
+    let mut core = Tally::default();
+    let mut extended = Tally::default();
+    let mut unlevelled = Tally::default();
+    for result in results {
+        let tally = match result.level {
+            Some(Level::Core) => &mut core,
+            Some(Level::Extended) => &mut extended,
+            None => &mut unlevelled,
+        };
+        match result.status {
+            Status::Passed => tally.passed += 1,
+            Status::Failed => tally.failed += 1,
+            Status::Skipped => tally.skipped += 1,
+        }
+        if result.flaky {
+            tally.flaky += 1;
+        }
+    }
+    let conformant = |t: &Tally| t.passed > 0 && t.failed == 0 && t.skipped == 0;
+    Summary {
+        core_conformant: conformant(&core),
+        extended_conformant: conformant(&core) && conformant(&extended),
+        core,
+        extended,
+        unlevelled,
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl ConformanceReport {
+    /// The digest of the report's content (everything but the digest field).
+    pub fn compute_digest(&self) -> anyhow::Result<String> {
+        let mut unsigned = self.clone();
+        unsigned.digest = String::new();
+        Ok(sha256_hex(&serde_json::to_vec(&unsigned)?))
+    }
+
+    /// Fills in the summary and the digest.
+    pub fn seal(mut self) -> anyhow::Result<Self> {
+        self.summary = summarise(&self.results);
+        self.digest = self.compute_digest()?;
+        Ok(self)
+    }
+
+    pub fn to_yaml(&self) -> anyhow::Result<String> {
+        serde_saphyr::to_string(self).context("serialising the conformance report")
+    }
+
+    pub fn from_yaml(text: &str) -> anyhow::Result<Self> {
+        serde_saphyr::from_str(text).context("the file is not a conformance report (schema mismatch)")
+    }
+}
+
+/// Checks a report against the suite's own feature files (`path → sha256`); returns the list
+/// of problems (empty = valid).
+pub fn verify(report: &ConformanceReport, suite_features: &[FeatureFile]) -> anyhow::Result<Vec<String>> {
+    if report.schema != SCHEMA {
+        bail!("unknown report schema {:?} (expected {SCHEMA})", report.schema);
+    }
+    let mut problems = Vec::new();
+    match report.compute_digest() {
+        Ok(digest) if digest == report.digest => {}
+        Ok(_) => problems.push("the digest does not match the content: the report was edited after the run".to_owned()),
+        Err(error) => problems.push(format!("cannot compute the digest: {error:#}")),
+    }
+    let reported: BTreeMap<&str, &str> =
+        report.suite.features.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect();
+    let ours: BTreeMap<&str, &str> = suite_features.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect();
+    for (path, hash) in &ours {
+        match reported.get(path) {
+            None => problems.push(format!("feature {path} of this suite is missing from the report")),
+            Some(theirs) if theirs != hash => {
+                problems.push(format!("feature {path} differs from this suite's (sha256 {theirs} ≠ {hash})"))
+            }
+            Some(_) => {}
+        }
+    }
+    for path in reported.keys().filter(|p| !ours.contains_key(*p)) {
+        problems.push(format!("feature {path} in the report is not part of this suite"));
+    }
+    let summary = summarise(&report.results);
+    if summary != report.summary {
+        problems.push("the summary does not match the listed results".to_owned());
+    }
+    for result in &report.results {
+        if result.status == Status::Skipped && result.reason.as_deref().is_none_or(str::is_empty) {
+            problems.push(format!("{} ({}) is skipped without a reason", result.scenario, result.feature));
+        }
+    }
+    if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
+        problems.push("claims Core conformance although a Core scenario failed or was skipped".to_owned());
+    }
+    Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn result(level: Option<Level>, status: Status) -> ScenarioResult {
+        ScenarioResult {
+            feature: "a.feature".into(),
+            scenario: "s".into(),
+            line: 3,
+            level,
+            rules: vec!["R-KEY-4".into()],
+            tags: vec!["core".into()],
+            status,
+            flaky: false,
+            attempts: 1,
+            duration_ms: 1200,
+            reason: (status == Status::Skipped).then(|| "needs fault injection".into()),
+            coderd_calls: None,
+            diagnostics: None,
+        }
+    }
+
+    fn report(results: Vec<ScenarioResult>) -> ConformanceReport {
+        ConformanceReport {
+            schema: SCHEMA.into(),
+            implementation: Implementation { name: "ref".into(), version: "0.1.0".into(), mode: "reference".into(), ..Default::default() },
+            suite: Suite { version: "0.1.0".into(), features: features() },
+            environment: Environment { tier: "local".into(), coderd: "fake".into(), simulated: vec![] },
+            started_at: "2026-11-29T19:00:00Z".into(),
+            duration_ms: 5000,
+            summary: summarise(&[]),
+            results,
+            digest: String::new(),
+        }
+        .seal()
+        .unwrap()
+    }
+
+    fn features() -> Vec<FeatureFile> {
+        vec![FeatureFile { path: "a.feature".into(), sha256: sha256_hex(b"Feature: a") }]
+    }
+
+    #[rstest]
+    #[case(vec![result(Some(Level::Core), Status::Passed)], true)]
+    #[case(vec![result(Some(Level::Core), Status::Passed), result(Some(Level::Core), Status::Skipped)], false)]
+    #[case(vec![result(Some(Level::Core), Status::Failed)], false)]
+    #[case(vec![result(Some(Level::Extended), Status::Passed)], false)]
+    fn core_conformance_means_no_core_failure_or_skip(#[case] results: Vec<ScenarioResult>, #[case] conformant: bool) {
+        assert_eq!(summarise(&results).core_conformant, conformant);
+    }
+
+    #[test]
+    fn a_sealed_report_verifies_after_a_yaml_round_trip() {
+        let sealed = report(vec![result(Some(Level::Core), Status::Passed)]);
+        let reparsed = ConformanceReport::from_yaml(&sealed.to_yaml().unwrap()).unwrap();
+        assert_eq!(verify(&reparsed, &features()).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_edited_result_is_detected() {
+        let sealed = report(vec![result(Some(Level::Core), Status::Failed)]);
+        let edited = sealed.to_yaml().unwrap().replace("status: failed", "status: passed");
+        let problems = verify(&ConformanceReport::from_yaml(&edited).unwrap(), &features()).unwrap();
+        assert!(problems.iter().any(|p| p.contains("digest")), "{problems:?}");
+    }
+
+    #[test]
+    fn a_changed_feature_file_is_detected() {
+        let sealed = report(vec![result(Some(Level::Core), Status::Passed)]);
+        let ours = vec![FeatureFile { path: "a.feature".into(), sha256: sha256_hex(b"Feature: changed") }];
+        let problems = verify(&sealed, &ours).unwrap();
+        assert!(problems.iter().any(|p| p.contains("differs")), "{problems:?}");
+    }
+
+    #[rstest]
+    #[case(&["R-KEY-4", "core"], Some(Level::Core))]
+    #[case(&["extended"], Some(Level::Extended))]
+    #[case(&["serial"], None)]
+    fn levels_come_from_tags(#[case] tags: &[&str], #[case] level: Option<Level>) {
+        let tags: Vec<String> = tags.iter().map(|t| (*t).to_owned()).collect();
+        assert_eq!(Level::from_tags(&tags), level);
+    }
+}

@@ -1,0 +1,653 @@
+//! Steps on the objects the operator creates (Deployment, ServiceAccount, Role, RoleBinding,
+//! key Secret) and on Secrets and quotas the scenario prepares around them.
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, anyhow, bail};
+use cucumber::gherkin::Step;
+use cucumber::{given, then, when};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, ResourceQuota, Secret};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+use super::{docstring_yaml, merge, table_rows};
+use crate::wait::{self, Observation};
+use crate::world::{FIELD_MANAGER, ProvisionerWorld};
+
+/// Name of the ResourceQuota that makes Role creation fail (the PR's forbidden-Role retries).
+const ROLE_QUOTA: &str = "conformance-refuse-roles";
+const ROLE_QUOTA_RESOURCE: &str = "count/roles.rbac.authorization.k8s.io";
+
+fn deployment_name(world: &ProvisionerWorld) -> String {
+    format!("provisioner-{}", world.provisioner)
+}
+
+fn key_secret_name(world: &ProvisionerWorld) -> String {
+    format!("{}-provisioner-key", world.provisioner)
+}
+
+/// Replaces the run-time placeholders of feature-file text: `{provisioner}` (the CR name),
+/// `{url}` and `{origin}` (the coderd URL the control plane publishes), `{authority}` (its
+/// host and port).
+pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
+    let url = &world.env.coderd.url;
+    let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+    text.replace("{provisioner}", &world.provisioner)
+        .replace("{url}", url)
+        .replace("{origin}", url)
+        .replace("{authority}", authority)
+}
+
+fn resource_for(kind: &str) -> anyhow::Result<ApiResource> {
+    let (group, version, plural) = match kind {
+        "Deployment" => ("apps", "v1", "deployments"),
+        "ServiceAccount" => ("", "v1", "serviceaccounts"),
+        "Secret" => ("", "v1", "secrets"),
+        "Role" => ("rbac.authorization.k8s.io", "v1", "roles"),
+        "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+        other => bail!("unknown kind {other:?} (Deployment, ServiceAccount, Secret, Role, RoleBinding)"),
+    };
+    Ok(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural))
+}
+
+async fn object(world: &ProvisionerWorld, kind: &str, name: &str) -> anyhow::Result<Option<Value>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
+    Ok(api.get_opt(name).await?.map(serde_json::to_value).transpose()?)
+}
+
+/// R-RES-1/3/4, D-6: the object exists, the CR is its controller, and it carries the labels.
+fn owned_observation(object: &Value, provisioner_uid: &str, instance: &str) -> Observation<()> {
+    let owner = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)));
+    match owner {
+        Some(owner) if owner.get("uid").and_then(Value::as_str) == Some(provisioner_uid) => {}
+        Some(owner) => return Err(format!("controlled by {owner}, not the CoderProvisioner")),
+        None => return Err("no controller ownerReference".to_owned()),
+    }
+    let label = |key: &str| object.pointer(&format!("/metadata/labels/{}", key.replace('/', "~1"))).and_then(Value::as_str);
+    if label("app.kubernetes.io/name") != Some("coder-provisioner") {
+        return Err(format!("label app.kubernetes.io/name is {:?}", label("app.kubernetes.io/name")));
+    }
+    if label("app.kubernetes.io/instance") != Some(instance) {
+        return Err(format!("label app.kubernetes.io/instance is {:?}", label("app.kubernetes.io/instance")));
+    }
+    if label("app.kubernetes.io/managed-by").is_none_or(str::is_empty) {
+        return Err("label app.kubernetes.io/managed-by is missing or empty".to_owned());
+    }
+    Ok(())
+}
+
+#[then("these objects exist, controlled by the provisioner:")]
+async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let wanted: Vec<(String, String)> = table_rows(step)?
+        .into_iter()
+        .skip(1)
+        .map(|row| (row.first().cloned().unwrap_or_default(), expand(world, row.get(1).map_or("", String::as_str))))
+        .collect();
+    let world = &*world;
+    wait::eventually("the child objects", world.timeouts(), || async {
+        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner is gone"))?;
+        let uid = cr.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let mut problems = Vec::new();
+        for (kind, name) in &wanted {
+            match object(world, kind, name).await? {
+                None => problems.push(format!("{kind} {name} is missing")),
+                Some(found) => {
+                    if let Err(why) = owned_observation(&found, &uid, &world.provisioner) {
+                        problems.push(format!("{kind} {name}: {why}"));
+                    }
+                }
+            }
+        }
+        Ok(if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) })
+    })
+    .await
+}
+
+#[then(expr = "no {word} named {string} exists during the observation window")]
+async fn no_object(world: &mut ProvisionerWorld, kind: String, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let window = world.timeouts().hold_window;
+    wait::stays(&format!("no {kind} {name}"), world.timeouts(), window, || async {
+        Ok(match object(world, &kind, &name).await? {
+            None => Ok(()),
+            Some(_) => Err(format!("{kind} {name} exists")),
+        })
+    })
+    .await
+}
+
+async fn deployment(world: &ProvisionerWorld) -> anyhow::Result<Option<Deployment>> {
+    let api: Api<Deployment> = world.api();
+    Ok(api.get_opt(&deployment_name(world)).await?)
+}
+
+/// Polls the Deployment's single container until `check` accepts it.
+async fn container_eventually(
+    world: &ProvisionerWorld,
+    what: &str,
+    check: impl Fn(&Container) -> Observation<()>,
+) -> anyhow::Result<()> {
+    let check = &check;
+    wait::eventually(what, world.timeouts(), || async move {
+        let Some(found) = deployment(world).await? else {
+            return Ok(Err(format!("Deployment {} does not exist", deployment_name(world))));
+        };
+        let containers = found.spec.and_then(|s| s.template.spec).map(|s| s.containers).unwrap_or_default();
+        Ok(match containers.as_slice() {
+            [container] => check(container),
+            other => Err(format!("the pod has {} containers, expected exactly one", other.len())),
+        })
+    })
+    .await
+}
+
+fn json_list(text: &str) -> anyhow::Result<Vec<String>> {
+    serde_json::from_str(text).with_context(|| format!("{text:?} is not a JSON list of strings"))
+}
+
+#[then(expr = "the provisioner container's command is {string}")]
+async fn container_command(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
+    let expected = json_list(&expected)?;
+    container_eventually(world, &format!("command {expected:?}"), |c| {
+        let actual = c.command.clone().unwrap_or_default();
+        if actual == expected { Ok(()) } else { Err(format!("command is {actual:?}")) }
+    })
+    .await
+}
+
+#[then(expr = "the provisioner container's args are {string}")]
+async fn container_args(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
+    let expected = json_list(&expected)?;
+    container_eventually(world, &format!("args {expected:?}"), |c| {
+        let actual = c.args.clone().unwrap_or_default();
+        if actual == expected { Ok(()) } else { Err(format!("args are {actual:?}")) }
+    })
+    .await
+}
+
+#[then(expr = "the provisioner container's image is {string}")]
+async fn container_image(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
+    container_eventually(world, &format!("image {expected}"), |c| {
+        if c.image.as_deref() == Some(expected.as_str()) { Ok(()) } else { Err(format!("image is {:?}", c.image)) }
+    })
+    .await
+}
+
+/// R-POD-11…R-POD-14: the whole env list, in order. `{url}` is the coderd URL; a `secret`
+/// cell `name/key` means `valueFrom.secretKeyRef`.
+#[then("the provisioner container's env is:")]
+async fn container_env(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let expected: Vec<Value> = table_rows(step)?
+        .into_iter()
+        .skip(1)
+        .map(|row| {
+            let cell = |i: usize| row.get(i).map(|c| expand(world, c)).unwrap_or_default();
+            let (name, value, secret) = (cell(0), cell(1), cell(2));
+            match secret.split_once('/') {
+                Some((secret, key)) => json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}),
+                None => json!({"name": name, "value": value}),
+            }
+        })
+        .collect();
+    container_eventually(world, "the container env", |c| {
+        let actual: Vec<Value> = c
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+            .map(normalise_env)
+            .collect();
+        if actual == expected { Ok(()) } else { Err(format!("env is {}", Value::Array(actual))) }
+    })
+    .await
+}
+
+/// Drops defaulted fields the API server adds (`optional`) so tables stay readable.
+fn normalise_env(mut env: Value) -> Value {
+    if let Some(reference) = env.pointer_mut("/valueFrom/secretKeyRef").and_then(Value::as_object_mut) {
+        reference.remove("optional");
+    }
+    env
+}
+
+#[then(expr = "the provisioner container has no env var {string}")]
+async fn container_lacks_env(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    container_eventually(world, &format!("no env var {name}"), |c| {
+        let env = c.env.clone().unwrap_or_default();
+        if env.iter().any(|e| e.name == name) { Err(format!("{name} is set")) } else { Ok(()) }
+    })
+    .await
+}
+
+#[then("the provisioner container's resources are:")]
+async fn container_resources(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let expected = docstring_yaml(step)?;
+    container_eventually(world, "the container resources", |c| {
+        let actual = serde_json::to_value(c.resources.clone().unwrap_or_default()).unwrap_or(Value::Null);
+        if quantities_equal(&actual, &expected) { Ok(()) } else { Err(format!("resources are {actual}")) }
+    })
+    .await
+}
+
+/// Compares resource maps as strings (YAML may give `1` where the API server returns `"1"`).
+fn quantities_equal(actual: &Value, expected: &Value) -> bool {
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(e)) => {
+            a.len() == e.len() && e.iter().all(|(k, v)| a.get(k).is_some_and(|av| quantities_equal(av, v)))
+        }
+        (a, e) => scalar(a) == scalar(e),
+    }
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[then(expr = "the provisioner Deployment has {int} replica(s)")]
+async fn deployment_replicas(world: &mut ProvisionerWorld, expected: i32) -> anyhow::Result<()> {
+    let world = &*world;
+    wait::eventually(&format!("{expected} replicas"), world.timeouts(), || async {
+        let replicas = deployment(world).await?.and_then(|d| d.spec).and_then(|s| s.replicas);
+        Ok(if replicas == Some(expected) { Ok(()) } else { Err(format!("replicas are {replicas:?}")) })
+    })
+    .await
+}
+
+#[then(expr = "the provisioner pod template uses ServiceAccount {string}")]
+async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
+    let expected = expand(world, &expected);
+    let world = &*world;
+    wait::eventually(&format!("serviceAccountName {expected}"), world.timeouts(), || async {
+        let actual = deployment(world)
+            .await?
+            .and_then(|d| d.spec)
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.service_account_name);
+        Ok(if actual.as_deref() == Some(expected.as_str()) { Ok(()) } else { Err(format!("it is {actual:?}")) })
+    })
+    .await
+}
+
+async fn pod_template(world: &ProvisionerWorld) -> anyhow::Result<Option<String>> {
+    Ok(deployment(world)
+        .await?
+        .and_then(|d| d.spec)
+        .map(|s| serde_json::to_string(&s.template))
+        .transpose()?)
+}
+
+#[then("the provisioner pod template is remembered")]
+async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let template = wait::eventually("the Deployment's pod template", world.timeouts(), || async {
+        Ok(pod_template(world).await?.ok_or_else(|| "no Deployment yet".to_owned()))
+    })
+    .await?;
+    world.remembered.insert("podTemplate".to_owned(), template);
+    Ok(())
+}
+
+#[then("the provisioner pod template changes")]
+async fn template_changes(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let before = remembered(world, "podTemplate")?;
+    wait::eventually("the pod template to change (pods roll)", world.timeouts(), || async {
+        Ok(match pod_template(world).await? {
+            Some(now) if now != before => Ok(()),
+            _ => Err("the pod template is unchanged".to_owned()),
+        })
+    })
+    .await
+}
+
+#[then("the provisioner Deployment stays unchanged during the observation window")]
+async fn deployment_unchanged(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let before = remembered(world, "podTemplate")?;
+    let window = world.timeouts().hold_window;
+    let world = &*world;
+    wait::stays("the Deployment to keep its pod template", world.timeouts(), window, || async {
+        Ok(match pod_template(world).await? {
+            Some(now) if now == before => Ok(()),
+            Some(_) => Err("the pod template changed".to_owned()),
+            None => Err("the Deployment is gone".to_owned()),
+        })
+    })
+    .await
+}
+
+fn remembered(world: &ProvisionerWorld, key: &str) -> anyhow::Result<String> {
+    world
+        .remembered
+        .get(key)
+        .cloned()
+        .ok_or_else(|| anyhow!("no earlier step remembered {key}"))
+}
+
+/// R-RBAC-1: the Role's rules, one table row per rule (comma-separated lists).
+#[then(expr = "the Role {string} has exactly these rules:")]
+async fn role_rules(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    // Comma-separated; `""` is the core API group.
+    let split = |cell: &str| -> Vec<String> { cell.split(',').map(|s| s.trim().trim_matches('"').to_owned()).collect() };
+    let expected: Vec<(Vec<String>, Vec<String>, Vec<String>)> = table_rows(step)?
+        .into_iter()
+        .skip(1)
+        .map(|row| {
+            let cell = |i: usize| row.get(i).map(String::as_str).unwrap_or("");
+            (split(cell(0)), split(cell(1)), split(cell(2)))
+        })
+        .collect();
+    let world = &*world;
+    wait::eventually(&format!("the rules of Role {name}"), world.timeouts(), || async {
+        let api: Api<Role> = world.api();
+        let Some(role) = api.get_opt(&name).await? else {
+            return Ok(Err(format!("Role {name} does not exist")));
+        };
+        let actual: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+            .rules
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.api_groups.unwrap_or_default(), r.resources.unwrap_or_default(), r.verbs))
+            .collect();
+        Ok(if actual == expected { Ok(()) } else { Err(format!("rules are {actual:?}")) })
+    })
+    .await
+}
+
+#[then(expr = "the RoleBinding {string} binds Role {string} to ServiceAccount {string}")]
+async fn role_binding(world: &mut ProvisionerWorld, name: String, role: String, account: String) -> anyhow::Result<()> {
+    let (name, role, account) = (expand(world, &name), expand(world, &role), expand(world, &account));
+    let world = &*world;
+    wait::eventually(&format!("RoleBinding {name}"), world.timeouts(), || async {
+        let api: Api<RoleBinding> = world.api();
+        let Some(binding) = api.get_opt(&name).await? else {
+            return Ok(Err(format!("RoleBinding {name} does not exist")));
+        };
+        let role_ok = binding.role_ref.kind == "Role"
+            && binding.role_ref.name == role
+            && binding.role_ref.api_group == "rbac.authorization.k8s.io";
+        let subjects = binding.subjects.unwrap_or_default();
+        let subject_ok = matches!(subjects.as_slice(), [s] if s.kind == "ServiceAccount"
+            && s.name == account && s.namespace.as_deref() == Some(world.namespace.as_str()));
+        Ok(if role_ok && subject_ok {
+            Ok(())
+        } else {
+            Err(format!("roleRef {:?}, subjects {subjects:?}", binding.role_ref))
+        })
+    })
+    .await
+}
+
+/// R-RES-6: asked of the API server with SubjectAccessReviews for the operator's own
+/// ServiceAccount (known when the suite started the operator).
+#[then("the operator's ServiceAccount may get, list, watch, create, update, patch and delete pods and persistentvolumeclaims")]
+async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    let (namespace, name) = match &world.env.operator {
+        crate::world::Operator::Started(process) => {
+            let process = process.lock().await;
+            let (namespace, name) = process.service_account();
+            (namespace.to_owned(), name.to_owned())
+        }
+        crate::world::Operator::Installed => bail!("the operator's identity is unknown with --operator installed"),
+    };
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let api: Api<SubjectAccessReview> = Api::all(world.client());
+    let mut denied = Vec::new();
+    for resource in ["pods", "persistentvolumeclaims"] {
+        for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.clone()),
+                    groups: Some(vec!["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{namespace}")]),
+                    resource_attributes: Some(ResourceAttributes {
+                        namespace: Some(world.namespace.clone()),
+                        resource: Some(resource.to_owned()),
+                        verb: Some(verb.to_owned()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = api.create(&PostParams::default(), &review).await.context("asking a SubjectAccessReview")?;
+            if !answer.status.is_some_and(|s| s.allowed) {
+                denied.push(format!("{verb} {resource}"));
+            }
+        }
+    }
+    if !denied.is_empty() {
+        bail!("{user} may not {}: it cannot grant the provisioner's Role (RBAC escalation)", denied.join(", "));
+    }
+    Ok(())
+}
+
+// ---- Secrets ----
+
+async fn secret(world: &ProvisionerWorld, name: &str) -> anyhow::Result<Option<Secret>> {
+    let api: Api<Secret> = world.api();
+    Ok(api.get_opt(name).await?)
+}
+
+/// A digest of everything R-SEC-10 says must stay unchanged (data, labels, annotations,
+/// ownerReferences); values never leave this function.
+fn secret_digest(secret: &Secret) -> String {
+    let view = json!({
+        "data": secret.data,
+        "labels": secret.metadata.labels,
+        "annotations": secret.metadata.annotations,
+        "ownerReferences": secret.metadata.owner_references,
+        "type": secret.type_,
+    });
+    hex::encode(Sha256::digest(view.to_string().as_bytes()))
+}
+
+#[given(expr = "a Secret {string} that the provisioner does not own")]
+async fn foreign_secret(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "labels": {"team": "someone-else"}},
+        "type": "Opaque",
+        "stringData": {"key": "not-a-provisioner-key"},
+    });
+    let api: Api<Secret> = world.api();
+    let created = api
+        .create(&PostParams::default(), &serde_json::from_value(secret)?)
+        .await
+        .with_context(|| format!("creating Secret {name}"))?;
+    world.remembered.insert(format!("secret:{name}"), secret_digest(&created));
+    Ok(())
+}
+
+#[then(expr = "the Secret {string} is left unchanged")]
+async fn secret_unchanged(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let before = remembered(world, &format!("secret:{name}"))?;
+    let window = world.timeouts().hold_window;
+    let world = &*world;
+    wait::stays(&format!("Secret {name} to stay unchanged"), world.timeouts(), window, || async {
+        Ok(match secret(world, &name).await? {
+            Some(now) if secret_digest(&now) == before => Ok(()),
+            Some(_) => Err("its data, labels, annotations or ownerReferences changed".to_owned()),
+            None => Err("it was deleted".to_owned()),
+        })
+    })
+    .await
+}
+
+#[when(expr = "the Secret {string} is deleted")]
+async fn secret_deleted(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let name = expand(world, &name);
+    let api: Api<Secret> = world.api();
+    api.delete(&name, &DeleteParams::default()).await.with_context(|| format!("deleting Secret {name}"))?;
+    Ok(())
+}
+
+#[when("the provisioner key Secret is deleted")]
+async fn key_secret_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let name = key_secret_name(world);
+    secret_deleted(world, name).await
+}
+
+/// R-SEC-2/3/5: an Opaque Secret controlled by the CR with a non-empty key under `key`;
+/// remembers a digest of the value so a later step can tell whether it was rewritten.
+#[then(expr = "the Secret {string} holds a provisioner key")]
+async fn secret_holds_key(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let digest = wait::eventually(&format!("Secret {name} with a key"), world.timeouts(), || async {
+        let Some(found) = secret(world, &name).await? else {
+            return Ok(Err(format!("Secret {name} does not exist")));
+        };
+        let value = found.data.as_ref().and_then(|d| d.get("key")).map(|v| v.0.clone()).unwrap_or_default();
+        Ok(if found.type_.as_deref() != Some("Opaque") {
+            Err(format!("type is {:?}", found.type_))
+        } else if value.is_empty() {
+            Err("data.key is empty".to_owned())
+        } else {
+            Ok(hex::encode(Sha256::digest(&value)))
+        })
+    })
+    .await?;
+    world.remembered.insert(format!("key:{name}"), digest);
+    Ok(())
+}
+
+fn key_digest(found: &Secret) -> Option<String> {
+    let value = found.data.as_ref()?.get("key")?;
+    (!value.0.is_empty()).then(|| hex::encode(Sha256::digest(&value.0)))
+}
+
+/// The key value differs from the one remembered by "holds a provisioner key" (R-KEY-10/13).
+#[then(expr = "the Secret {string} gets a new provisioner key")]
+async fn secret_key_new(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let previous = remembered(world, &format!("key:{name}"))?;
+    let digest = wait::eventually(&format!("a new key in Secret {name}"), world.timeouts(), || async {
+        Ok(match secret(world, &name).await?.as_ref().and_then(key_digest) {
+            Some(now) if now != previous => Ok(now),
+            Some(_) => Err("it still holds the previous key".to_owned()),
+            None => Err("it does not exist or holds no key".to_owned()),
+        })
+    })
+    .await?;
+    world.remembered.insert(format!("key:{name}"), digest);
+    Ok(())
+}
+
+#[then(expr = "the Secret {string} keeps its provisioner key")]
+async fn secret_key_kept(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let previous = remembered(world, &format!("key:{name}"))?;
+    let world = &*world;
+    wait::still(&format!("Secret {name} to keep its key"), world.timeouts(), || async {
+        Ok(match secret(world, &name).await?.as_ref().and_then(key_digest) {
+            Some(now) if now == previous => Ok(()),
+            _ => Err("its key changed or vanished".to_owned()),
+        })
+    })
+    .await
+}
+
+/// A Secret referenced by `extraEnv` (R-CRED-*): metadata from the docstring (placeholders as
+/// in [`expand`]), one data key `value`.
+#[given(expr = "a credential Secret {string} with metadata:")]
+async fn credential_secret(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
+    let metadata: Value = serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
+        .context("the docstring is not valid YAML")?;
+    let mut secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "Opaque",
+        "stringData": {"value": "proxy-password"},
+    });
+    merge(&mut secret, &json!({ "metadata": metadata }));
+    let api: Api<Secret> = world.api();
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&secret))
+        .await
+        .with_context(|| format!("writing Secret {name}"))?;
+    Ok(())
+}
+
+#[when(expr = "the credential Secret {string} metadata is changed to:")]
+async fn credential_secret_changed(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let metadata: Value = serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
+        .context("the docstring is not valid YAML")?;
+    let api: Api<Secret> = world.api();
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({ "metadata": metadata })))
+        .await
+        .with_context(|| format!("changing Secret {name}"))?;
+    Ok(())
+}
+
+// ---- the forbidden Role of the PR ----
+
+/// An object-count quota of zero Roles: the API server refuses the operator's Role with 403
+/// Forbidden whatever the operator's own RBAC, which forces the retries the PR is about.
+#[given("the namespace refuses new Roles")]
+async fn refuse_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let hard = BTreeMap::from([(ROLE_QUOTA_RESOURCE.to_owned(), json!("0"))]);
+    let quota = json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": ROLE_QUOTA},
+        "spec": {"hard": hard},
+    });
+    let api: Api<ResourceQuota> = world.api();
+    api.create(&PostParams::default(), &serde_json::from_value(quota)?)
+        .await
+        .context("creating the ResourceQuota")?;
+    // Quota admission enforces `status.hard`, which the quota controller fills in; write it
+    // directly so enforcement does not depend on that controller running.
+    let status = json!({"status": {"hard": hard, "used": {ROLE_QUOTA_RESOURCE: "0"}}});
+    api.patch_status(ROLE_QUOTA, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .context("writing the ResourceQuota status")?;
+    Ok(())
+}
+
+#[when("the namespace accepts new Roles again")]
+async fn accept_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let api: Api<ResourceQuota> = world.api();
+    api.delete(ROLE_QUOTA, &DeleteParams::default()).await.context("deleting the ResourceQuota")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(json!({"limits": {"cpu": "1"}}), json!({"limits": {"cpu": 1}}), true)]
+    #[case(json!({"limits": {"cpu": "1"}}), json!({"limits": {"cpu": "2"}}), false)]
+    #[case(json!({"limits": {"cpu": "1"}, "requests": {}}), json!({"limits": {"cpu": "1"}}), false)]
+    fn quantities_compare_as_strings(#[case] actual: Value, #[case] expected: Value, #[case] equal: bool) {
+        assert_eq!(quantities_equal(&actual, &expected), equal);
+    }
+
+    fn labelled(owner_uid: &str) -> Value {
+        json!({"metadata": {
+            "ownerReferences": [{"uid": owner_uid, "controller": true}],
+            "labels": {"app.kubernetes.io/name": "coder-provisioner", "app.kubernetes.io/instance": "p",
+                       "app.kubernetes.io/managed-by": "anyone"}}})
+    }
+
+    #[rstest]
+    #[case(labelled("u1"), true)]
+    #[case(labelled("u2"), false)]
+    #[case(json!({"metadata": {}}), false)]
+    fn ownership_and_labels_are_checked(#[case] object: Value, #[case] ok: bool) {
+        assert_eq!(owned_observation(&object, "u1", "p").is_ok(), ok);
+    }
+}

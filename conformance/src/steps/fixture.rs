@@ -1,0 +1,156 @@
+//! The control-plane fixture and its variations (prerequisites, entitlement).
+//!
+//! "A Ready control plane with operator access" is what the tutorial's prerequisites ask for:
+//! a CoderControlPlane whose status (written through the /status subresource, as its own
+//! operator would) says phase Ready, the fake coderd's URL, operator access ready, the operator
+//! token Secret, and a fresh `entitled` entitlement check.
+use anyhow::{Context as _, bail};
+use cucumber::gherkin::Step;
+use cucumber::{given, when};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::{docstring_yaml, str_at};
+use crate::world::{CONTROL_PLANE, FIELD_MANAGER, OPERATOR_TOKEN_SECRET, ProvisionerWorld};
+
+/// RFC 3339 "now" with second precision, as Kubernetes `metav1.Time` is written.
+pub fn now_rfc3339() -> String {
+    let now = jiff::Timestamp::now();
+    now.round(jiff::Unit::Second).unwrap_or(now).to_string()
+}
+
+/// Creates the fixture control plane (or checks the existing one given with `--control-plane`).
+pub async fn ready_control_plane(world: &mut ProvisionerWorld, organization: Option<&str>) -> anyhow::Result<()> {
+    if let Some(existing) = world.env.existing_control_plane.clone() {
+        return check_existing_control_plane(world, &existing.name).await;
+    }
+    world.create_scenario_coderd(organization).await?;
+    world.write_operator_token_secret().await?;
+    let control_plane = json!({
+        "apiVersion": "coder.com/v1alpha1",
+        "kind": "CoderControlPlane",
+        "metadata": {"name": CONTROL_PLANE, "namespace": world.namespace},
+        "spec": {},
+    });
+    let api = world.control_planes();
+    api.patch(CONTROL_PLANE, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&control_plane))
+        .await
+        .context("creating the CoderControlPlane")?;
+    let status = json!({"status": {
+        "phase": "Ready",
+        "url": world.env.coderd.url,
+        "operatorAccessReady": true,
+        "operatorTokenSecretRef": {"name": OPERATOR_TOKEN_SECRET, "key": "token"},
+        "externalProvisionerDaemonsEntitlement": "entitled",
+        "entitlementsLastChecked": now_rfc3339(),
+    }});
+    patch_control_plane_status(world, &status).await
+}
+
+async fn check_existing_control_plane(world: &ProvisionerWorld, name: &str) -> anyhow::Result<()> {
+    let control_plane = world
+        .control_planes()
+        .get_opt(name)
+        .await?
+        .with_context(|| format!("--control-plane {}/{name} does not exist", world.namespace))?;
+    let control_plane = serde_json::to_value(control_plane)?;
+    let phase = str_at(&control_plane, "/status/phase");
+    let access = control_plane.pointer("/status/operatorAccessReady").and_then(Value::as_bool);
+    if phase != Some("Ready") || access != Some(true) {
+        bail!("control plane {name} is not usable: phase {phase:?}, operatorAccessReady {access:?}");
+    }
+    Ok(())
+}
+
+pub async fn patch_control_plane_status(world: &ProvisionerWorld, patch: &Value) -> anyhow::Result<()> {
+    world
+        .control_planes()
+        .patch_status(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .context("writing the CoderControlPlane status")?;
+    Ok(())
+}
+
+#[given("a Ready control plane with operator access")]
+async fn a_ready_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    ready_control_plane(world, None).await
+}
+
+#[given(expr = "a Ready control plane with operator access to the {string} organization")]
+async fn a_ready_control_plane_for(world: &mut ProvisionerWorld, organization: String) -> anyhow::Result<()> {
+    ready_control_plane(world, Some(&organization)).await
+}
+
+/// Changes the control plane's status with a YAML merge patch (`null` removes a field).
+#[given("the control plane status is changed to:")]
+#[when("the control plane status is changed to:")]
+async fn control_plane_status_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let patch = docstring_yaml(step)?;
+    patch_control_plane_status(world, &json!({ "status": patch })).await
+}
+
+#[given("the control plane's spec is changed to:")]
+async fn control_plane_spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let patch = json!({ "spec": docstring_yaml(step)? });
+    world
+        .control_planes()
+        .patch(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context("changing the CoderControlPlane spec")?;
+    Ok(())
+}
+
+#[given("the control plane's entitlement check is older than two minutes")]
+async fn stale_entitlement(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let patch = json!({"status": {
+        "externalProvisionerDaemonsEntitlement": "unknown",
+        "entitlementsLastChecked": "2020-01-01T00:00:00Z",
+    }});
+    patch_control_plane_status(world, &patch).await
+}
+
+#[given("the operator token Secret does not exist")]
+async fn no_operator_token_secret(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let api: Api<Secret> = world.api();
+    api.delete(OPERATOR_TOKEN_SECRET, &DeleteParams::default())
+        .await
+        .context("deleting the operator token Secret")?;
+    Ok(())
+}
+
+#[when("the operator token Secret is deleted")]
+async fn operator_token_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    no_operator_token_secret(world).await
+}
+
+#[when("the control plane is deleted")]
+async fn control_plane_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    world
+        .control_planes()
+        .delete(CONTROL_PLANE, &DeleteParams::default())
+        .await
+        .context("deleting the CoderControlPlane")?;
+    Ok(())
+}
+
+#[given("no control plane exists")]
+async fn no_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    // Nothing to create; the step states the precondition and checks it.
+    if world.control_planes().get_opt(CONTROL_PLANE).await?.is_some() {
+        bail!("a CoderControlPlane {CONTROL_PLANE} already exists in {}", world.namespace);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn now_is_second_precision_utc() {
+        let now = super::now_rfc3339();
+        assert!(now.ends_with('Z') && !now.contains('.'), "{now}");
+    }
+}

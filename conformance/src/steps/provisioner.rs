@@ -1,0 +1,340 @@
+//! Steps on the CoderProvisioner itself: applying the sample, changing and deleting it, and its
+//! phase, conditions and status.
+use std::path::Path;
+
+use anyhow::{Context as _, anyhow, bail};
+use cucumber::gherkin::Step;
+use cucumber::{given, then, when};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::{condition, describe_conditions, docstring_yaml, merge, str_at};
+use crate::wait;
+use crate::world::{CONTROL_PLANE, FIELD_MANAGER, ProvisionerWorld};
+
+/// Path of the sample the tutorial applies, relative to the repository root.
+pub const SAMPLE_PATH: &str = "config/samples/coder_v1alpha1_coderprovisioner.yaml";
+
+/// The sample CR, moved into the scenario's namespace and organization.
+pub fn sample(repo_root: &Path, namespace: &str, organization: Option<&str>) -> anyhow::Result<Value> {
+    let path = repo_root.join(SAMPLE_PATH);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading the sample {}", path.display()))?;
+    let mut cr: Value = serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    merge(&mut cr, &json!({"metadata": {"namespace": namespace}}));
+    if let Some(organization) = organization {
+        merge(&mut cr, &json!({"spec": {"organizationName": organization}}));
+    }
+    Ok(cr)
+}
+
+async fn apply_sample(world: &mut ProvisionerWorld, spec_patch: Option<Value>) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let organization = world.coderd.as_ref().map(|c| c.organization.clone());
+    let mut cr = sample(&world.env.repo_root, &world.namespace, organization.as_deref())?;
+    if let Some(patch) = spec_patch {
+        merge(&mut cr, &json!({ "spec": patch }));
+    }
+    world.provisioner = str_at(&cr, "/metadata/name")
+        .ok_or_else(|| anyhow!("the sample has no metadata.name"))?
+        .to_owned();
+    world
+        .provisioners()
+        .patch(&world.provisioner, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cr))
+        .await
+        .with_context(|| format!("applying CoderProvisioner {}", world.provisioner))?;
+    Ok(())
+}
+
+#[given("the sample provisioner is applied")]
+#[when("the sample provisioner is applied")]
+async fn the_sample_is_applied(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    apply_sample(world, None).await
+}
+
+/// The sample with the docstring (YAML) merged into its spec.
+#[given("the sample provisioner is applied with spec:")]
+#[when("the sample provisioner is applied with spec:")]
+async fn the_sample_is_applied_with(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    apply_sample(world, Some(docstring_yaml(step)?)).await
+}
+
+#[given("the sample provisioner is Ready")]
+async fn the_sample_is_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    apply_sample(world, None).await?;
+    becomes_ready(world).await
+}
+
+#[when("the provisioner spec is changed to:")]
+async fn spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let patch = json!({ "spec": docstring_yaml(step)? });
+    world
+        .provisioners()
+        .patch(&world.provisioner, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context("changing the CoderProvisioner spec")?;
+    Ok(())
+}
+
+#[when("the provisioner is deleted")]
+async fn provisioner_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    world
+        .provisioners()
+        .delete(&world.provisioner, &DeleteParams::default())
+        .await
+        .context("deleting the CoderProvisioner")?;
+    Ok(())
+}
+
+#[then("the provisioner is gone")]
+async fn provisioner_gone(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    wait::eventually("the CoderProvisioner to be gone (finalizer removed)", world.timeouts(), || async {
+        Ok(match world.provisioner_json().await? {
+            None => Ok(()),
+            Some(cr) => Err(format!(
+                "it still exists with finalizers {}",
+                cr.pointer("/metadata/finalizers").cloned().unwrap_or(Value::Null)
+            )),
+        })
+    })
+    .await
+}
+
+/// An update that changes nothing the operator acts on: it only causes reconciles (watch events
+/// on the CR and on the control plane), which must not cause coderd calls or status writes.
+#[when("the provisioner and its control plane receive unrelated updates")]
+async fn unrelated_updates(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let nudge = json!({"metadata": {"annotations": {"conformance.coder.com/nudge": world.id}}});
+    let cr = world
+        .provisioners()
+        .patch(&world.provisioner, &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .context("annotating the CoderProvisioner")?;
+    world
+        .control_planes()
+        .patch(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .context("annotating the CoderControlPlane")?;
+    let resource_version = cr.metadata.resource_version.unwrap_or_default();
+    world.remembered.insert("resourceVersion".to_owned(), resource_version);
+    Ok(())
+}
+
+#[then("the provisioner's status is not written again during the observation window")]
+async fn status_not_written(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let expected = world
+        .remembered
+        .get("resourceVersion")
+        .cloned()
+        .ok_or_else(|| anyhow!("no earlier step remembered the CR's resourceVersion"))?;
+    let window = world.timeouts().hold_window;
+    wait::stays("the CoderProvisioner's resourceVersion to stay unchanged", world.timeouts(), window, || async {
+        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+        let now = str_at(&cr, "/metadata/resourceVersion").unwrap_or_default();
+        Ok(if now == expected {
+            Ok(())
+        } else {
+            Err(format!("resourceVersion moved from {expected} to {now} (status: {})", describe_conditions(&cr)))
+        })
+    })
+    .await
+}
+
+#[when("the operator is restarted")]
+async fn operator_restarted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    world.restart_operator().await
+}
+
+fn ready_observation(cr: &Value) -> Result<(), String> {
+    let phase = str_at(cr, "/status/phase");
+    let ready = cr.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+    if phase == Some("Ready") && ready >= 1 {
+        Ok(())
+    } else {
+        Err(format!("phase {phase:?}, readyReplicas {ready}, conditions: {}", describe_conditions(cr)))
+    }
+}
+
+#[then("the provisioner becomes Ready")]
+async fn becomes_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.provisioner_eventually("the CoderProvisioner to be Ready", ready_observation).await
+}
+
+/// For behaviour the contract allows a longer delay for (e.g. D-3's periodic re-check, ≤ 60 s):
+/// the deadline is the longer of `seconds` (scaled by --timeout-scale via the hold window ratio)
+/// and the tier's own.
+#[then(expr = "the provisioner becomes Ready within {int} seconds")]
+async fn becomes_ready_within(world: &mut ProvisionerWorld, seconds: u64) -> anyhow::Result<()> {
+    let mut timeouts = *world.timeouts();
+    timeouts.eventually = timeouts.eventually.max(std::time::Duration::from_secs(seconds));
+    wait::eventually("the CoderProvisioner to be Ready", &timeouts, || async {
+        Ok(match world.provisioner_json().await? {
+            Some(cr) => ready_observation(&cr),
+            None => Err(format!("CoderProvisioner {} does not exist", world.provisioner)),
+        })
+    })
+    .await
+}
+
+#[then("the provisioner is still Ready")]
+async fn still_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    wait::still("the CoderProvisioner to stay Ready", world.timeouts(), || async {
+        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+        Ok(ready_observation(&cr))
+    })
+    .await
+}
+
+#[then(expr = "the provisioner stays in phase {string} during the observation window")]
+async fn stays_in_phase(world: &mut ProvisionerWorld, phase: String) -> anyhow::Result<()> {
+    let window = world.timeouts().hold_window;
+    wait::stays(&format!("the CoderProvisioner to stay {phase}"), world.timeouts(), window, || async {
+        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+        let now = str_at(&cr, "/status/phase");
+        // A CR the operator has not touched yet has no phase: that is not Ready either.
+        Ok(if now.unwrap_or("Pending") == phase {
+            Ok(())
+        } else {
+            Err(format!("phase is {now:?}; conditions: {}", describe_conditions(&cr)))
+        })
+    })
+    .await
+}
+
+fn condition_observation(cr: &Value, kind: &str, status: &str, reason: Option<&str>) -> Result<Value, String> {
+    match condition(cr, kind) {
+        Some(found)
+            if str_at(found, "/status") == Some(status)
+                && reason.is_none_or(|reason| str_at(found, "/reason") == Some(reason)) =>
+        {
+            Ok(found.clone())
+        }
+        _ => Err(format!("conditions: {}", describe_conditions(cr))),
+    }
+}
+
+#[then(expr = "the provisioner has condition {string} {string} with reason {string}")]
+async fn has_condition_with_reason(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    status: String,
+    reason: String,
+) -> anyhow::Result<()> {
+    expect_condition(world, &kind, &status, Some(&reason)).await
+}
+
+#[then(expr = "the provisioner has condition {string} {string}")]
+async fn has_condition(world: &mut ProvisionerWorld, kind: String, status: String) -> anyhow::Result<()> {
+    expect_condition(world, &kind, &status, None).await
+}
+
+async fn expect_condition(
+    world: &mut ProvisionerWorld,
+    kind: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
+    let what = format!("condition {kind}={status} {}", reason.unwrap_or(""));
+    let found = world
+        .provisioner_eventually(&what, |cr| condition_observation(cr, kind, status, reason))
+        .await?;
+    if let Some(message) = str_at(&found, "/message") {
+        world.remembered.insert(format!("message:{kind}"), message.to_owned());
+    }
+    Ok(())
+}
+
+#[then(expr = "the {word} condition's message mentions {string}")]
+async fn condition_message_mentions(world: &mut ProvisionerWorld, kind: String, text: String) -> anyhow::Result<()> {
+    let message = world
+        .remembered
+        .get(&format!("message:{kind}"))
+        .ok_or_else(|| anyhow!("no earlier step observed a {kind} condition message"))?;
+    if !message.contains(&text) {
+        bail!("the {kind} message {message:?} does not mention {text:?}");
+    }
+    Ok(())
+}
+
+#[then(expr = "the provisioner has no condition {string}")]
+async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
+    wait::still(&format!("no {kind} condition"), world.timeouts(), || async {
+        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+        Ok(match condition(&cr, &kind) {
+            None => Ok(()),
+            Some(found) => Err(format!("found {found}")),
+        })
+    })
+    .await
+}
+
+#[then("the provisioner carries the finalizer \"coder.com/provisioner-key-cleanup\"")]
+async fn carries_finalizer(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world
+        .provisioner_eventually("the key-cleanup finalizer", |cr| {
+            let finalizers = cr.pointer("/metadata/finalizers").cloned().unwrap_or(Value::Null);
+            let present = finalizers
+                .as_array()
+                .is_some_and(|f| f.iter().any(|v| v.as_str() == Some("coder.com/provisioner-key-cleanup")));
+            if present { Ok(()) } else { Err(format!("finalizers: {finalizers}")) }
+        })
+        .await
+}
+
+/// R-KEY-6/R-KEY-7: the key fields of the status, remembered for later steps (cleanup by id).
+#[then("the provisioner status records its provisioner key")]
+async fn status_records_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let (organization_id, key_id) = world
+        .provisioner_eventually("status.organizationID and status.provisionerKeyID", |cr| {
+            match (str_at(cr, "/status/organizationID"), str_at(cr, "/status/provisionerKeyID")) {
+                (Some(org), Some(key)) if !org.is_empty() && !key.is_empty() => Ok((org.to_owned(), key.to_owned())),
+                _ => Err(format!("status: {}", cr.get("status").cloned().unwrap_or(Value::Null))),
+            }
+        })
+        .await?;
+    world.remembered.insert("organizationID".to_owned(), organization_id);
+    world.remembered.insert("provisionerKeyID".to_owned(), key_id);
+    Ok(())
+}
+
+/// Status fields compared with a table of `field | value`; `{url}` means the coderd URL,
+/// `{organization}` the scenario's organization, `{organization id}` its id.
+#[then("the provisioner status has:")]
+async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let rows = super::table_rows(step)?;
+    let organization = world.coderd.as_ref().map(|c| (c.organization.clone(), c.organization_id.clone()));
+    let expected: Vec<(String, String)> = rows
+        .into_iter()
+        .skip(1)
+        .map(|row| {
+            let field = row.first().cloned().unwrap_or_default();
+            let value = row.get(1).cloned().unwrap_or_default();
+            let value = match (value.as_str(), &organization) {
+                ("{url}", _) => world.env.coderd.url.clone(),
+                ("{organization}", Some((name, _))) => name.clone(),
+                ("{organization id}", Some((_, id))) => id.clone(),
+                _ => super::children::expand(world, &value),
+            };
+            (field, value)
+        })
+        .collect();
+    world
+        .provisioner_eventually("the status fields", |cr| {
+            let mismatches: Vec<String> = expected
+                .iter()
+                .filter_map(|(field, value)| {
+                    let pointer = format!("/status/{}", field.replace('.', "/"));
+                    let actual = cr.pointer(&pointer).map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
+                    (actual.as_deref() != Some(value.as_str())).then(|| format!("{field}: {actual:?} ≠ {value:?}"))
+                })
+                .collect();
+            if mismatches.is_empty() { Ok(()) } else { Err(mismatches.join("; ")) }
+        })
+        .await
+}

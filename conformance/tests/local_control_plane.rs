@@ -1,0 +1,154 @@
+//! The local control plane with the real binaries (built or cached by scripts/k8s-binaries.sh):
+//! it serves a ready API with RBAC enforced, kubectl works with its kubeconfig, garbage
+//! collection and namespace deletion happen, and dropping it leaves no process or file behind.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use conformance::cluster::children::is_alive;
+use conformance::cluster::kubeconfig::client_from_file;
+use conformance::cluster::local::{LocalControlPlane, LocalOptions};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Polls `check` until it returns true or the deadline passes.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("{what}: not within {DEADLINE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn config_map(name: &str, owner: Option<&ConfigMap>) -> anyhow::Result<ConfigMap> {
+    let mut value = json!({ "metadata": { "name": name } });
+    if let Some(owner) = owner {
+        value["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+        }]);
+    }
+    Ok(serde_json::from_value(value)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() -> anyhow::Result<()>
+{
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plane = LocalControlPlane::start(LocalOptions::default()).await?;
+    eprintln!(
+        "local control plane cold start: {:?}",
+        plane.startup_duration()
+    );
+    assert!(plane.has_controller_manager());
+    let pids = plane.child_pids();
+    assert_eq!(
+        pids.len(),
+        3,
+        "etcd, kube-apiserver, kube-controller-manager"
+    );
+    let dir = plane.dir().to_path_buf();
+    let admin = plane.admin_client().await?;
+
+    // /readyz answers ok.
+    let readyz = admin
+        .request_text(http::Request::get("/readyz").body(Vec::new())?)
+        .await?;
+    assert_eq!(readyz.trim(), "ok");
+
+    // RBAC is enforced: an authenticated user without bindings is forbidden.
+    let nobody = client_from_file(&plane.user_kubeconfig("nobody", &[])?).await?;
+    match Api::<Namespace>::all(nobody)
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => bail!("a user without rights listed namespaces: {other:?}"),
+    }
+
+    // The real kubectl works with the generated kubeconfig.
+    let output = tokio::process::Command::new(plane.kubectl())
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig_path())
+        .args(["get", "namespaces", "-o", "name"])
+        .output()
+        .await
+        .context("running kubectl")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("namespace/kube-system"), "{stdout}");
+
+    // Garbage collection: a dependent disappears after its owner is deleted.
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let owner = config_maps
+        .create(&PostParams::default(), &config_map("owner", None)?)
+        .await?;
+    config_maps
+        .create(
+            &PostParams::default(),
+            &config_map("dependent", Some(&owner))?,
+        )
+        .await?;
+    config_maps
+        .delete("owner", &DeleteParams::background())
+        .await?;
+    eventually("the dependent ConfigMap is garbage-collected", || {
+        let api = config_maps.clone();
+        async move { Ok(api.get_opt("dependent").await?.is_none()) }
+    })
+    .await?;
+
+    // Namespace deletion finishes (the namespace controller empties it).
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "doomed"}}))?,
+        )
+        .await?;
+    Api::<ConfigMap>::namespaced(admin.clone(), "doomed")
+        .create(&PostParams::default(), &config_map("content", None)?)
+        .await?;
+    namespaces
+        .delete("doomed", &DeleteParams::default())
+        .await?;
+    eventually("the deleted namespace disappears", || {
+        let api = namespaces.clone();
+        async move { Ok(api.get_opt("doomed").await?.is_none()) }
+    })
+    .await?;
+
+    // Dropping stops every process and removes the scratch folder.
+    drop(admin);
+    drop(plane);
+    for pid in &pids {
+        assert!(!is_alive(*pid), "child {pid} still alive after drop");
+    }
+    let children = std::process::Command::new("pgrep")
+        .args(["-l", "-P", &std::process::id().to_string()])
+        .output()
+        .context("running pgrep")?;
+    let listed = String::from_utf8_lossy(&children.stdout);
+    for name in ["etcd", "kube-apiserver", "kube-controller"] {
+        assert!(!listed.contains(name), "{name} survived the drop: {listed}");
+    }
+    assert!(!dir.exists(), "{} was not removed", dir.display());
+    Ok(())
+}

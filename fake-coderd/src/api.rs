@@ -1,0 +1,163 @@
+//! Wire shapes shared by every coderd route: the `codersdk.Response` error body (coderd-api.md §1.3),
+//! the canned error answers of §1.4/§1.5, and `Reply`, the route-independent answer a handler produces.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use wiremock::ResponseTemplate;
+
+/// `Content-Type` of every JSON answer (coderd-api.md §1.1).
+pub const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
+/// `Content-Type` of the one plain-text answer, the 428 of §1.7.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+/// Sent as `X-Coder-Build-Version` on every coderd answer and as `version` by `/buildinfo`.
+pub const BUILD_VERSION: &str = "v2.30.0+fake";
+
+pub const SIGNED_OUT_MESSAGE: &str =
+    "You are signed out or your session has expired. Please sign in again to continue.";
+pub const RESOURCE_NOT_FOUND_MESSAGE: &str =
+    "Resource not found or you do not have access to this resource";
+pub const ROUTE_NOT_FOUND_MESSAGE: &str = "Route not found.";
+pub const INTERNAL_ERROR_MESSAGE: &str = "An internal server error occurred.";
+pub const FORBIDDEN_DETAIL: &str = "You don't have permission to view this content. If you believe this is a mistake, please contact your administrator or try signing in with different credentials.";
+pub const FEATURE_GATE_MESSAGE: &str =
+    "External Provisioner Daemons is an Enterprise feature. Contact sales!";
+
+/// One entry of `validations` in `codersdk.Response`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Validation {
+    pub field: String,
+    pub detail: String,
+}
+
+/// `codersdk.Response`: `message` always present, `detail`/`validations` omitted when empty (§1.3).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ApiResponse {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validations: Vec<Validation>,
+}
+
+/// An error answer: status plus `codersdk.Response` body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub body: ApiResponse,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: ApiResponse { message: message.into(), detail: None, validations: Vec::new() },
+        }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.body.detail = Some(detail.into());
+        self
+    }
+
+    /// A 400 whose message is repeated as the single validation of `field` (§2.6 table).
+    pub fn validation(field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        let mut error = Self::new(400, message.clone());
+        error.body.validations.push(Validation { field: field.to_string(), detail: message });
+        error
+    }
+
+    /// §1.4: every authentication failure shares the message, the cause is in `detail`.
+    pub fn signed_out(detail: impl Into<String>) -> Self {
+        Self::new(401, SIGNED_OUT_MESSAGE).with_detail(detail)
+    }
+
+    /// §1.5 generic not found (also used when the caller may not read the resource).
+    pub fn resource_not_found() -> Self {
+        Self::new(404, RESOURCE_NOT_FOUND_MESSAGE)
+    }
+
+    /// §1.1 unknown route under /api/v2.
+    pub fn route_not_found() -> Self {
+        Self::new(404, ROUTE_NOT_FOUND_MESSAGE)
+    }
+
+    /// §1.5 forbidden.
+    pub fn forbidden() -> Self {
+        Self::new(403, "Forbidden.").with_detail(FORBIDDEN_DETAIL)
+    }
+
+    /// §1.5 enterprise feature gate for `external_provisioner_daemons`.
+    pub fn feature_gate() -> Self {
+        Self::new(403, FEATURE_GATE_MESSAGE)
+    }
+
+    /// §1.5 internal error.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self::new(500, INTERNAL_ERROR_MESSAGE).with_detail(detail)
+    }
+
+    /// §1.5 malformed JSON body.
+    pub fn invalid_json(decoder_error: impl Into<String>) -> Self {
+        Self::new(400, "Request body must be valid JSON.").with_detail(decoder_error)
+    }
+}
+
+/// The body of an answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplyBody {
+    Json(Value),
+    Text(String),
+    Empty,
+}
+
+/// A complete answer, independent of wiremock so that handlers stay pure and testable.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: ReplyBody,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: impl Serialize) -> Self {
+        let body = match serde_json::to_value(body) {
+            Ok(value) => ReplyBody::Json(value),
+            Err(error) => return Self::from(ApiError::internal(error.to_string())),
+        };
+        Self { status, body, headers: Vec::new() }
+    }
+
+    pub fn text(status: u16, text: impl Into<String>) -> Self {
+        Self { status, body: ReplyBody::Text(text.into()), headers: Vec::new() }
+    }
+
+    pub fn empty(status: u16) -> Self {
+        Self { status, body: ReplyBody::Empty, headers: Vec::new() }
+    }
+
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// Renders the answer, always with the right `Content-Type` for its body (§1.1).
+    pub fn into_template(self) -> ResponseTemplate {
+        let mut template = ResponseTemplate::new(self.status);
+        template = match self.body {
+            ReplyBody::Json(value) => template.set_body_raw(value.to_string().into_bytes(), JSON_CONTENT_TYPE),
+            ReplyBody::Text(text) => template.set_body_raw(text.into_bytes(), TEXT_CONTENT_TYPE),
+            ReplyBody::Empty => template,
+        };
+        for (name, value) in self.headers {
+            template = template.insert_header(name.as_str(), value.as_str());
+        }
+        template
+    }
+}
+
+impl From<ApiError> for Reply {
+    fn from(error: ApiError) -> Self {
+        Reply::json(error.status, error.body)
+    }
+}

@@ -1,0 +1,63 @@
+//! `coder-stub`, installed as `coder` in test images: `coder provisioner start` that authenticates to
+//! coderd with its provisioner key (coderd-api.md §2.9 step 1) and then idles until SIGTERM.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use fake_coderd::stub::{Invocation, fetch_key, parse_invocation};
+use tracing_subscriber::EnvFilter;
+use wiremock::matchers::any;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+async fn wait_for_termination() -> Result<&'static str, String> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| format!("installing the SIGTERM handler: {error}"))?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT").map_err(|error| error.to_string()),
+        _ = terminate.recv() => Ok("SIGTERM"),
+    }
+}
+
+/// Answers 200 "ok" on every path once connected (a readiness probe target).
+async fn serve_readiness(invocation: &Invocation) -> Result<Option<MockServer>, String> {
+    let Some(addr) = invocation.readiness_addr else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(|error| format!("binding readiness address {addr}: {error}"))?;
+    let server = MockServer::builder().listener(listener).disable_request_recording().start().await;
+    server.register(Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("ok"))).await;
+    tracing::info!(%addr, "readiness endpoint serving");
+    Ok(Some(server))
+}
+
+async fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let invocation = parse_invocation(&args, &|name| std::env::var(name).ok())?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|error| format!("building the HTTP client: {error}"))?;
+    let key = fetch_key(&http, &invocation).await?;
+    tracing::info!(url = %invocation.coder_url, key_id = %key.id, key_name = %key.name, tags = ?key.tags, "successfully connected to coderd");
+    let _readiness = serve_readiness(&invocation).await?;
+    let signal = wait_for_termination().await?;
+    tracing::info!(signal, "shutting down");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("coder-stub: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Scripted misbehaviour per route (method + route template): an error answer, a slow answer, or a
+//! connection reset; for the next N matching requests or until cleared; optionally after applying
+//! the request's state change (the crash-safety case: "key created, but the client saw a 500").
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::{ApiError, Reply};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FaultKind {
+    /// Answer `status` with `body` (default: a `codersdk.Response` fitting the status).
+    Status {
+        status: u16,
+        #[serde(default)]
+        body: Option<Value>,
+    },
+    /// Handle the request normally (state changes apply) but hold the answer back for `millis`,
+    /// e.g. to exceed a client timeout.
+    Delay { millis: u64 },
+    /// Close the connection without an HTTP answer (the state change does not apply).
+    Reset,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FaultSpec {
+    /// HTTP method, case-insensitive.
+    pub method: String,
+    /// Route template, one of the `routes::*` constants.
+    pub route: String,
+    pub kind: FaultKind,
+    /// How many matching requests the fault applies to; `None` = sticky until cleared.
+    #[serde(default)]
+    pub times: Option<u32>,
+    /// For `status` faults: run the request (state change included) first, then answer the fault.
+    #[serde(default)]
+    pub apply_then_fail: bool,
+}
+
+impl FaultSpec {
+    /// A one-shot error answer.
+    pub fn status(method: &str, route: &str, status: u16) -> Self {
+        Self::once(method, route, FaultKind::Status { status, body: None })
+    }
+
+    /// A one-shot delayed answer.
+    pub fn delay(method: &str, route: &str, delay: Duration) -> Self {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        Self::once(method, route, FaultKind::Delay { millis })
+    }
+
+    /// A one-shot connection reset.
+    pub fn reset(method: &str, route: &str) -> Self {
+        Self::once(method, route, FaultKind::Reset)
+    }
+
+    fn once(method: &str, route: &str, kind: FaultKind) -> Self {
+        Self { method: method.to_string(), route: route.to_string(), kind, times: Some(1), apply_then_fail: false }
+    }
+
+    /// Applies to the next `n` matching requests.
+    pub fn times(mut self, n: u32) -> Self {
+        self.times = Some(n);
+        self
+    }
+
+    /// Applies until cleared.
+    pub fn sticky(mut self) -> Self {
+        self.times = None;
+        self
+    }
+
+    /// Lets the request change state before the fault answer replaces the real one.
+    pub fn apply_then_fail(mut self) -> Self {
+        self.apply_then_fail = true;
+        self
+    }
+
+    /// Rejects specs the fake could not honour.
+    pub fn validate(&self) -> Result<(), String> {
+        if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
+            return Err(format!("unknown route template {:?}; expected one of {:?}", self.route, crate::routes::TEMPLATES));
+        }
+        if self.times == Some(0) {
+            return Err("times must be at least 1 (omit it for a sticky fault)".to_string());
+        }
+        match &self.kind {
+            FaultKind::Status { status, .. } if !(400..=599).contains(status) => {
+                Err(format!("fault status {status} is not an error status (400..=599)"))
+            }
+            FaultKind::Reset if self.apply_then_fail => {
+                Err("apply_then_fail needs an HTTP answer; use a status fault".to_string())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The answer a `status` fault gives.
+    pub fn reply(status: u16, body: &Option<Value>) -> Reply {
+        match body {
+            Some(body) => Reply::json(status, body),
+            None if status == 500 => ApiError::internal("fault injected by fake-coderd").into(),
+            None => ApiError::new(status, format!("Fault injected by fake-coderd (status {status}).")).into(),
+        }
+    }
+
+    fn matches(&self, method: &str, route: &str) -> bool {
+        self.method.eq_ignore_ascii_case(method) && self.route == route
+    }
+}
+
+/// Active faults, first injected first served.
+#[derive(Default, Debug)]
+pub struct Faults {
+    active: Vec<FaultSpec>,
+}
+
+impl Faults {
+    pub fn inject(&mut self, spec: FaultSpec) -> Result<(), String> {
+        spec.validate()?;
+        self.active.push(spec);
+        Ok(())
+    }
+
+    pub fn clear(&mut self) {
+        self.active.clear();
+    }
+
+    /// Whether the next fault for this request is a reset (checked before any HTTP handling).
+    pub fn next_is_reset(&self, method: &str, route: &str) -> bool {
+        self.active
+            .iter()
+            .find(|fault| fault.matches(method, route))
+            .is_some_and(|fault| fault.kind == FaultKind::Reset)
+    }
+
+    /// Takes the next fault for this request, counting one use of it.
+    pub fn take(&mut self, method: &str, route: &str) -> Option<FaultSpec> {
+        let index = self.active.iter().position(|fault| fault.matches(method, route))?;
+        let fault = self.active[index].clone();
+        match &mut self.active[index].times {
+            Some(1) => {
+                self.active.remove(index);
+            }
+            Some(remaining) => *remaining -= 1,
+            None => {}
+        }
+        Some(fault)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::CREATE_KEY;
+
+    #[test]
+    fn counted_faults_run_out_and_sticky_ones_do_not() {
+        let mut faults = Faults::default();
+        faults.inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2)).expect("valid");
+        assert!(faults.take("post", CREATE_KEY).is_some());
+        assert!(faults.take("POST", CREATE_KEY).is_some());
+        assert!(faults.take("POST", CREATE_KEY).is_none());
+        faults.inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky()).expect("valid");
+        for _ in 0..5 {
+            assert!(faults.take("GET", CREATE_KEY).is_some());
+        }
+        assert!(faults.take("POST", CREATE_KEY).is_none());
+    }
+
+    #[rstest::rstest]
+    #[case(FaultSpec::status("POST", "/api/v2/nope", 500))]
+    #[case(FaultSpec::status("POST", CREATE_KEY, 200))]
+    #[case(FaultSpec::status("POST", CREATE_KEY, 500).times(0))]
+    #[case(FaultSpec::reset("POST", CREATE_KEY).apply_then_fail())]
+    fn invalid_specs_are_rejected(#[case] spec: FaultSpec) {
+        assert!(Faults::default().inject(spec).is_err());
+    }
+}

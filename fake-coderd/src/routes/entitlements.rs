@@ -1,0 +1,40 @@
+//! §2.4 `GET /api/v2/entitlements`: no token needed, as in the real router, unless the deployment
+//! was set to demand one (`entitlements_require_token`).
+
+use serde_json::{Map, Value, json};
+
+use crate::api::{ApiError, Reply};
+use crate::state::{Entitlement, State, User};
+
+const FEATURE: &str = "external_provisioner_daemons";
+/// A few other features of a licensed deployment, so clients see a realistic map.
+const OTHER_FEATURES: [&str; 3] = ["audit_log", "multiple_organizations", "user_limit"];
+
+pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
+    if state.entitlements_require_token {
+        user?;
+    }
+    let mut features = Map::new();
+    for name in OTHER_FEATURES {
+        features.insert(name.to_string(), json!({"entitlement": "not_entitled", "enabled": false}));
+    }
+    if let Some(value) = state.entitlement.wire_value() {
+        features.insert(FEATURE.to_string(), json!({"entitlement": value, "enabled": state.entitlement.enabled()}));
+    }
+    let warnings: Vec<&str> = match state.entitlement {
+        Entitlement::GracePeriod => vec!["Your license expired and is in its grace period."],
+        _ => Vec::new(),
+    };
+    Ok(Reply::json(
+        200,
+        json!({
+            "features": Value::Object(features),
+            "warnings": warnings,
+            "errors": [],
+            "has_license": state.has_license,
+            "trial": false,
+            "require_telemetry": false,
+            "refreshed_at": jiff::Timestamp::now().to_string(),
+        }),
+    ))
+}

@@ -1,0 +1,368 @@
+//! The coderd routes (coderd-api.md §2.1–§2.7, §2.9 step 1), mounted on wiremock as one `Mock` per
+//! endpoint, plus the request pipeline every endpoint shares: faults → rate limiter → middleware
+//! precedence of §1.6 → handler → journal.
+
+mod buildinfo;
+mod entitlements;
+mod organizations;
+mod provisioner_keys;
+mod users;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use percent_encoding::percent_decode_str;
+use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
+
+use crate::api::{ApiError, BUILD_VERSION, Reply, ReplyBody};
+use crate::faults::{FaultKind, FaultSpec};
+use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
+use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict};
+use crate::state::User;
+use crate::world::{Shared, World};
+
+pub const BUILD_INFO: &str = "/api/v2/buildinfo";
+pub const USER: &str = "/api/v2/users/{user}";
+pub const ORGANIZATION: &str = "/api/v2/organizations/{organization}";
+pub const ENTITLEMENTS: &str = "/api/v2/entitlements";
+/// GET lists, POST creates (§2.5, §2.6).
+pub const PROVISIONER_KEYS: &str = "/api/v2/organizations/{organization}/provisionerkeys";
+pub const LIST_KEYS: &str = PROVISIONER_KEYS;
+pub const CREATE_KEY: &str = PROVISIONER_KEYS;
+pub const DELETE_KEY: &str = "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
+/// §2.9 step 1, authenticated by `Coder-Provisioner-Daemon-Key`.
+pub const DAEMON_KEY: &str = "/api/v2/provisionerkeys/{provisionerkey}";
+/// Every route template the fake serves.
+pub const TEMPLATES: [&str; 7] = [BUILD_INFO, USER, ORGANIZATION, ENTITLEMENTS, PROVISIONER_KEYS, DELETE_KEY, DAEMON_KEY];
+
+pub const SESSION_TOKEN_HEADER: &str = "Coder-Session-Token";
+pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
+pub const DAEMON_KEY_HEADER: &str = "Coder-Provisioner-Daemon-Key";
+pub const DAEMON_PSK_HEADER: &str = "Coder-Provisioner-Daemon-PSK";
+const API_PREFIX: &str = "/api/v2/";
+const DAEMON_KEY_PATH_PREFIX: &str = "/api/v2/provisionerkeys/";
+
+/// One coderd endpoint: a method on a route template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    BuildInfo,
+    User,
+    Organization,
+    Entitlements,
+    ListKeys,
+    CreateKey,
+    DeleteKey,
+    DaemonKey,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 8] = [
+        Endpoint::BuildInfo,
+        Endpoint::User,
+        Endpoint::Organization,
+        Endpoint::Entitlements,
+        Endpoint::ListKeys,
+        Endpoint::CreateKey,
+        Endpoint::DeleteKey,
+        Endpoint::DaemonKey,
+    ];
+
+    /// Registered only by the enterprise router (§1.1): absent from an AGPL coderd.
+    pub fn is_enterprise_only(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Entitlements | Endpoint::ListKeys | Endpoint::CreateKey | Endpoint::DeleteKey | Endpoint::DaemonKey
+        )
+    }
+
+    pub fn template(self) -> &'static str {
+        match self {
+            Endpoint::BuildInfo => BUILD_INFO,
+            Endpoint::User => USER,
+            Endpoint::Organization => ORGANIZATION,
+            Endpoint::Entitlements => ENTITLEMENTS,
+            Endpoint::ListKeys | Endpoint::CreateKey => PROVISIONER_KEYS,
+            Endpoint::DeleteKey => DELETE_KEY,
+            Endpoint::DaemonKey => DAEMON_KEY,
+        }
+    }
+}
+
+/// Maps a request to its endpoint and decoded path parameters; `None` is "Route not found" (§1.1).
+/// A method the route does not serve is also answered as an unknown route.
+pub fn classify(method: &str, path: &str) -> Option<(Endpoint, Vec<String>)> {
+    let rest = path.strip_prefix(API_PREFIX)?;
+    let segments: Vec<String> =
+        rest.split('/').map(|segment| percent_decode_str(segment).decode_utf8_lossy().into_owned()).collect();
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let endpoint = match (method, parts.as_slice()) {
+        ("GET", ["buildinfo"]) => Endpoint::BuildInfo,
+        ("GET", ["users", _]) => Endpoint::User,
+        ("GET", ["organizations", _]) => Endpoint::Organization,
+        ("GET", ["entitlements"]) => Endpoint::Entitlements,
+        ("GET", ["organizations", _, "provisionerkeys"]) => Endpoint::ListKeys,
+        ("POST", ["organizations", _, "provisionerkeys"]) => Endpoint::CreateKey,
+        ("DELETE", ["organizations", _, "provisionerkeys", _]) => Endpoint::DeleteKey,
+        ("GET", ["provisionerkeys", _]) => Endpoint::DaemonKey,
+        _ => return None,
+    };
+    let params = match parts.as_slice() {
+        ["users", user] => vec![user.to_string()],
+        ["organizations", org] | ["organizations", org, "provisionerkeys"] => vec![org.to_string()],
+        ["organizations", org, "provisionerkeys", key] => vec![org.to_string(), key.to_string()],
+        ["provisionerkeys", key] => vec![key.to_string()],
+        _ => Vec::new(),
+    };
+    Some((endpoint, params))
+}
+
+/// The parts of a request the handlers look at.
+pub struct Call {
+    pub method: String,
+    pub params: Vec<String>,
+    /// Session token from cookie, then query parameter, then header (§1.2).
+    pub session_token: Option<String>,
+    pub daemon_key: Option<String>,
+    pub daemon_psk: Option<String>,
+    pub bypass: Option<String>,
+    pub body: Vec<u8>,
+    /// Path and query with secrets redacted, for the journal and logs.
+    pub redacted_path: String,
+}
+
+fn header(request: &Request, name: &str) -> Option<String> {
+    request.headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_string)
+}
+
+fn cookie(request: &Request, name: &str) -> Option<String> {
+    request
+        .headers
+        .get_all("cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_string())
+}
+
+/// The daemon key travels in the path of §2.9 step 1 (whatever the method), the session token may
+/// travel in the query: neither reaches the journal or the log.
+fn redacted_path(request: &Request) -> String {
+    let path = request.url.path();
+    let mut redacted = match path.strip_prefix(DAEMON_KEY_PATH_PREFIX) {
+        Some(key) if !key.is_empty() => format!("{DAEMON_KEY_PATH_PREFIX}{REDACTED}"),
+        _ => path.to_string(),
+    };
+    if request.url.query().is_some() {
+        let pairs: Vec<String> = request
+            .url
+            .query_pairs()
+            .map(|(key, value)| {
+                if key == SESSION_TOKEN_COOKIE { format!("{key}={REDACTED}") } else { format!("{key}={value}") }
+            })
+            .collect();
+        redacted = format!("{redacted}?{}", pairs.join("&"));
+    }
+    redacted
+}
+
+impl Call {
+    pub fn from_request(request: &Request, params: Vec<String>) -> Call {
+        let query_token =
+            request.url.query_pairs().find(|(key, _)| key == SESSION_TOKEN_COOKIE).map(|(_, value)| value.into_owned());
+        Call {
+            method: request.method.as_str().to_string(),
+            params,
+            session_token: cookie(request, SESSION_TOKEN_COOKIE)
+                .or(query_token)
+                .or_else(|| header(request, SESSION_TOKEN_HEADER))
+                .filter(|token| !token.is_empty()),
+            daemon_key: header(request, DAEMON_KEY_HEADER),
+            daemon_psk: header(request, DAEMON_PSK_HEADER),
+            bypass: header(request, BYPASS_HEADER),
+            body: request.body.clone(),
+            redacted_path: redacted_path(request),
+        }
+    }
+
+    fn param(&self, index: usize) -> &str {
+        self.params.get(index).map(String::as_str).unwrap_or_default()
+    }
+}
+
+/// The handler of an endpoint, after faults and the rate limiter. `user` is the outcome of session
+/// authentication, which each handler enforces (or not) in the order of §1.6.
+fn dispatch(world: &mut World, endpoint: Endpoint, call: &Call, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
+    let state = &mut world.state;
+    match endpoint {
+        Endpoint::BuildInfo => Ok(buildinfo::get()),
+        Endpoint::Entitlements => entitlements::get(state, user),
+        Endpoint::User => users::get(state, &user?, call.param(0)),
+        Endpoint::Organization => organizations::get(state, &user?, call.param(0)),
+        Endpoint::ListKeys => provisioner_keys::list(state, &user?, call.param(0)),
+        Endpoint::CreateKey => provisioner_keys::create(state, &user?, call.param(0), &call.body),
+        Endpoint::DeleteKey => provisioner_keys::delete(state, &user?, call.param(0), call.param(1)),
+        Endpoint::DaemonKey => provisioner_keys::daemon_key(state, call),
+    }
+}
+
+/// Rate limiter, then the endpoint (or "Route not found").
+fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
+    let user = world.state.authenticate(call.session_token.as_deref()).cloned();
+    let caller = Caller {
+        method: &call.method,
+        route: endpoint.map(Endpoint::template),
+        path: call.redacted_path.split('?').next().unwrap_or_default(),
+        user_id: user.as_ref().ok().map(|user| user.id.as_str()),
+        is_owner: user.as_ref().is_ok_and(User::is_owner),
+        bypass_header: call.bypass.as_deref(),
+    };
+    match world.limiter.check(&caller, Instant::now()) {
+        Verdict::Allow => {}
+        Verdict::Limited(reply) | Verdict::BypassRefused(reply) => return reply,
+    }
+    let Some(endpoint) = endpoint else {
+        return ApiError::route_not_found().into();
+    };
+    dispatch(world, endpoint, call, user).unwrap_or_else(Reply::from)
+}
+
+/// The whole pipeline for one request; returns the answer and how long to hold it back.
+pub fn serve(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> (Reply, Option<Duration>) {
+    let endpoint = endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only());
+    let route = endpoint.map(Endpoint::template);
+    let fault = route.and_then(|route| world.faults.take(&call.method, route));
+    let mut delay = None;
+    let reply = match fault {
+        Some(FaultSpec { kind: FaultKind::Status { status, body }, apply_then_fail: false, .. }) => {
+            FaultSpec::reply(status, &body)
+        }
+        fault => {
+            let reply = handle(world, endpoint, call);
+            match fault {
+                Some(FaultSpec { kind: FaultKind::Status { status, body }, .. }) => FaultSpec::reply(status, &body),
+                Some(FaultSpec { kind: FaultKind::Delay { millis }, .. }) => {
+                    delay = Some(Duration::from_millis(millis));
+                    reply
+                }
+                _ => reply,
+            }
+        }
+    };
+    let authenticated_key_id = match (&reply.body, endpoint) {
+        (ReplyBody::Json(body), Some(Endpoint::DaemonKey)) if reply.status == 200 => {
+            body.get("id").and_then(|id| id.as_str()).map(str::to_string)
+        }
+        _ => None,
+    };
+    world.journal.record(journal_entry(call, route, reply.status, authenticated_key_id));
+    (reply.with_header("X-Coder-Build-Version", BUILD_VERSION), delay)
+}
+
+fn journal_entry(call: &Call, route: Option<&str>, status: u16, authenticated_key_id: Option<String>) -> JournalEntry {
+    tracing::info!(method = %call.method, path = %call.redacted_path, status, "coderd request");
+    JournalEntry {
+        seq: 0,
+        at: String::new(),
+        method: call.method.clone(),
+        path: call.redacted_path.clone(),
+        route: route.map(str::to_string),
+        status,
+        session_token_fingerprint: call.session_token.as_deref().map(fingerprint),
+        daemon_key_fingerprint: call.daemon_key.as_deref().filter(|key| !key.is_empty()).map(fingerprint),
+        bypass_ratelimit: call.bypass.clone(),
+        body: redact_body(&call.body),
+        authenticated_key_id,
+    }
+}
+
+/// wiremock matcher: the request is for this endpoint (or, for `None`, for any route).
+struct RouteIs(Option<Endpoint>);
+
+impl Match for RouteIs {
+    fn matches(&self, request: &Request) -> bool {
+        match self.0 {
+            None => true,
+            Some(endpoint) => classify(request.method.as_str(), request.url.path())
+                .is_some_and(|(found, _)| found == endpoint),
+        }
+    }
+}
+
+/// wiremock responder for one endpoint over the shared world.
+struct EndpointResponder {
+    endpoint: Option<Endpoint>,
+    shared: Arc<Shared>,
+}
+
+impl Respond for EndpointResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let params = classify(request.method.as_str(), request.url.path()).map(|(_, params)| params).unwrap_or_default();
+        let call = Call::from_request(request, params);
+        let (reply, delay) = serve(&mut self.shared.lock(), self.endpoint, &call);
+        let template = reply.into_template();
+        match delay {
+            Some(delay) => template.set_delay(delay),
+            None => template,
+        }
+    }
+}
+
+/// wiremock matcher that claims requests whose next fault is a connection reset (and journals them).
+struct ResetFault(Arc<Shared>);
+
+impl Match for ResetFault {
+    fn matches(&self, request: &Request) -> bool {
+        let method = request.method.as_str();
+        let Some((endpoint, params)) = classify(method, request.url.path()) else {
+            return false;
+        };
+        let mut world = self.0.lock();
+        if !world.faults.next_is_reset(method, endpoint.template()) {
+            return false;
+        }
+        world.faults.take(method, endpoint.template());
+        let call = Call::from_request(request, params);
+        world.journal.record(journal_entry(&call, Some(endpoint.template()), 0, None));
+        true
+    }
+}
+
+/// All coderd mocks: resets first, one per endpoint, then the "Route not found" fallback.
+pub fn mocks(shared: &Arc<Shared>) -> Vec<Mock> {
+    let reset = Mock::given(ResetFault(Arc::clone(shared)))
+        .respond_with_err(|_: &Request| std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset"))
+        .with_priority(1);
+    let endpoints = Endpoint::ALL.into_iter().map(|endpoint| {
+        Mock::given(RouteIs(Some(endpoint)))
+            .respond_with(EndpointResponder { endpoint: Some(endpoint), shared: Arc::clone(shared) })
+            .with_priority(5)
+    });
+    let fallback = Mock::given(RouteIs(None))
+        .respond_with(EndpointResponder { endpoint: None, shared: Arc::clone(shared) })
+        .with_priority(10);
+    std::iter::once(reset).chain(endpoints).chain(std::iter::once(fallback)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("GET", "/api/v2/buildinfo", Some((Endpoint::BuildInfo, vec![])))]
+    #[case("GET", "/api/v2/users/me", Some((Endpoint::User, vec!["me"])))]
+    #[case("GET", "/api/v2/organizations/a%20b", Some((Endpoint::Organization, vec!["a b"])))]
+    #[case("GET", "/api/v2/organizations/x/provisionerkeys", Some((Endpoint::ListKeys, vec!["x"])))]
+    #[case("POST", "/api/v2/organizations/x/provisionerkeys", Some((Endpoint::CreateKey, vec!["x"])))]
+    #[case("DELETE", "/api/v2/organizations/x/provisionerkeys/k", Some((Endpoint::DeleteKey, vec!["x", "k"])))]
+    #[case("GET", "/api/v2/provisionerkeys/secret", Some((Endpoint::DaemonKey, vec!["secret"])))]
+    #[case("PUT", "/api/v2/buildinfo", None)]
+    #[case("GET", "/api/v2/organizations/x/provisionerkeys/daemons", None)]
+    #[case("GET", "/api/v3/buildinfo", None)]
+    fn classifies_routes(#[case] method: &str, #[case] path: &str, #[case] expected: Option<(Endpoint, Vec<&str>)>) {
+        let expected = expected.map(|(endpoint, params)| (endpoint, params.into_iter().map(String::from).collect()));
+        assert_eq!(classify(method, path), expected);
+    }
+}

@@ -1,0 +1,110 @@
+//! What a fake starts from and returns to on reset: organizations, users with their session tokens,
+//! and the deployment's licensing. Read from JSON or YAML (`--seed-file`) or built in Rust.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::state::{Entitlement, UserRole, UserStatus};
+
+/// Deployment seed. Every field is optional in a seed file; the default is a licensed deployment,
+/// entitled to external provisioner daemons, with only the `default` organization and the operator user.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Seed {
+    /// Fixed id of the default organization (random when absent).
+    pub default_organization_id: Option<uuid::Uuid>,
+    /// Organizations besides `default`.
+    pub organizations: Vec<SeedOrganization>,
+    /// Users besides the owner operator user.
+    pub users: Vec<SeedUser>,
+    /// `external_provisioner_daemons` entitlement.
+    pub entitlement: Entitlement,
+    /// `has_license` in `/entitlements`.
+    pub has_license: bool,
+    /// coderd-api.md §2.4: real coderd serves `/entitlements` without a token; `true` demands one.
+    pub entitlements_require_token: bool,
+    /// `false` models an AGPL (OSS) coderd: `/entitlements` and the provisioner-key routes do not exist (§1.1, §2.4).
+    pub enterprise: bool,
+    /// Pre-shared key for daemon authentication (§2.9, deprecated PSK mode); none by default.
+    pub provisioner_daemon_psk: Option<String>,
+}
+
+impl Default for Seed {
+    fn default() -> Self {
+        Self {
+            default_organization_id: None,
+            organizations: Vec::new(),
+            users: Vec::new(),
+            entitlement: Entitlement::Entitled,
+            has_license: true,
+            entitlements_require_token: false,
+            enterprise: true,
+            provisioner_daemon_psk: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SeedOrganization {
+    pub name: String,
+    #[serde(default)]
+    pub id: Option<uuid::Uuid>,
+}
+
+/// A user and their session token.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SeedUser {
+    pub username: String,
+    #[serde(default = "default_role")]
+    pub role: UserRole,
+    /// Session token `<10>-<22>`; generated when absent.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Names of the organizations the user is a member of (owners see every organization anyway).
+    #[serde(default = "default_memberships")]
+    pub organizations: Vec<String>,
+    #[serde(default)]
+    pub status: UserStatus,
+    /// The token exists but expired (coderd-api.md §1.4 "expired").
+    #[serde(default)]
+    pub token_expired: bool,
+}
+
+fn default_role() -> UserRole {
+    UserRole::Member
+}
+
+fn default_memberships() -> Vec<String> {
+    vec![crate::state::DEFAULT_ORGANIZATION_NAME.to_string()]
+}
+
+impl SeedUser {
+    pub fn new(username: &str, role: UserRole) -> Self {
+        Self {
+            username: username.to_string(),
+            role,
+            token: None,
+            organizations: default_memberships(),
+            status: UserStatus::Active,
+            token_expired: false,
+        }
+    }
+}
+
+impl Seed {
+    /// Reads a seed from a `.json` file, or from YAML for any other extension.
+    pub fn from_file(path: &Path) -> anyhow::Result<Seed> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading seed file {}", path.display()))?;
+        let is_json = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        if is_json {
+            serde_json::from_str(&text).with_context(|| format!("parsing JSON seed file {}", path.display()))
+        } else {
+            serde_saphyr::from_str(&text).with_context(|| format!("parsing YAML seed file {}", path.display()))
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Starting and stopping a fake: the coderd listener (a wiremock `MockServer` that can be closed and
+//! reopened on the same port to play "coderd unreachable") and the admin listener, which stays up.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use wiremock::MockServer;
+
+use crate::admin::{self, AdminClient};
+use crate::faults::FaultSpec;
+use crate::journal::JournalEntry;
+use crate::ratelimit::RateLimitSpec;
+use crate::seed::{Seed, SeedUser};
+use crate::state::{Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token, random_alphanumeric, split_session_token};
+use crate::world::{ReachabilityRequest, Shared, World};
+
+/// How long closing or reopening the coderd listener may take.
+const REACHABILITY_DEADLINE: Duration = Duration::from_secs(10);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+#[derive(Clone, Debug)]
+pub struct FakeConfig {
+    /// coderd listener; `None` = a free port on 127.0.0.1.
+    pub listen: Option<SocketAddr>,
+    /// Admin listener; `None` = a free port on the coderd listener's IP.
+    pub admin_listen: Option<SocketAddr>,
+    /// Bearer token the admin API demands.
+    pub admin_token: String,
+    /// Owner operator session token (`<10>-<22>`); generated when `None`.
+    pub operator_token: Option<String>,
+    pub seed: Seed,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            admin_listen: None,
+            admin_token: random_alphanumeric(32),
+            operator_token: None,
+            seed: Seed::default(),
+        }
+    }
+}
+
+/// An in-process fake coderd; both listeners stop when it is dropped.
+pub struct FakeCoderd {
+    shared: Arc<Shared>,
+    coderd_addr: SocketAddr,
+    admin_server: MockServer,
+    listener_task: JoinHandle<()>,
+    admin_token: String,
+    operator_token: String,
+}
+
+impl Drop for FakeCoderd {
+    fn drop(&mut self) {
+        self.listener_task.abort();
+    }
+}
+
+/// Binds, retrying while the previous listener on that address is still being released.
+async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let deadline = Instant::now() + REACHABILITY_DEADLINE;
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(listener) => return Ok(listener),
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+            Err(error) => return Err(error).with_context(|| format!("binding {addr}")),
+        }
+    }
+}
+
+/// Waits until nothing accepts connections on `addr` any more.
+async fn wait_until_closed(addr: SocketAddr) -> Result<(), String> {
+    let deadline = Instant::now() + REACHABILITY_DEADLINE;
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        if Instant::now() >= deadline {
+            return Err(format!("{addr} still accepts connections after {REACHABILITY_DEADLINE:?}"));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    Ok(())
+}
+
+async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer {
+    let server = MockServer::builder().listener(listener).disable_request_recording().start().await;
+    for mock in crate::routes::mocks(shared) {
+        server.register(mock).await;
+    }
+    server
+}
+
+/// Owns the coderd `MockServer` and closes/reopens it on request, always on the same address.
+async fn run_coderd_listener(
+    addr: SocketAddr,
+    mut server: Option<MockServer>,
+    shared: Arc<Shared>,
+    mut requests: mpsc::UnboundedReceiver<ReachabilityRequest>,
+) {
+    while let Some(request) = requests.recv().await {
+        let outcome = match (request.unreachable, server.take()) {
+            (true, Some(running)) => {
+                drop(running);
+                wait_until_closed(addr).await
+            }
+            (false, None) => match bind_with_retry(addr).await {
+                Ok(listener) => {
+                    server = Some(start_coderd(listener, &shared).await);
+                    Ok(())
+                }
+                Err(error) => Err(format!("{error:#}")),
+            },
+            (_, unchanged) => {
+                server = unchanged;
+                Ok(())
+            }
+        };
+        if outcome.is_ok() {
+            tracing::info!(unreachable = request.unreachable, %addr, "coderd listener reachability changed");
+        }
+        (request.done)(outcome);
+    }
+}
+
+impl FakeCoderd {
+    /// A fake with the default seed on a free loopback port.
+    pub async fn start() -> anyhow::Result<FakeCoderd> {
+        Self::start_with(FakeConfig::default()).await
+    }
+
+    pub async fn start_with(config: FakeConfig) -> anyhow::Result<FakeCoderd> {
+        let operator_token = config.operator_token.clone().unwrap_or_else(generate_session_token);
+        split_session_token(&operator_token).map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
+        let world = World::new(config.seed, operator_token.clone()).map_err(|error| anyhow!("invalid seed: {error}"))?;
+
+        let listen = config.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let coderd_listener = TcpListener::bind(listen).with_context(|| format!("binding coderd listener {listen}"))?;
+        let coderd_addr = coderd_listener.local_addr().context("reading the coderd listener address")?;
+        let admin_listen = config.admin_listen.unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
+        let admin_listener =
+            TcpListener::bind(admin_listen).with_context(|| format!("binding admin listener {admin_listen}"))?;
+
+        let (reachability, requests) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(world, reachability));
+        let coderd_server = start_coderd(coderd_listener, &shared).await;
+        let listener_task =
+            tokio::spawn(run_coderd_listener(coderd_addr, Some(coderd_server), Arc::clone(&shared), requests));
+
+        let admin_server = MockServer::builder().listener(admin_listener).disable_request_recording().start().await;
+        let coderd_url = format!("http://{coderd_addr}");
+        admin_server.register(admin::mock(Arc::clone(&shared), config.admin_token.clone(), coderd_url)).await;
+
+        Ok(FakeCoderd {
+            shared,
+            coderd_addr,
+            admin_server,
+            listener_task,
+            admin_token: config.admin_token,
+            operator_token,
+        })
+    }
+
+    /// coderd base URL, e.g. `http://127.0.0.1:PORT` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.coderd_addr)
+    }
+
+    /// Admin API base URL (the API lives under `/__fake/`), no trailing slash.
+    pub fn admin_url(&self) -> String {
+        self.admin_server.uri()
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.coderd_addr
+    }
+
+    /// The owner operator session token.
+    pub fn operator_token(&self) -> String {
+        self.operator_token.clone()
+    }
+
+    pub fn admin_token(&self) -> String {
+        self.admin_token.clone()
+    }
+
+    /// An HTTP admin client for this fake.
+    pub fn admin(&self) -> AdminClient {
+        AdminClient::new(&self.admin_url(), &self.admin_token)
+    }
+
+    pub fn reset(&self) -> anyhow::Result<()> {
+        self.shared.lock().reset().map_err(|error| anyhow!(error))
+    }
+
+    pub fn set_entitlement(&self, entitlement: Entitlement) {
+        self.shared.lock().set_entitlement(entitlement);
+    }
+
+    pub fn set_license(&self, has_license: bool) {
+        self.shared.lock().set_license(has_license);
+    }
+
+    pub fn set_entitlements_require_token(&self, require: bool) {
+        self.shared.lock().set_entitlements_require_token(require);
+    }
+
+    /// `false` models an AGPL coderd (no entitlements or provisioner-key routes).
+    pub fn set_enterprise(&self, enterprise: bool) {
+        self.shared.lock().set_enterprise(enterprise);
+    }
+
+    pub fn add_organization(&self, name: &str) -> anyhow::Result<Organization> {
+        self.shared.lock().add_organization(name).map_err(|error| anyhow!(error))
+    }
+
+    /// Adds a user (member of `default`) and returns their session token.
+    pub fn add_user(&self, username: &str, role: UserRole) -> anyhow::Result<String> {
+        self.add_user_with(&SeedUser::new(username, role))
+    }
+
+    pub fn add_user_with(&self, user: &SeedUser) -> anyhow::Result<String> {
+        self.shared.lock().add_user(user).map_err(|error| anyhow!(error))
+    }
+
+    pub fn inject_fault(&self, fault: FaultSpec) -> anyhow::Result<()> {
+        self.shared.lock().inject_fault(fault).map_err(|error| anyhow!(error))
+    }
+
+    pub fn clear_faults(&self) {
+        self.shared.lock().clear_faults();
+    }
+
+    pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
+        self.shared.lock().set_rate_limit(spec);
+    }
+
+    /// Closes (`true`) or reopens (`false`, same port) the coderd listener; returns once done.
+    pub async fn set_unreachable(&self, unreachable: bool) -> anyhow::Result<()> {
+        let (sender, receiver) = oneshot::channel();
+        self.shared.request_reachability(
+            unreachable,
+            Box::new(move |outcome| {
+                let _ = sender.send(outcome);
+            }),
+        );
+        receiver.await.context("the coderd listener task stopped")?.map_err(|error| anyhow!(error))
+    }
+
+    pub fn keys(&self, org: &str) -> anyhow::Result<Vec<ProvisionerKey>> {
+        self.shared.lock().keys(org).map_err(|error| anyhow!(error))
+    }
+
+    pub fn create_key_directly(&self, org: &str, name: &str, tags: BTreeMap<String, String>) -> anyhow::Result<String> {
+        self.shared.lock().create_key_directly(org, name, tags).map_err(|error| anyhow!(error))
+    }
+
+    pub fn journal(&self) -> Vec<JournalEntry> {
+        self.shared.lock().journal()
+    }
+
+    pub fn clear_journal(&self) {
+        self.shared.lock().clear_journal();
+    }
+}

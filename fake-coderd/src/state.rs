@@ -1,0 +1,558 @@
+//! The deployment a fake coderd models: organizations, users and their session tokens, provisioner
+//! keys per organization, and licensing. Pure logic, no I/O: routes translate HTTP into these calls.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use rand::RngExt;
+use rand::distr::Alphanumeric;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::api::ApiError;
+use crate::seed::{Seed, SeedUser};
+
+pub const DEFAULT_ORGANIZATION_NAME: &str = "default";
+pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+/// The owner user that holds the operator token (coderd-api.md §1.2).
+pub const OPERATOR_USERNAME: &str = "coder-k8s-operator";
+/// coderd-api.md §2.6: `secretLength = 43`.
+pub const KEY_SECRET_LENGTH: usize = 43;
+/// coderd-api.md §2.6: `varchar(64)`, checked in bytes.
+pub const MAX_KEY_NAME_BYTES: usize = 64;
+/// coderd-api.md §2.5/§2.7: the reserved keys, present only in the default organization, with fixed ids.
+pub const RESERVED_KEYS: [(&str, &str); 3] = [
+    ("built-in", "00000000-0000-0000-0000-000000000001"),
+    ("user-auth", "00000000-0000-0000-0000-000000000002"),
+    ("psk", "00000000-0000-0000-0000-000000000003"),
+];
+const TOKEN_ID_LENGTH: usize = 10;
+const TOKEN_SECRET_LENGTH: usize = 22;
+
+/// `external_provisioner_daemons` entitlement of the deployment; `Absent` leaves the feature out of the map.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Entitlement {
+    Entitled,
+    GracePeriod,
+    NotEntitled,
+    Absent,
+}
+
+impl Entitlement {
+    /// The wire value, `None` for an absent feature.
+    pub fn wire_value(self) -> Option<&'static str> {
+        match self {
+            Entitlement::Entitled => Some("entitled"),
+            Entitlement::GracePeriod => Some("grace_period"),
+            Entitlement::NotEntitled => Some("not_entitled"),
+            Entitlement::Absent => None,
+        }
+    }
+
+    /// §1.5: the feature gate passes when the feature is entitled or in grace period.
+    pub fn enabled(self) -> bool {
+        matches!(self, Entitlement::Entitled | Entitlement::GracePeriod)
+    }
+}
+
+/// Site role of a user. Owners may do everything and may bypass rate limits (§1.7).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UserRole {
+    Owner,
+    Member,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UserStatus {
+    #[default]
+    Active,
+    Suspended,
+    Dormant,
+}
+
+impl UserStatus {
+    fn wire_value(self) -> &'static str {
+        match self {
+            UserStatus::Active => "active",
+            UserStatus::Suspended => "suspended",
+            UserStatus::Dormant => "dormant",
+        }
+    }
+}
+
+/// `codersdk.Organization` (§2.3).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Organization {
+    pub id: String,
+    pub name: String,
+    pub display_name: String,
+    pub icon: String,
+    pub description: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub is_default: bool,
+}
+
+/// `codersdk.ProvisionerKey` (§2.5); never carries the secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ProvisionerKey {
+    pub id: String,
+    pub created_at: String,
+    pub organization: String,
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One role entry of `codersdk.User.roles`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RoleView {
+    pub name: String,
+    pub display_name: String,
+}
+
+/// `codersdk.User` (§2.2).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct UserView {
+    pub id: String,
+    pub username: String,
+    pub email: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub status: String,
+    pub login_type: String,
+    pub organization_ids: Vec<String>,
+    pub roles: Vec<RoleView>,
+}
+
+#[derive(Clone, Debug)]
+pub struct User {
+    pub id: String,
+    pub username: String,
+    pub role: UserRole,
+    pub status: UserStatus,
+    /// Organization ids the user is a member of.
+    pub organization_ids: Vec<String>,
+    pub created_at: String,
+}
+
+impl User {
+    pub fn is_owner(&self) -> bool {
+        self.role == UserRole::Owner
+    }
+}
+
+#[derive(Clone, Debug)]
+struct SessionToken {
+    id: String,
+    secret_hash: String,
+    user_id: String,
+    expired_at: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct StoredKey {
+    view: ProvisionerKey,
+    /// sha256 of the plaintext; reserved keys have none.
+    secret_hash: Option<String>,
+    reserved: bool,
+}
+
+/// The whole mutable deployment.
+#[derive(Clone, Debug)]
+pub struct State {
+    organizations: Vec<Organization>,
+    users: Vec<User>,
+    tokens: Vec<SessionToken>,
+    keys: Vec<StoredKey>,
+    pub entitlement: Entitlement,
+    pub has_license: bool,
+    pub entitlements_require_token: bool,
+    pub enterprise: bool,
+    pub daemon_psk: Option<String>,
+    last_timestamp: Timestamp,
+}
+
+/// Random `[A-Za-z0-9]` string.
+pub fn random_alphanumeric(length: usize) -> String {
+    rand::rng().sample_iter(Alphanumeric).take(length).map(char::from).collect()
+}
+
+/// A new session token shaped `<10>-<22>` (§1.2).
+pub fn generate_session_token() -> String {
+    format!("{}-{}", random_alphanumeric(TOKEN_ID_LENGTH), random_alphanumeric(TOKEN_SECRET_LENGTH))
+}
+
+fn sha256_hex(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Splits a session token as coderd does (§1.4), with coderd's reason texts.
+pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
+    let parts: Vec<&str> = token.split('-').collect();
+    let [id, secret] = parts.as_slice() else {
+        return Err(format!("incorrect amount of API key parts, expected 2 got {}", parts.len()));
+    };
+    if id.len() != TOKEN_ID_LENGTH {
+        return Err(format!("invalid API key ID length, expected {TOKEN_ID_LENGTH} got {}", id.len()));
+    }
+    if secret.len() != TOKEN_SECRET_LENGTH {
+        return Err(format!(
+            "invalid API key secret length, expected {TOKEN_SECRET_LENGTH} got {}",
+            secret.len()
+        ));
+    }
+    Ok((id, secret))
+}
+
+fn is_reserved_key_name(name: &str) -> bool {
+    RESERVED_KEYS.iter().any(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
+}
+
+impl State {
+    /// Builds the deployment a seed describes, with `operator_token` belonging to the owner operator user.
+    pub fn from_seed(seed: &Seed, operator_token: &str) -> Result<State, String> {
+        let mut state = State {
+            organizations: Vec::new(),
+            users: Vec::new(),
+            tokens: Vec::new(),
+            keys: Vec::new(),
+            entitlement: seed.entitlement,
+            has_license: seed.has_license,
+            entitlements_require_token: seed.entitlements_require_token,
+            enterprise: seed.enterprise,
+            daemon_psk: seed.provisioner_daemon_psk.clone(),
+            last_timestamp: Timestamp::UNIX_EPOCH,
+        };
+        let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);
+        let default_org = state.insert_organization(DEFAULT_ORGANIZATION_NAME, default_id, true)?;
+        for (name, id) in RESERVED_KEYS {
+            let created_at = state.next_timestamp();
+            state.keys.push(StoredKey {
+                view: ProvisionerKey {
+                    id: id.to_string(),
+                    created_at,
+                    organization: default_org.id.clone(),
+                    name: name.to_string(),
+                    tags: BTreeMap::new(),
+                },
+                secret_hash: None,
+                reserved: true,
+            });
+        }
+        for org in &seed.organizations {
+            state.insert_organization(&org.name, org.id.unwrap_or_else(Uuid::new_v4), false)?;
+        }
+        let mut operator = SeedUser::new(OPERATOR_USERNAME, UserRole::Owner);
+        operator.token = Some(operator_token.to_string());
+        for user in std::iter::once(&operator).chain(&seed.users) {
+            state.add_user(user)?;
+        }
+        Ok(state)
+    }
+
+    /// Strictly increasing "now", so that keys created in one burst still sort by `created_at`.
+    fn next_timestamp(&mut self) -> String {
+        let now = Timestamp::now();
+        let next = if now > self.last_timestamp {
+            now
+        } else {
+            self.last_timestamp
+                .checked_add(jiff::SignedDuration::from_micros(1))
+                .unwrap_or(self.last_timestamp)
+        };
+        self.last_timestamp = next;
+        next.to_string()
+    }
+
+    fn insert_organization(&mut self, name: &str, id: Uuid, is_default: bool) -> Result<Organization, String> {
+        if name.is_empty() {
+            return Err("organization name must not be empty".to_string());
+        }
+        let id = id.to_string();
+        if self.organizations.iter().any(|org| org.name.eq_ignore_ascii_case(name) || org.id == id) {
+            return Err(format!("organization {name:?} (id {id}) already exists"));
+        }
+        let created_at = self.next_timestamp();
+        let org = Organization {
+            id,
+            name: name.to_string(),
+            display_name: name.to_string(),
+            icon: String::new(),
+            description: String::new(),
+            updated_at: created_at.clone(),
+            created_at,
+            is_default,
+        };
+        self.organizations.push(org.clone());
+        Ok(org)
+    }
+
+    /// Adds a non-default organization.
+    pub fn add_organization(&mut self, name: &str) -> Result<Organization, String> {
+        self.insert_organization(name, Uuid::new_v4(), false)
+    }
+
+    pub fn organizations(&self) -> &[Organization] {
+        &self.organizations
+    }
+
+    /// Adds a user with a session token (the given one or a new one) and returns the token.
+    pub fn add_user(&mut self, spec: &SeedUser) -> Result<String, String> {
+        if spec.username.is_empty() {
+            return Err("username must not be empty".to_string());
+        }
+        if self.users.iter().any(|user| user.username.eq_ignore_ascii_case(&spec.username)) {
+            return Err(format!("user {:?} already exists", spec.username));
+        }
+        let token = spec.token.clone().unwrap_or_else(generate_session_token);
+        let (token_id, token_secret) = split_session_token(&token)
+            .map_err(|reason| format!("session token of user {:?} is not <10>-<22> shaped: {reason}", spec.username))?;
+        if self.tokens.iter().any(|existing| existing.id == token_id) {
+            return Err(format!("session token id of user {:?} is already in use", spec.username));
+        }
+        let mut organization_ids = Vec::new();
+        for name in &spec.organizations {
+            let org = self
+                .organization(name)
+                .ok_or_else(|| format!("user {:?}: unknown organization {name:?}", spec.username))?;
+            organization_ids.push(org.id.clone());
+        }
+        let created_at = self.next_timestamp();
+        let user = User {
+            id: Uuid::new_v4().to_string(),
+            username: spec.username.clone(),
+            role: spec.role,
+            status: spec.status,
+            organization_ids,
+            created_at: created_at.clone(),
+        };
+        self.tokens.push(SessionToken {
+            id: token_id.to_string(),
+            secret_hash: sha256_hex(token_secret),
+            user_id: user.id.clone(),
+            expired_at: spec.token_expired.then_some(created_at),
+        });
+        self.users.push(user);
+        Ok(token)
+    }
+
+    /// The §1.4 checks in coderd's order, for a token found in cookie, query or header.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<&User, ApiError> {
+        let Some(token) = token.filter(|token| !token.is_empty()) else {
+            return Err(ApiError::signed_out(
+                "Cookie \"coder_session_token\" or query parameter must be provided.",
+            ));
+        };
+        let (id, secret) =
+            split_session_token(token).map_err(|reason| ApiError::signed_out(format!("Invalid API key format: {reason}")))?;
+        let stored = self
+            .tokens
+            .iter()
+            .find(|stored| stored.id == id)
+            .ok_or_else(|| ApiError::signed_out("API key is invalid."))?;
+        if stored.secret_hash != sha256_hex(secret) {
+            return Err(ApiError::signed_out("API key secret is invalid."));
+        }
+        if let Some(expired_at) = &stored.expired_at {
+            return Err(ApiError::signed_out(format!("API key expired at \"{expired_at}\".")));
+        }
+        let user = self
+            .users
+            .iter()
+            .find(|user| user.id == stored.user_id)
+            .ok_or_else(|| ApiError::signed_out("API key is invalid."))?;
+        if user.status != UserStatus::Active {
+            return Err(ApiError::new(
+                401,
+                format!(
+                    "User is not active (status = \"{}\"). Contact an admin to reactivate your account.",
+                    user.status.wire_value()
+                ),
+            ));
+        }
+        Ok(user)
+    }
+
+    /// §2.3 resolution: `default` or the nil UUID, then a UUID by id, then a case-insensitive name.
+    pub fn organization(&self, ident: &str) -> Option<&Organization> {
+        if ident == DEFAULT_ORGANIZATION_NAME || ident == NIL_UUID {
+            return self.organizations.iter().find(|org| org.is_default);
+        }
+        if let Ok(id) = Uuid::parse_str(ident) {
+            let id = id.to_string();
+            return self.organizations.iter().find(|org| org.id == id);
+        }
+        self.organizations.iter().find(|org| org.name.eq_ignore_ascii_case(ident))
+    }
+
+    /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no read access" is 404).
+    pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
+        if ident.is_empty() {
+            return Err(ApiError::new(400, "\"organization\" must be provided."));
+        }
+        self.organization(ident)
+            .filter(|org| user.is_owner() || user.organization_ids.contains(&org.id))
+            .ok_or_else(ApiError::resource_not_found)
+    }
+
+    pub fn user_view(&self, user: &User) -> UserView {
+        let roles = match user.role {
+            UserRole::Owner => vec![RoleView { name: "owner".to_string(), display_name: "Owner".to_string() }],
+            UserRole::Member => Vec::new(),
+        };
+        UserView {
+            id: user.id.clone(),
+            username: user.username.clone(),
+            email: format!("{}@fake-coderd.invalid", user.username),
+            created_at: user.created_at.clone(),
+            updated_at: user.created_at.clone(),
+            status: user.status.wire_value().to_string(),
+            login_type: if user.username == OPERATOR_USERNAME { "none" } else { "password" }.to_string(),
+            organization_ids: user.organization_ids.clone(),
+            roles,
+        }
+    }
+
+    pub fn user_by_name_or_id(&self, ident: &str) -> Option<&User> {
+        self.users.iter().find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
+    }
+
+    /// §2.5: the organization's keys without the reserved ones, oldest first.
+    pub fn list_keys(&self, organization_id: &str) -> Vec<ProvisionerKey> {
+        let mut keys: Vec<ProvisionerKey> = self
+            .keys
+            .iter()
+            .filter(|key| key.view.organization == organization_id && !key.reserved)
+            .map(|key| key.view.clone())
+            .collect();
+        keys.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        keys
+    }
+
+    /// §2.6 validation (after JSON decoding) and insert; returns the plaintext secret.
+    pub fn create_key(
+        &mut self,
+        organization_id: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+    ) -> Result<String, ApiError> {
+        if name.is_empty() {
+            return Err(ApiError::validation("name", "Name is required"));
+        }
+        if name.len() > MAX_KEY_NAME_BYTES {
+            return Err(ApiError::validation("name", "Name must be at most 64 characters"));
+        }
+        if is_reserved_key_name(name) {
+            return Err(ApiError::validation("name", format!("Name cannot be reserved name '{name}'")));
+        }
+        if self.find_key(organization_id, name).is_some() {
+            return Err(ApiError::new(
+                409,
+                format!("Provisioner key with name '{name}' already exists in organization"),
+            ));
+        }
+        let secret = random_alphanumeric(KEY_SECRET_LENGTH);
+        let created_at = self.next_timestamp();
+        self.keys.push(StoredKey {
+            view: ProvisionerKey {
+                id: Uuid::new_v4().to_string(),
+                created_at,
+                organization: organization_id.to_string(),
+                // §2.6: stored lower-cased (`lower(@name)`).
+                name: name.to_lowercase(),
+                tags,
+            },
+            secret_hash: Some(sha256_hex(&secret)),
+            reserved: false,
+        });
+        Ok(secret)
+    }
+
+    fn find_key(&self, organization_id: &str, name: &str) -> Option<&StoredKey> {
+        let lowered = name.to_lowercase();
+        self.keys
+            .iter()
+            .find(|key| key.view.organization == organization_id && key.view.name == lowered)
+    }
+
+    /// §2.7: 404 when the name is unknown in the organization (checked first, as the middleware does),
+    /// then 400 for a reserved key, else removed.
+    pub fn delete_key(&mut self, organization_id: &str, name: &str) -> Result<(), ApiError> {
+        if name.is_empty() {
+            return Err(ApiError::new(400, "\"provisionerkey\" must be provided."));
+        }
+        let key = self.find_key(organization_id, name).ok_or_else(ApiError::resource_not_found)?;
+        if key.reserved {
+            return Err(ApiError::new(400, format!("Cannot delete reserved '{}' provisioner key", key.view.name)));
+        }
+        let id = key.view.id.clone();
+        self.keys.retain(|key| key.view.id != id);
+        Ok(())
+    }
+
+    /// §2.9: a daemon key is found by the hash of its plaintext.
+    pub fn key_by_secret(&self, secret: &str) -> Option<&ProvisionerKey> {
+        let hash = sha256_hex(secret);
+        self.keys
+            .iter()
+            .find(|key| key.secret_hash.as_deref() == Some(hash.as_str()))
+            .map(|key| &key.view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn state() -> State {
+        let seed = Seed {
+            organizations: vec![crate::seed::SeedOrganization { name: "Acme".to_string(), id: None }],
+            ..Seed::default()
+        };
+        State::from_seed(&seed, "abcdefghij-0123456789012345678901").expect("seed is valid")
+    }
+
+    #[rstest]
+    #[case("a", "incorrect amount of API key parts, expected 2 got 1")]
+    #[case("a-b-c", "incorrect amount of API key parts, expected 2 got 3")]
+    #[case("abcdefg-0123456789012345678901", "invalid API key ID length, expected 10 got 7")]
+    #[case("abcdefghij-01234", "invalid API key secret length, expected 22 got 5")]
+    fn malformed_tokens_report_coderds_reason(#[case] token: &str, #[case] reason: &str) {
+        assert_eq!(split_session_token(token), Err(reason.to_string()));
+    }
+
+    #[rstest]
+    #[case("default", true)]
+    #[case(NIL_UUID, true)]
+    #[case("acme", false)]
+    #[case("ACME", false)]
+    fn organization_lookup(#[case] ident: &str, #[case] is_default: bool) {
+        let state = state();
+        let org = state.organization(ident).expect("organization found");
+        assert_eq!(org.is_default, is_default);
+        assert_eq!(state.organization(&org.id.clone()).map(|o| o.name.as_str()), Some(org.name.as_str()));
+    }
+
+    #[test]
+    fn unknown_uuid_is_not_looked_up_by_name() {
+        assert!(state().organization("11111111-1111-1111-1111-111111111111").is_none());
+    }
+
+    #[test]
+    fn created_keys_are_lower_cased_sorted_and_authenticate_by_secret() {
+        let mut state = state();
+        let org = state.organization("default").expect("default org").id.clone();
+        let first = state.create_key(&org, "Zeta", BTreeMap::new()).expect("created");
+        state.create_key(&org, "alpha", BTreeMap::new()).expect("created");
+        assert_eq!(first.len(), KEY_SECRET_LENGTH);
+        let names: Vec<String> = state.list_keys(&org).into_iter().map(|k| k.name).collect();
+        assert_eq!(names, ["zeta", "alpha"]);
+        assert_eq!(state.key_by_secret(&first).map(|k| k.name.as_str()), Some("zeta"));
+        assert_eq!(state.create_key(&org, "ZETA", BTreeMap::new()).map_err(|e| e.status), Err(409));
+    }
+}

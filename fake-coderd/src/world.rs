@@ -1,0 +1,153 @@
+//! Everything a fake holds behind one lock — deployment state, faults, rate limiter, journal — and the
+//! control operations the Rust API and the admin HTTP API share.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc;
+
+use crate::faults::{FaultSpec, Faults};
+use crate::journal::{Journal, JournalEntry};
+use crate::ratelimit::{RateLimitSpec, RateLimiter};
+use crate::seed::{Seed, SeedUser};
+use crate::state::{Entitlement, Organization, ProvisionerKey, State, generate_session_token};
+
+#[derive(Debug)]
+pub struct World {
+    pub state: State,
+    pub faults: Faults,
+    pub limiter: RateLimiter,
+    pub journal: Journal,
+    /// The seed with every generated id and token fixed, so a reset returns to the very same deployment.
+    seed: Seed,
+    operator_token: String,
+}
+
+/// Fixes the ids and tokens a seed leaves to chance.
+fn pin_seed(mut seed: Seed) -> Seed {
+    seed.default_organization_id.get_or_insert_with(uuid::Uuid::new_v4);
+    for org in &mut seed.organizations {
+        org.id.get_or_insert_with(uuid::Uuid::new_v4);
+    }
+    for user in &mut seed.users {
+        user.token.get_or_insert_with(generate_session_token);
+    }
+    seed
+}
+
+impl World {
+    pub fn new(seed: Seed, operator_token: String) -> Result<World, String> {
+        let seed = pin_seed(seed);
+        let state = State::from_seed(&seed, &operator_token)?;
+        Ok(World {
+            state,
+            faults: Faults::default(),
+            limiter: RateLimiter::default(),
+            journal: Journal::default(),
+            seed,
+            operator_token,
+        })
+    }
+
+    pub fn operator_token(&self) -> &str {
+        &self.operator_token
+    }
+
+    /// State back to the seed, faults and rate limit cleared, journal emptied.
+    pub fn reset(&mut self) -> Result<(), String> {
+        self.state = State::from_seed(&self.seed, &self.operator_token)?;
+        self.faults.clear();
+        self.limiter.set(None);
+        self.journal.clear();
+        Ok(())
+    }
+
+    pub fn set_entitlement(&mut self, entitlement: Entitlement) {
+        self.state.entitlement = entitlement;
+    }
+
+    pub fn set_license(&mut self, has_license: bool) {
+        self.state.has_license = has_license;
+    }
+
+    pub fn set_entitlements_require_token(&mut self, require: bool) {
+        self.state.entitlements_require_token = require;
+    }
+
+    pub fn set_enterprise(&mut self, enterprise: bool) {
+        self.state.enterprise = enterprise;
+    }
+
+    pub fn add_organization(&mut self, name: &str) -> Result<Organization, String> {
+        self.state.add_organization(name)
+    }
+
+    pub fn add_user(&mut self, user: &SeedUser) -> Result<String, String> {
+        self.state.add_user(user)
+    }
+
+    pub fn inject_fault(&mut self, fault: FaultSpec) -> Result<(), String> {
+        self.faults.inject(fault)
+    }
+
+    pub fn clear_faults(&mut self) {
+        self.faults.clear();
+    }
+
+    pub fn set_rate_limit(&mut self, spec: Option<RateLimitSpec>) {
+        self.limiter.set(spec);
+    }
+
+    fn organization_id(&self, org: &str) -> Result<String, String> {
+        self.state.organization(org).map(|org| org.id.clone()).ok_or_else(|| format!("unknown organization {org:?}"))
+    }
+
+    /// The organization's keys as `GET .../provisionerkeys` would list them.
+    pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, String> {
+        Ok(self.state.list_keys(&self.organization_id(org)?))
+    }
+
+    /// Creates a key as if some other client had (not journaled); returns its plaintext.
+    pub fn create_key_directly(&mut self, org: &str, name: &str, tags: BTreeMap<String, String>) -> Result<String, String> {
+        let org_id = self.organization_id(org)?;
+        self.state.create_key(&org_id, name, tags).map_err(|error| error.body.message)
+    }
+
+    pub fn journal(&self) -> Vec<JournalEntry> {
+        self.journal.entries().to_vec()
+    }
+
+    pub fn clear_journal(&mut self) {
+        self.journal.clear();
+    }
+}
+
+/// A request to close (`true`) or reopen (`false`) the coderd listener, and where to report the outcome.
+pub struct ReachabilityRequest {
+    pub unreachable: bool,
+    pub done: Box<dyn FnOnce(Result<(), String>) + Send>,
+}
+
+/// What the coderd and admin responders share.
+pub struct Shared {
+    world: Mutex<World>,
+    reachability: mpsc::UnboundedSender<ReachabilityRequest>,
+}
+
+impl Shared {
+    pub fn new(world: World, reachability: mpsc::UnboundedSender<ReachabilityRequest>) -> Shared {
+        Shared { world: Mutex::new(world), reachability }
+    }
+
+    /// The world; a panic in another responder does not make it unusable.
+    pub fn lock(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Asks the listener task to close or reopen the coderd listener; `done` is called when it has.
+    pub fn request_reachability(&self, unreachable: bool, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
+        if let Err(mpsc::error::SendError(request)) = self.reachability.send(ReachabilityRequest { unreachable, done }) {
+            (request.done)(Err("the fake coderd is shutting down".to_string()));
+        }
+    }
+}

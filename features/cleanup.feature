@@ -1,0 +1,91 @@
+@fake-coderd
+Feature: Clean-up when a provisioner is deleted
+  The operator deletes the key this provisioner created, found by status.organizationID and
+  status.provisionerKeyID, not by the names in the spec. The clean-up is best-effort: when
+  coderd cannot be reached or the delete fails, the finalizer is still removed and the key
+  stays valid in coderd.
+
+  Background:
+    Given a Ready control plane with operator access
+
+  @R-DEL-2 @R-DEL-4 @R-DEL-12 @tutorial @core
+  Scenario: Deleting the provisioner deletes its key in coderd
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key no longer exists in coderd
+    And coderd saw exactly 1 DELETE on "provisionerkey"
+
+  @R-DEL-3 @R-DEL-10 @tutorial @core
+  Scenario: The key is found by its recorded id, not by the names in the spec
+    Given a provisioner key named "someone-elses-key" already exists in the scenario's organization
+    And the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the control plane status is changed to:
+      """
+      externalProvisionerDaemonsEntitlement: not_entitled
+      """
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    When the provisioner spec is changed to:
+      """
+      key:
+        name: someone-elses-key
+      """
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key no longer exists in coderd
+    And coderd holds exactly 1 provisioner key named "someone-elses-key"
+
+  @R-DEL-5 @tutorial @core
+  Scenario: A provisioner without a recorded key is removed without calling coderd
+    Given the control plane status is changed to:
+      """
+      externalProvisionerDaemonsEntitlement: not_entitled
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    And the provisioner carries the finalizer "coder.com/provisioner-key-cleanup"
+    When the provisioner is deleted
+    Then the provisioner is gone
+    And coderd saw no requests
+
+  @R-DEL-6 @tutorial @core
+  Scenario: Without its control plane the provisioner is removed and the key stays
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the control plane is deleted
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key still exists in coderd
+    And coderd saw no DELETE on "provisionerkey"
+
+  @R-DEL-7 @tutorial @core
+  Scenario: Without the operator token the provisioner is removed and the key stays
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the operator token Secret is deleted
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key still exists in coderd
+    And coderd saw no DELETE on "provisionerkey"
+
+  @R-DEL-8 @tutorial @serial @fault-injection @core
+  Scenario: When coderd is unreachable the provisioner is removed and the key stays
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When coderd becomes unreachable
+    And the provisioner is deleted
+    Then the provisioner is gone
+    When coderd becomes reachable again
+    Then the recorded provisioner key still exists in coderd
+
+  @R-DEL-8 @tutorial @serial @fault-injection @core
+  Scenario: When the delete call fails the provisioner is removed after one attempt
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When coderd answers every DELETE on "provisionerkey" with status 500
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key still exists in coderd
+    And coderd saw exactly 1 DELETE on "provisionerkey"

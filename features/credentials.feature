@@ -1,0 +1,138 @@
+@fake-coderd
+Feature: Credential Secrets referenced by extraEnv
+  Each Secret named by an extraEnv secretKeyRef must carry the label coder.com/credential=true
+  and the annotation coder.com/credential-destinations listing the origin of the control
+  plane's status.url. Otherwise CredentialsReady is False and the operator changes nothing.
+  In the Secrets below, {origin} stands for that origin and {authority} for its host:port.
+
+  Background:
+    Given a Ready control plane with operator access
+
+  @R-CRED-2 @tutorial @core
+  Scenario: A provisioner without credential Secrets has valid credentials
+    When the sample provisioner is applied
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+
+  @R-CRED-1 @R-CRED-13 @R-POD-13 @tutorial @core
+  Scenario: A Secret cleared for the control plane's origin is used verbatim
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels:
+        coder.com/credential: "true"
+      annotations:
+        coder.com/credential-destinations: "https://other.example.com, {origin}"
+      """
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: proxy-credentials
+              key: value
+      """
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner becomes Ready
+    And the provisioner container's env is:
+      | name                         | value | secret                        |
+      | CODER_URL                    | {url} |                               |
+      | CODER_PROVISIONER_DAEMON_KEY |       | {provisioner}-provisioner-key/key |
+      | PROXY_PASSWORD               |       | proxy-credentials/value       |
+
+  @R-CRED-3 @R-CRED-4 @R-CRED-5 @R-CRED-6 @R-CRED-7 @R-CRED-9 @D-2 @tutorial @core
+  Scenario Outline: A credential Secret that is not cleared blocks the provisioner: <case>
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels: <labels>
+      annotations: <annotations>
+      """
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: <secret>
+              key: value
+      """
+    Then the provisioner has condition "CredentialsReady" "False" with reason "<reason>"
+    And coderd saw no POST on "provisionerkeys"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+    Examples:
+      | case                      | secret            | labels                         | annotations                                                      | reason                        |
+      | label missing             | proxy-credentials | {}                             | {coder.com/credential-destinations: "{origin}"}                  | CredentialLabelMissing        |
+      | label not "true"          | proxy-credentials | {coder.com/credential: "yes"}  | {coder.com/credential-destinations: "{origin}"}                  | CredentialLabelMissing        |
+      | annotation missing        | proxy-credentials | {coder.com/credential: "true"} | {}                                                               | CredentialDestinationMissing  |
+      | another origin            | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "https://coder.example.com"} | CredentialDestinationMismatch |
+      | lookalike host suffix     | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://127.0.0.1.evil.test"} | CredentialDestinationMismatch |
+      | lookalike path            | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://evil.test/{authority}"} | CredentialDestinationMismatch |
+      | lookalike userinfo        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://{authority}@evil.test"} | CredentialDestinationMismatch |
+      | origin with a path        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}/api"}              | CredentialDestinationMismatch |
+      | wildcard                  | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "*"}                         | CredentialDestinationMismatch |
+      | Secret does not exist     | no-such-secret    | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}"}                  | CredentialSecretNotFound      |
+
+  @R-CRED-7 @D-2 @core
+  Scenario: An optional reference to a missing Secret is allowed
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: no-such-secret
+              key: value
+              optional: true
+      """
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner becomes Ready
+
+  @R-CRED-11 @extended
+  Scenario: Fixing the Secret lets the provisioner proceed without editing it
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels:
+        coder.com/credential: "true"
+      """
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: proxy-credentials
+              key: value
+      """
+    Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialDestinationMissing"
+    When the credential Secret "proxy-credentials" metadata is changed to:
+      """
+      annotations:
+        coder.com/credential-destinations: "{origin}"
+      """
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner becomes Ready
+
+  @R-CRED-8 @D-1 @tutorial @core
+  Scenario: While credentials are not valid the Deployment is not changed
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels:
+        coder.com/credential: "true"
+      annotations:
+        coder.com/credential-destinations: "{origin}"
+      """
+    And the sample provisioner is Ready
+    Then the provisioner pod template is remembered
+    When the provisioner spec is changed to:
+      """
+      image: example.com/coder:changed
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: not-created-yet
+              key: value
+      """
+    Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialSecretNotFound"
+    And the provisioner Deployment stays unchanged during the observation window
+    And the provisioner is still Ready

@@ -1,0 +1,117 @@
+@fake-coderd
+Feature: The provisioner Deployment
+  The Deployment runs `coder provisioner start` with the key from the key Secret. The PR fixed
+  the daemon's command line: command ["coder"], args "provisioner start", and no
+  CODER_ORGANIZATION (the CLI refuses --org together with --key).
+
+  Background:
+    Given a Ready control plane with operator access
+
+  @R-POD-9 @R-POD-10 @PR @core
+  Scenario: The daemon runs "coder provisioner start"
+    When the sample provisioner is applied
+    Then the provisioner container's command is '["coder"]'
+    And the provisioner container's args are '["provisioner", "start"]'
+
+  @R-POD-10 @core
+  Scenario: extraArgs follow "provisioner start" in order
+    When the sample provisioner is applied with spec:
+      """
+      extraArgs: ["--verbose", "--log-human=/dev/stderr"]
+      """
+    Then the provisioner container's args are '["provisioner", "start", "--verbose", "--log-human=/dev/stderr"]'
+
+  @R-POD-11 @R-POD-12 @R-POD-13 @R-POD-14 @PR @core
+  Scenario: The daemon gets the coderd URL and the key, and no organization
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: CODER_VERBOSE
+          value: "true"
+      """
+    Then the provisioner container's env is:
+      | name                         | value | secret                            |
+      | CODER_URL                    | {url} |                                   |
+      | CODER_PROVISIONER_DAEMON_KEY |       | {provisioner}-provisioner-key/key |
+      | CODER_VERBOSE                | true  |                                   |
+    And the provisioner container has no env var "CODER_ORGANIZATION"
+
+  @R-POD-8 @core
+  Scenario: The image comes from the spec
+    When the sample provisioner is applied with spec:
+      """
+      image: example.com/coder:v2.30.0
+      """
+    Then the provisioner container's image is "example.com/coder:v2.30.0"
+
+  @R-POD-8 @core
+  Scenario: Without an image in the spec the control plane's image is used
+    Given the control plane's spec is changed to:
+      """
+      image: example.com/coderd:v2.29.1
+      """
+    When the sample provisioner is applied
+    Then the provisioner container's image is "example.com/coderd:v2.29.1"
+
+  @R-POD-8 @core
+  Scenario: Without any image the default image is used
+    When the sample provisioner is applied
+    Then the provisioner container's image is "ghcr.io/coder/coder:latest"
+
+  @R-POD-1 @core
+  Scenario Outline: The Deployment runs <expected> replica(s) for spec.replicas <replicas>
+    When the sample provisioner is applied with spec:
+      """
+      replicas: <replicas>
+      """
+    Then the provisioner Deployment has <expected> replicas
+
+    Examples:
+      | replicas | expected |
+      | 3        | 3        |
+      | 0        | 0        |
+      | null     | 1        |
+
+  @R-POD-16 @extended
+  Scenario: The container gets the resources of the spec
+    When the sample provisioner is applied with spec:
+      """
+      resources:
+        requests:
+          cpu: 250m
+          memory: 256Mi
+        limits:
+          memory: 1Gi
+      """
+    Then the provisioner container's resources are:
+      """
+      requests:
+        cpu: 250m
+        memory: 256Mi
+      limits:
+        memory: 1Gi
+      """
+
+  @R-POD-4 @R-RES-1 @R-RES-3 @core
+  Scenario: The pods run as the provisioner's ServiceAccount
+    When the sample provisioner is applied
+    Then the provisioner pod template uses ServiceAccount "{provisioner}-provisioner"
+
+  @R-POD-3 @D-6 @R-KEY-10 @core
+  Scenario: A key rotation rolls the pods
+    Given the sample provisioner is Ready
+    Then the provisioner pod template is remembered
+    When the provisioner key Secret is deleted
+    Then the provisioner pod template changes
+
+  @R-ST-2 @R-ST-3 @R-ST-5 @R-ST-6 @core
+  Scenario: A healthy provisioner reports every condition True
+    When the sample provisioner is applied
+    Then the provisioner becomes Ready
+    And the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
+    And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
+    And the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    And the provisioner has condition "ProvisionerKeySecretReady" "True" with reason "SecretReady"
+    And the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"

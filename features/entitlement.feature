@@ -1,0 +1,78 @@
+@fake-coderd
+Feature: The external provisioner entitlement
+  External provisioners need the Coder license entitlement "external_provisioner_daemons".
+  The operator trusts the control plane's recent check (less than two minutes old) and asks
+  coderd otherwise; without the entitlement it creates no key and no Deployment.
+
+  @R-ENT-1 @R-ENT-4 @tutorial @core
+  Scenario: A recent "entitled" check on the control plane is trusted
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And coderd saw no GET on "entitlements"
+
+  @R-ENT-1 @tutorial @core
+  Scenario: A recent "grace_period" check on the control plane is trusted
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      externalProvisionerDaemonsEntitlement: grace_period
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And the provisioner becomes Ready
+
+  @R-ENT-2 @R-ENT-9 @tutorial @core
+  Scenario: A recent "not_entitled" check blocks the provisioner without asking coderd
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      externalProvisionerDaemonsEntitlement: not_entitled
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    And coderd saw no requests
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+  @R-ENT-3 @R-ENT-4 @core
+  Scenario: A stale check makes the operator ask coderd
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And coderd saw at least 1 GET on "entitlements"
+    And the provisioner becomes Ready
+
+  @R-ENT-5 @R-ENT-9 @serial @core
+  Scenario: coderd reporting "not_entitled" blocks the provisioner
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    And coderd reports the external provisioner entitlement as "not_entitled"
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    And coderd saw no POST on "provisionerkeys"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+  @R-ENT-5 @serial @core
+  Scenario: coderd omitting the feature counts as not entitled
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    And coderd reports the external provisioner entitlement as "absent"
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    And coderd saw no POST on "provisionerkeys"
+
+  @R-ENT-6 @R-ENT-7 @R-ENT-8 @serial @fault-injection @extended
+  Scenario Outline: An entitlements answer of <status> gives the reason <reason>
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    And coderd answers every GET on "entitlements" with status <status>
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "<reason>"
+    And coderd saw no POST on "provisionerkeys"
+
+    Examples:
+      | status | reason                  |
+      | 404    | NotSupported            |
+      | 403    | Forbidden               |
+      | 500    | EntitlementsQueryFailed |

@@ -1,0 +1,110 @@
+@fake-coderd
+Feature: The provisioner key in coderd
+  The operator creates one provisioner key per CoderProvisioner in coderd, stores its plaintext
+  in the key Secret, records it in the status, and replaces it only when it must: the Secret is
+  lost, or the settings the key was made with changed.
+
+  @R-KEY-1 @R-KEY-2 @R-KEY-3 @R-KEY-5 @R-KEY-6 @R-KEY-20 @core
+  Scenario: The first reconcile creates exactly one key and stores it
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    Then the provisioner becomes Ready
+    And the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And coderd saw no DELETE on "provisionerkey"
+    And coderd holds a provisioner key named "coderprovisioner-sample" with tags:
+      | tag   | value        |
+      | scope | organization |
+    And the key in Secret "coderprovisioner-sample-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    And the provisioner status has:
+      | field               | value                                   |
+      | organizationName    | {organization}                          |
+      | organizationID      | {organization id}                       |
+      | provisionerKeyName  | coderprovisioner-sample                 |
+      | controlPlaneRefName | codercontrolplane-sample                |
+      | controlPlaneURL     | {url}                                   |
+      | secretRef.name      | coderprovisioner-sample-provisioner-key |
+      | secretRef.key       | key                                     |
+
+  @R-KEY-10 @D-5 @core
+  Scenario: A lost key Secret replaces the key once
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    And the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    And the provisioner pod template is remembered
+    When the provisioner key Secret is deleted
+    Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
+    And the recorded provisioner key no longer exists in coderd
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    And coderd saw exactly 2 POST on "provisionerkeys"
+    And coderd saw exactly 1 DELETE on "provisionerkey"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    And the provisioner pod template changes
+    And the provisioner becomes Ready
+
+  @R-KEY-13 @R-KEY-17 @extended
+  Scenario: Changing the tags replaces the key
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    When the provisioner spec is changed to:
+      """
+      tags:
+        scope: organization
+        owner: conformance
+      """
+    Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
+    And coderd holds a provisioner key named "coderprovisioner-sample" with tags:
+      | tag   | value        |
+      | owner | conformance  |
+      | scope | organization |
+    And coderd saw exactly 2 POST on "provisionerkeys"
+    And coderd saw exactly 1 DELETE on "provisionerkey"
+
+  @R-KEY-14 @extended
+  Scenario: Changing the key name replaces the key under the new name
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When the provisioner spec is changed to:
+      """
+      key:
+        name: renamed-key
+      """
+    Then coderd holds exactly 1 provisioner key named "renamed-key"
+    And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
+    And the provisioner status has:
+      | field              | value       |
+      | provisionerKeyName | renamed-key |
+
+  @R-KEY-21 @D-4 @extended
+  Scenario: An upper-case key name ends with one lower-case key
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied with spec:
+      """
+      key:
+        name: Upper-Case-Key
+      """
+    Then the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    And coderd holds exactly 1 provisioner key named "upper-case-key"
+    And coderd saw exactly 1 POST on "provisionerkeys"
+
+  @R-KEY-19 @extended
+  Scenario: An organization unknown to coderd creates no key
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied with spec:
+      """
+      organizationName: no-such-organization
+      """
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And coderd saw no POST on "provisionerkeys"
+
+  @R-KEY-22 @D-5 @extended
+  Scenario: A same-named key the provisioner has no plaintext for is replaced
+    Given a Ready control plane with operator access
+    And a provisioner key named "coderprovisioner-sample" already exists in the scenario's organization
+    When the sample provisioner is applied
+    Then the provisioner becomes Ready
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    And coderd saw exactly 1 DELETE on "provisionerkey"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"

@@ -1,0 +1,43 @@
+@fake-coderd
+Feature: The provisioner key Secret
+  The operator creates the key Secret and owns it. A Secret of that name that it does not own
+  is refused (KeySecretNotOwned) and left alone; the operator proceeds once it is gone.
+
+  @R-SEC-1 @R-SEC-2 @R-SEC-3 @R-SEC-4 @R-SEC-7 @core
+  Scenario: The operator creates and owns the key Secret
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    Then the provisioner has condition "ProvisionerKeySecretReady" "True" with reason "SecretReady"
+    And these objects exist, controlled by the provisioner:
+      | kind   | name                           |
+      | Secret | {provisioner}-provisioner-key |
+    And the Secret "{provisioner}-provisioner-key" holds a provisioner key
+
+  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @core
+  Scenario: A Secret the provisioner does not own is refused and left unchanged
+    Given a Ready control plane with operator access
+    And a Secret "taken-key" that the provisioner does not own
+    When the sample provisioner is applied with spec:
+      """
+      key:
+        secretName: taken-key
+      """
+    Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
+    And the Secret "taken-key" is left unchanged
+    And coderd saw no POST on "provisionerkeys"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+  @R-SEC-13 @D-3 @core
+  Scenario: The provisioner proceeds once the refused Secret is gone
+    Given a Ready control plane with operator access
+    And a Secret "taken-key" that the provisioner does not own
+    When the sample provisioner is applied with spec:
+      """
+      key:
+        secretName: taken-key
+      """
+    Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
+    When the Secret "taken-key" is deleted
+    Then the provisioner becomes Ready within 90 seconds
+    And the Secret "taken-key" holds a provisioner key
+    And coderd saw exactly 1 POST on "provisionerkeys"

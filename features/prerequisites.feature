@@ -1,0 +1,111 @@
+@fake-coderd
+Feature: Prerequisites on the referenced control plane
+  A CoderProvisioner uses the CoderControlPlane named by spec.controlPlaneRef in its namespace:
+  its status.url, and its operator access (status.operatorAccessReady and the token Secret named
+  by status.operatorTokenSecretRef). Until those are usable, nothing is created anywhere.
+
+  @R-PRE-1 @R-DEL-1 @core
+  Scenario: The operator puts the key-cleanup finalizer on a new provisioner
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    Then the provisioner carries the finalizer "coder.com/provisioner-key-cleanup"
+
+  @R-PRE-2 @core
+  Scenario: A provisioner whose control plane does not exist waits
+    Given no control plane exists
+    When the sample provisioner is applied
+    Then the provisioner has condition "ControlPlaneReady" "False" with reason "ControlPlaneUnavailable"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+  @R-PRE-3 @core
+  Scenario: A control plane without a URL is unavailable
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      url: null
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ControlPlaneReady" "False" with reason "ControlPlaneUnavailable"
+    And coderd saw no requests
+
+  @R-PRE-4 @core
+  Scenario: The control plane's phase is not a gate
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      phase: Pending
+      """
+    When the sample provisioner is applied
+    Then the provisioner becomes Ready
+
+  @R-PRE-5 @core
+  Scenario: Operator access that is not ready blocks the provisioner
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorAccessReady: false
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
+    And the OperatorAccessReady condition's message mentions "status.operatorAccessReady=true"
+    And coderd saw no requests
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+  @R-PRE-6 @core
+  Scenario: A control plane without an operator token reference blocks the provisioner
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorTokenSecretRef: null
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorTokenSecretRefMissing"
+    And coderd saw no requests
+
+  @R-PRE-7 @core
+  Scenario: An operator token reference without a name blocks the provisioner
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorTokenSecretRef:
+        name: ""
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorTokenSecretRefInvalid"
+    And coderd saw no requests
+
+  @R-PRE-9 @core
+  Scenario: A missing operator token Secret blocks the provisioner
+    Given a Ready control plane with operator access
+    And the operator token Secret does not exist
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorTokenSecretUnavailable"
+
+  @R-PRE-8 @R-PRE-10 @R-PRE-11 @core
+  Scenario: Without a data key in the reference the token is read from "token"
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorTokenSecretRef:
+        key: null
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
+    And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
+    And the provisioner becomes Ready
+    And every provisioner key request carried the operator token
+
+  @R-W-1 @extended
+  Scenario: The provisioner proceeds once operator access becomes ready
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorAccessReady: false
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
+    When the control plane status is changed to:
+      """
+      operatorAccessReady: true
+      """
+    Then the provisioner becomes Ready

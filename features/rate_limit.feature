@@ -1,0 +1,23 @@
+@fake-coderd @fault-injection
+Feature: Rate limiting by coderd
+  coderd answers 429 when a client sends too many requests. The operator reports it, backs off
+  and retries, and marks its key requests with the owner's bypass header.
+
+  @R-RL-1 @R-RL-4 @serial @extended
+  Scenario: A rate-limited key request is reported and retried later
+    Given a Ready control plane with operator access
+    And coderd answers every POST on "provisionerkeys" with status 429
+    When the sample provisioner is applied
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
+    And the ProvisionerKeyReady condition's message mentions "Coder API rate limited while reconciling provisioner key"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    When coderd answers normally again
+    Then the provisioner becomes Ready
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+
+  @R-KEY-23 @R-RL-5 @extended
+  Scenario: Key requests carry the rate-limit bypass header
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    Then the provisioner becomes Ready
+    And every POST on "provisionerkeys" carried the rate-limit bypass header

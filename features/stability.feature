@@ -1,0 +1,43 @@
+@fake-coderd
+Feature: No churn against coderd
+  The PR's second bug: when a later step failed, every retry went back to coderd to validate
+  or rotate the key, until coderd rate-limited the operator. A provisioner whose key is in
+  place makes no key request, whatever happens after it and however often it is reconciled.
+
+  @R-KEY-7 @R-KEY-8 @PR @core
+  Scenario: Retries after a refused Role make no further key requests
+    Given a Ready control plane with operator access
+    And the namespace refuses new Roles
+    When the sample provisioner is applied
+    Then the provisioner status records its provisioner key
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And coderd sees no provisioner key requests from now on during the observation window
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    When the namespace accepts new Roles again
+    Then the provisioner becomes Ready
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And coderd saw no DELETE on "provisionerkey"
+
+  @R-KEY-4 @R-KEY-9 @PR @core
+  Scenario: A steady provisioner makes no coderd requests
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When the provisioner and its control plane receive unrelated updates
+    Then coderd sees no requests since the last action during the observation window
+    And the provisioner is still Ready
+
+  @R-ST-7 @extended
+  Scenario: A steady provisioner does not rewrite its status
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When the provisioner and its control plane receive unrelated updates
+    Then the provisioner's status is not written again during the observation window
+
+  @R-KEY-4 @PR @serial @operator-restart @core
+  Scenario: A restarted operator makes no key requests
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When the operator is restarted
+    Then coderd sees no provisioner key requests since the last action during the observation window
+    And the provisioner is still Ready
+    And coderd saw exactly 1 POST on "provisionerkeys"

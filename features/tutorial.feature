@@ -1,0 +1,91 @@
+@tutorial @serial @fake-coderd
+Feature: Deploy an External Provisioner, as the tutorial tells it
+  The tutorial's kubectl commands run verbatim with a real kubectl and the admin kubeconfig,
+  and their output is compared with the tutorial's "Expected output". The one substitution:
+  the sample's GitHub URL is mapped to config/samples/coder_v1alpha1_coderprovisioner.yaml
+  of this repository. The tutorial uses the namespace "coder", so this runs alone (@serial).
+
+  @R-PRE-11 @R-ENT-1 @R-KEY-3 @R-RES-1 @R-RES-3 @R-ST-2 @R-ST-6 @R-CRED-2 @R-DEL-2 @core
+  Scenario: The tutorial from its prerequisites to its clean-up
+    Given the tutorial's namespace "coder" with a Ready control plane with operator access
+
+    # Prerequisites
+    When I run:
+      """
+      kubectl get codercontrolplane codercontrolplane-sample -n coder \
+        -o jsonpath='{.status.phase}{"\n"}{.status.operatorAccessReady}{"\n"}'
+      """
+    Then the output is:
+      """
+      Ready
+      true
+      """
+
+    # 1. Check the license entitlement
+    When I run:
+      """
+      kubectl get codercontrolplane codercontrolplane-sample -n coder \
+        -o jsonpath='{.status.externalProvisionerDaemonsEntitlement}{"\n"}'
+      """
+    Then the output is:
+      """
+      entitled
+      """
+
+    # 2. Deploy the provisioner
+    When I run:
+      """
+      kubectl apply -f "https://raw.githubusercontent.com/coder/coder-k8s/main/config/samples/coder_v1alpha1_coderprovisioner.yaml"
+      """
+    Then the output is:
+      """
+      coderprovisioner.coder.com/coderprovisioner-sample created
+      """
+
+    # 3. Verify
+    When I run:
+      """
+      kubectl get coderprovisioner coderprovisioner-sample -n coder \
+        -o jsonpath='{.status.phase}{"\n"}{range .status.conditions[*]}{.type}={.status} {.reason}{"\n"}{end}'
+      """
+    Then running it again eventually prints "Ready" first and includes the lines:
+      | CredentialsReady=True |
+      | DeploymentReady=True  |
+    And these objects exist, controlled by the provisioner:
+      | kind           | name                                    |
+      | Deployment     | provisioner-coderprovisioner-sample     |
+      | ServiceAccount | coderprovisioner-sample-provisioner     |
+      | Role           | provisioner-coderprovisioner-sample     |
+      | RoleBinding    | provisioner-coderprovisioner-sample     |
+      | Secret         | coderprovisioner-sample-provisioner-key |
+    When I run:
+      """
+      kubectl get deployment,role,rolebinding provisioner-coderprovisioner-sample -n coder
+      """
+    Then the command succeeds and its output mentions:
+      | deployment.apps/provisioner-coderprovisioner-sample                       |
+      | role.rbac.authorization.k8s.io/provisioner-coderprovisioner-sample        |
+      | rolebinding.rbac.authorization.k8s.io/provisioner-coderprovisioner-sample |
+    When I run:
+      """
+      kubectl get sa coderprovisioner-sample-provisioner -n coder
+      """
+    Then the command succeeds and its output mentions:
+      | coderprovisioner-sample-provisioner |
+    When I run:
+      """
+      kubectl get secret coderprovisioner-sample-provisioner-key -n coder
+      """
+    Then the command succeeds and its output mentions:
+      | coderprovisioner-sample-provisioner-key |
+    And the provisioner status records its provisioner key
+
+    # 4. Clean up
+    When I run:
+      """
+      kubectl delete coderprovisioner coderprovisioner-sample -n coder
+      """
+    Then the command succeeds and its output mentions:
+      | coderprovisioner.coder.com "coderprovisioner-sample" deleted |
+    And the provisioner is gone
+    And the recorded provisioner key no longer exists in coderd

@@ -1,0 +1,337 @@
+//! The coderd provisioner-key lifecycle (contract §4, D-3, D-4, D-5).
+//!
+//! `decide` is pure: desired settings vs. what status recorded vs. the key Secret's state give a
+//! [`KeyAction`]. `establish` carries out an `Establish` action against coderd. Steady state and
+//! retries after a later failure are `Reuse`, which makes no coderd call (R-KEY-8/9).
+use std::collections::BTreeMap;
+
+use crate::api::CoderProvisionerStatus;
+use crate::coderd::{CoderdClient, CoderdError, ProvisionerKey, SecretString};
+
+use super::gates::KeySecretState;
+
+/// The key this reconcile wants in coderd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredKey {
+    pub organization_name: String,
+    /// Lower-cased, at most 64 characters.
+    pub key_name: String,
+    pub tags: BTreeMap<String, String>,
+    pub tags_hash: String,
+    pub control_plane_ref: String,
+    pub control_plane_url: String,
+}
+
+/// The key-related status fields (R-KEY-6), as written after a key was established.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub organization_id: String,
+    pub organization_name: String,
+    pub key_id: String,
+    pub key_name: String,
+    pub tags_hash: String,
+    pub control_plane_ref: String,
+    pub control_plane_url: String,
+}
+
+/// A key recorded in status that must be removed (resolved by id, D-5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedKey {
+    pub organization_id: String,
+    pub key_id: String,
+    /// The coderd where it was created.
+    pub control_plane_url: String,
+}
+
+/// Why a new key is needed (used in events and logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyCause {
+    /// Nothing recorded and no Secret: the first key.
+    Initial,
+    /// The Secret vanished or lost its value while a key is recorded (R-KEY-10).
+    SecretLost,
+    /// A usable Secret but no baseline in status, e.g. after an upgrade (R-KEY-12).
+    BaselineMissing,
+    /// These settings differ from the recorded ones (R-KEY-13…15).
+    Drift(Vec<&'static str>),
+}
+
+impl std::fmt::Display for KeyCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Initial => f.write_str("no key yet"),
+            Self::SecretLost => f.write_str("the key Secret lost its value"),
+            Self::BaselineMissing => f.write_str("status records no key baseline"),
+            Self::Drift(fields) => write!(f, "changed: {}", fields.join(", ")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyAction {
+    /// The Secret's key (carried here) is current: no coderd call.
+    Reuse(SecretString),
+    /// Create a new key (after retiring `retire`, best-effort).
+    Establish { cause: KeyCause, retire: Option<RecordedKey> },
+}
+
+fn recorded(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}
+
+/// The key recorded in status, if both ids are known.
+pub fn recorded_key(status: &CoderProvisionerStatus, fallback_url: &str) -> Option<RecordedKey> {
+    Some(RecordedKey {
+        organization_id: recorded(&status.organization_id)?.to_owned(),
+        key_id: recorded(&status.provisioner_key_id)?.to_owned(),
+        control_plane_url: recorded(&status.control_plane_url).unwrap_or(fallback_url).to_owned(),
+    })
+}
+
+/// Settings that differ from the recorded baseline; `None` when the baseline is incomplete.
+fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'static str>> {
+    let pairs = [
+        ("organizationName", recorded(&status.organization_name), desired.organization_name.as_str()),
+        ("tags", recorded(&status.tags_hash), desired.tags_hash.as_str()),
+        ("controlPlaneRef", recorded(&status.control_plane_ref_name), desired.control_plane_ref.as_str()),
+        ("controlPlaneURL", recorded(&status.control_plane_url), desired.control_plane_url.as_str()),
+    ];
+    let mut changed = Vec::new();
+    for (field, was, want) in pairs {
+        if was? != want {
+            changed.push(field);
+        }
+    }
+    // coderd stores names lower-cased; a recorded name differing only in case is the same key.
+    if recorded(&status.provisioner_key_name).is_some_and(|was| !was.eq_ignore_ascii_case(&desired.key_name)) {
+        changed.push("keyName");
+    }
+    Some(changed)
+}
+
+/// Decides what the key step must do (pure).
+pub fn decide(desired: &DesiredKey, status: &CoderProvisionerStatus, secret: &KeySecretState) -> KeyAction {
+    let retire = recorded_key(status, &desired.control_plane_url);
+    let drift = drift(desired, status);
+    match (secret, drift) {
+        (KeySecretState::Usable(value), Some(changed)) if changed.is_empty() => KeyAction::Reuse(value.clone()),
+        (_, Some(changed)) if !changed.is_empty() => KeyAction::Establish { cause: KeyCause::Drift(changed), retire },
+        (KeySecretState::Usable(_), _) => KeyAction::Establish { cause: KeyCause::BaselineMissing, retire },
+        (_, _) if retire.is_some() => KeyAction::Establish { cause: KeyCause::SecretLost, retire },
+        (_, _) => KeyAction::Establish { cause: KeyCause::Initial, retire: None },
+    }
+}
+
+/// Which listed keys the establish step deletes before creating (pure):
+/// the recorded key (matched by id) and any other key already carrying the desired name,
+/// which this CR has no plaintext for and so must replace (R-KEY-22, D-5).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Removals {
+    pub recorded: Option<ProvisionerKey>,
+    pub unrecorded_same_name: Option<ProvisionerKey>,
+}
+
+pub fn plan_removals(listed: &[ProvisionerKey], recorded_id: Option<&str>, key_name: &str) -> Removals {
+    let recorded = recorded_id.and_then(|id| listed.iter().find(|key| key.id == id)).cloned();
+    let unrecorded_same_name = listed
+        .iter()
+        .find(|key| key.name.eq_ignore_ascii_case(key_name) && Some(key.id.as_str()) != recorded_id)
+        .cloned();
+    Removals { recorded, unrecorded_same_name }
+}
+
+/// Something the establish step did that deserves an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyEvent {
+    Retired { name: String },
+    RetireFailed { organization_id: String, error: String },
+    ReplacedUnrecorded { name: String },
+    Created { name: String },
+}
+
+/// A freshly created key: the plaintext for the Secret and the record for status.
+pub struct EstablishedKey {
+    pub plaintext: SecretString,
+    pub record: KeyRecord,
+}
+
+/// Carries out `Establish`: resolve the org, retire the recorded key (best-effort, R-KEY-16),
+/// replace a same-named unrecorded key, create, then list to learn the new id (R-KEY-6).
+/// `client_for` builds a client for another coderd URL (a recorded key may live elsewhere).
+pub async fn establish(
+    client: &CoderdClient,
+    client_for: impl Fn(&str) -> Result<CoderdClient, CoderdError>,
+    desired: &DesiredKey,
+    retire: Option<&RecordedKey>,
+    events: &mut Vec<KeyEvent>,
+) -> Result<EstablishedKey, CoderdError> {
+    let organization = client.organization(&desired.organization_name).await?;
+    let same_coderd = |key: &RecordedKey| key.control_plane_url == desired.control_plane_url;
+    let retire_here = retire.filter(|key| same_coderd(key) && key.organization_id == organization.id);
+
+    if let Some(elsewhere) = retire.filter(|key| retire_here.is_none() && !key.key_id.is_empty()) {
+        let remote = if same_coderd(elsewhere) { Ok(client.clone()) } else { client_for(&elsewhere.control_plane_url) };
+        let outcome = match remote {
+            Ok(remote) => delete_by_id(&remote, &elsewhere.organization_id, &elsewhere.key_id).await,
+            Err(error) => Err(error),
+        };
+        record_retire(outcome, &elsewhere.organization_id, events)?;
+    }
+
+    let listed = client.list_keys(&organization.id).await?;
+    let removals = plan_removals(&listed, retire_here.map(|key| key.key_id.as_str()), &desired.key_name);
+    if let Some(old) = &removals.recorded {
+        let outcome = client.delete_key(&organization.id, &old.name).await.map(|()| Some(old.name.clone()));
+        record_retire(outcome, &organization.id, events)?;
+    }
+    if let Some(foreign) = &removals.unrecorded_same_name {
+        // Not best-effort: creating while it exists would only answer 409.
+        client.delete_key(&organization.id, &foreign.name).await?;
+        events.push(KeyEvent::ReplacedUnrecorded { name: foreign.name.clone() });
+    }
+
+    let plaintext = client.create_key(&organization.id, &desired.key_name, &desired.tags).await?;
+    events.push(KeyEvent::Created { name: desired.key_name.clone() });
+    let created = client
+        .list_keys_after_create(&organization.id)
+        .await?
+        .into_iter()
+        .find(|key| key.name.eq_ignore_ascii_case(&desired.key_name))
+        .ok_or_else(|| CoderdError::InvalidResponse {
+            detail: format!("key {:?} was created but is missing from the key list", desired.key_name),
+        })?;
+    let record = KeyRecord {
+        organization_id: organization.id,
+        organization_name: desired.organization_name.clone(),
+        key_id: created.id,
+        key_name: created.name,
+        tags_hash: desired.tags_hash.clone(),
+        control_plane_ref: desired.control_plane_ref.clone(),
+        control_plane_url: desired.control_plane_url.clone(),
+    };
+    Ok(EstablishedKey { plaintext, record })
+}
+
+/// Deletes the key with `key_id` (list, match id, delete by that entry's name; D-5, R-DEL-4).
+/// Returns the deleted name, or `None` when no key has that id any more.
+pub async fn delete_by_id(client: &CoderdClient, organization_id: &str, key_id: &str) -> Result<Option<String>, CoderdError> {
+    let listed = client.list_keys(organization_id).await?;
+    let Some(key) = listed.into_iter().find(|key| key.id == key_id) else {
+        return Ok(None);
+    };
+    client.delete_key(organization_id, &key.name).await?;
+    Ok(Some(key.name))
+}
+
+/// Retiring the old key is best-effort, except that 429 stops the pass (R-RL-1).
+fn record_retire(outcome: Result<Option<String>, CoderdError>, organization_id: &str, events: &mut Vec<KeyEvent>) -> Result<(), CoderdError> {
+    match outcome {
+        Ok(Some(name)) => events.push(KeyEvent::Retired { name }),
+        Ok(None) => {}
+        Err(error) if error.is_rate_limited() => return Err(error),
+        Err(error) => events.push(KeyEvent::RetireFailed {
+            organization_id: organization_id.to_owned(),
+            error: error.to_string(),
+        }),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn desired() -> DesiredKey {
+        DesiredKey {
+            organization_name: "default".into(),
+            key_name: "coderprovisioner-sample".into(),
+            tags: [("scope".to_owned(), "organization".to_owned())].into(),
+            tags_hash: "cf1b2b92".into(),
+            control_plane_ref: "codercontrolplane-sample".into(),
+            control_plane_url: "http://coder.test".into(),
+        }
+    }
+
+    /// Status after a successful first pass for `desired()`.
+    fn applied() -> CoderProvisionerStatus {
+        CoderProvisionerStatus {
+            organization_id: Some("org-1".into()),
+            organization_name: Some("default".into()),
+            provisioner_key_id: Some("key-1".into()),
+            provisioner_key_name: Some("coderprovisioner-sample".into()),
+            tags_hash: Some("cf1b2b92".into()),
+            control_plane_ref_name: Some("codercontrolplane-sample".into()),
+            control_plane_url: Some("http://coder.test".into()),
+            ..Default::default()
+        }
+    }
+
+    fn usable() -> KeySecretState {
+        KeySecretState::Usable(SecretString::new("plaintext"))
+    }
+
+    fn recorded_key_1() -> Option<RecordedKey> {
+        Some(RecordedKey { organization_id: "org-1".into(), key_id: "key-1".into(), control_plane_url: "http://coder.test".into() })
+    }
+
+    fn with(change: impl FnOnce(&mut DesiredKey)) -> DesiredKey {
+        let mut desired = desired();
+        change(&mut desired);
+        desired
+    }
+
+    #[rstest]
+    #[case::steady_state(desired(), applied(), usable(), KeyAction::Reuse(SecretString::new("plaintext")))]
+    #[case::name_case_only(desired(), CoderProvisionerStatus { provisioner_key_name: Some("CoderProvisioner-Sample".into()), ..applied() }, usable(), KeyAction::Reuse(SecretString::new("plaintext")))]
+    #[case::first_pass(desired(), CoderProvisionerStatus::default(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Initial, retire: None })]
+    #[case::secret_deleted(desired(), applied(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::SecretLost, retire: recorded_key_1() })]
+    #[case::secret_emptied(desired(), applied(), KeySecretState::Empty, KeyAction::Establish { cause: KeyCause::SecretLost, retire: recorded_key_1() })]
+    #[case::upgrade_without_baseline(desired(), CoderProvisionerStatus::default(), usable(), KeyAction::Establish { cause: KeyCause::BaselineMissing, retire: None })]
+    #[case::tags_changed(with(|d| d.tags_hash = "00000000".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["tags"]), retire: recorded_key_1() })]
+    #[case::key_name_changed(with(|d| d.key_name = "renamed".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["keyName"]), retire: recorded_key_1() })]
+    #[case::org_changed(with(|d| d.organization_name = "eng".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["organizationName"]), retire: recorded_key_1() })]
+    #[case::control_plane_ref_changed(with(|d| d.control_plane_ref = "other".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneRef"]), retire: recorded_key_1() })]
+    #[case::url_changed(with(|d| d.control_plane_url = "http://new.test".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneURL"]), retire: recorded_key_1() })]
+    #[case::drift_and_secret_lost(with(|d| d.tags_hash = "00000000".into()), applied(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Drift(vec!["tags"]), retire: recorded_key_1() })]
+    fn key_decisions(#[case] desired: DesiredKey, #[case] status: CoderProvisionerStatus, #[case] secret: KeySecretState, #[case] expected: KeyAction) {
+        assert_eq!(decide(&desired, &status, &secret), expected);
+    }
+
+    #[test]
+    fn recorded_key_uses_the_recorded_url() {
+        let status = CoderProvisionerStatus { control_plane_url: Some("http://old.test".into()), ..applied() };
+        assert_eq!(recorded_key(&status, "http://new.test").map(|k| k.control_plane_url), Some("http://old.test".into()));
+        assert_eq!(recorded_key(&CoderProvisionerStatus::default(), "http://new.test"), None);
+    }
+
+    fn key(id: &str, name: &str) -> ProvisionerKey {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "name": name, "organization": "org-1", "tags": {}, "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .expect("valid key")
+    }
+
+    #[test]
+    fn removals_target_the_recorded_id_not_the_name() {
+        let listed = [key("key-1", "old-name"), key("key-2", "coderprovisioner-sample"), key("key-3", "unrelated")];
+        let removals = plan_removals(&listed, Some("key-1"), "coderprovisioner-sample");
+        assert_eq!(removals.recorded.map(|k| k.id), Some("key-1".into()));
+        assert_eq!(removals.unrecorded_same_name.map(|k| k.id), Some("key-2".into()));
+    }
+
+    #[test]
+    fn recorded_key_with_the_desired_name_is_not_also_unrecorded() {
+        let listed = [key("key-1", "coderprovisioner-sample")];
+        let removals = plan_removals(&listed, Some("key-1"), "CoderProvisioner-Sample");
+        assert_eq!(removals.recorded.map(|k| k.id), Some("key-1".into()));
+        assert_eq!(removals.unrecorded_same_name, None);
+    }
+
+    #[test]
+    fn nothing_to_remove_when_coderd_has_neither() {
+        let listed = [key("key-9", "unrelated")];
+        assert_eq!(plan_removals(&listed, Some("key-1"), "coderprovisioner-sample"), Removals::default());
+        assert_eq!(plan_removals(&[], None, "coderprovisioner-sample"), Removals::default());
+    }
+}
