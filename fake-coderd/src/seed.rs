@@ -108,3 +108,35 @@ impl Seed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("seed.json", r#"{"organizations":[{"name":"acme"}],"entitlement":"absent","has_license":false}"#)]
+    #[case("seed.yaml", "organizations:\n  - name: acme\nentitlement: absent\nhas_license: false\n")]
+    fn seed_files_in_json_or_yaml(#[case] file: &str, #[case] text: &str) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).expect("written");
+        let seed = Seed::from_file(&path).expect("parsed");
+        assert_eq!(seed.organizations, [SeedOrganization { name: "acme".to_string(), id: None }]);
+        assert_eq!((seed.entitlement, seed.has_license, seed.enterprise), (Entitlement::Absent, false, true));
+    }
+
+    #[rstest]
+    #[case("seed.yaml", "users:\n  - username: bob\n    role: admin\n", "parsing YAML seed file")]
+    #[case("seed.json", r#"{"unknown_field":1}"#, "parsing JSON seed file")]
+    #[case("missing.yaml", "", "reading seed file")]
+    fn bad_seed_files_are_reported(#[case] file: &str, #[case] text: &str, #[case] expected: &str) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(file);
+        if file != "missing.yaml" {
+            std::fs::write(&path, text).expect("written");
+        }
+        let error = Seed::from_file(&path).expect_err("rejected");
+        assert!(format!("{error:#}").contains(expected), "{error:#}");
+    }
+}
