@@ -357,10 +357,9 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             if let Some(rbac) = &args.operator_rbac {
                 spec.rbac_dir = rbac.clone();
             }
-            spec.work_dir = Some(report_dir.join("operator"));
             eprintln!("conformance: starting the operator: {} (RBAC {})", spec.command.display(), spec.rbac_dir.display());
             let process = OperatorProcess::start(&client, &endpoint, spec).await.context("starting the operator")?;
-            (Operator::Started(tokio::sync::Mutex::new(process)), mode)
+            (Operator::Started(tokio::sync::Mutex::new(Some(process))), mode)
         }
     };
 
@@ -405,8 +404,12 @@ fn find_on_path(binary: &str) -> Option<PathBuf> {
 }
 
 async fn teardown(environment: &Environment, owned: Owned) {
-    if let Operator::Started(process) = &environment.operator {
-        process.lock().await.stop().await;
+    if let Operator::Started(process) = &environment.operator
+        && let Some(mut process) = process.lock().await.take()
+    {
+        process.stop().await;
+        // Dropping it removes its scratch folder (kubeconfig with the ServiceAccount token).
+        drop(process);
     }
     if let Some(simulator) = owned.simulator {
         simulator.stop().await;

@@ -27,7 +27,9 @@ use serde_json::json;
 
 use crate::cluster::local::{LOCAL_MARKER, LocalControlPlane};
 
-/// Re-evaluation period: picks up Secrets and ServiceAccounts that appear after the Deployment.
+/// Re-evaluation period of blocked Deployments: picks up Secrets and ServiceAccounts that appear
+/// after the Deployment. (Running pods do not stop when a Secret goes away, so ready Deployments
+/// are only re-evaluated when they change.)
 const RESYNC: Duration = Duration::from_secs(1);
 
 /// Which Deployments the simulator looks after.
@@ -53,6 +55,9 @@ impl ReadinessSimulator {
     /// ConfigMap present, no Nodes). The client needs Deployment status and Secret/ServiceAccount
     /// read rights.
     pub async fn start(client: kube::Client, scope: WatchScope) -> anyhow::Result<Self> {
+        if scope == WatchScope::Namespaces(Vec::new()) {
+            bail!("the readiness simulator needs at least one namespace to watch");
+        }
         ensure_local(&client).await?;
         let patches = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(run(client, scope, Arc::clone(&patches)));
@@ -117,24 +122,27 @@ async fn run(client: kube::Client, scope: WatchScope, patches: Arc<AtomicU64>) {
             .collect(),
     };
     let mut events = futures::stream::select_all(apis.into_iter().map(|api| {
-        watcher(api, watcher::Config::default())
+        watcher::watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed()
     }));
-    let mut known: HashMap<Key, Deployment> = HashMap::new();
+    // Deployments whose pods could not start at the last look, to look at again.
+    let mut blocked: HashMap<Key, Deployment> = HashMap::new();
     let mut resync = tokio::time::interval(RESYNC);
     loop {
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(Event::Apply(d) | Event::InitApply(d))) => {
                     if let Some(key) = key_of(&d) {
-                        reconcile(&client, &d, &patches).await;
-                        known.insert(key, d);
+                        match reconcile(&client, &d, &patches).await {
+                            Verdict::Runnable => { blocked.remove(&key); }
+                            Verdict::Blocked => { blocked.insert(key, d); }
+                        }
                     }
                 }
                 Some(Ok(Event::Delete(d))) => {
                     if let Some(key) = key_of(&d) {
-                        known.remove(&key);
+                        blocked.remove(&key);
                     }
                 }
                 Some(Ok(Event::Init | Event::InitDone)) => {}
@@ -142,19 +150,18 @@ async fn run(client: kube::Client, scope: WatchScope, patches: Arc<AtomicU64>) {
                 None => return,
             },
             _ = resync.tick() => {
-                for deployment in known.values() {
-                    reconcile(&client, deployment, &patches).await;
+                let mut unblocked = Vec::new();
+                for (key, deployment) in &blocked {
+                    if reconcile(&client, deployment, &patches).await == Verdict::Runnable {
+                        unblocked.push(key.clone());
+                    }
+                }
+                for key in unblocked {
+                    blocked.remove(&key);
                 }
             }
         }
     }
-}
-
-fn watcher(
-    api: Api<Deployment>,
-    config: watcher::Config,
-) -> impl futures::Stream<Item = Result<Event<Deployment>, watcher::Error>> + Send {
-    watcher::watcher(api, config)
 }
 
 fn key_of(deployment: &Deployment) -> Option<Key> {
@@ -164,24 +171,37 @@ fn key_of(deployment: &Deployment) -> Option<Key> {
     ))
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The status shows every replica ready; nothing to do until the Deployment changes.
+    Runnable,
+    /// Pods could not start (or the status could not be written yet): look again later.
+    Blocked,
+}
+
 /// Writes the simulated status when it differs from what the Deployment reports.
-async fn reconcile(client: &kube::Client, deployment: &Deployment, patches: &AtomicU64) {
+async fn reconcile(client: &kube::Client, deployment: &Deployment, patches: &AtomicU64) -> Verdict {
     let Some((namespace, name)) = key_of(deployment) else {
-        return;
+        return Verdict::Runnable;
     };
     if deployment.metadata.deletion_timestamp.is_some() {
-        return;
+        return Verdict::Runnable;
     }
     let problems = match runtime_problems(client, &namespace, deployment).await {
         Ok(problems) => problems,
         Err(e) => {
             tracing::debug!(%namespace, %name, error = %e, "readiness simulator lookup failed");
-            return;
+            return Verdict::Blocked;
         }
+    };
+    let verdict = if problems.is_empty() {
+        Verdict::Runnable
+    } else {
+        Verdict::Blocked
     };
     let desired = simulated_status(deployment, &problems);
     if !status_differs(deployment.status.as_ref(), &desired) {
-        return;
+        return verdict;
     }
     let api: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let patch = json!({ "status": desired });
@@ -191,9 +211,11 @@ async fn reconcile(client: &kube::Client, deployment: &Deployment, patches: &Ato
     {
         Ok(_) => {
             patches.fetch_add(1, Ordering::Relaxed);
+            verdict
         }
         Err(e) => {
-            tracing::debug!(%namespace, %name, error = %e, "readiness simulator patch failed")
+            tracing::debug!(%namespace, %name, error = %e, "readiness simulator patch failed");
+            Verdict::Blocked
         }
     }
 }

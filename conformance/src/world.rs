@@ -34,7 +34,8 @@ pub const OPERATOR_TOKEN_SECRET: &str = "coder-operator-token";
 /// How the implementation under test runs.
 pub enum Operator {
     /// Started by the suite (the reference operator or `--operator-cmd`); can be restarted.
-    Started(tokio::sync::Mutex<crate::implementation::OperatorProcess>),
+    /// `None` once the run is over and the process was stopped.
+    Started(tokio::sync::Mutex<Option<crate::implementation::OperatorProcess>>),
     /// Already installed in the cluster (`--operator installed`): nothing started, no restarts.
     Installed,
 }
@@ -357,7 +358,10 @@ impl ProvisionerWorld {
     /// Restarts the operator under test (only possible when the suite started it).
     pub async fn restart_operator(&self) -> anyhow::Result<()> {
         match &self.env.operator {
-            Operator::Started(process) => process.lock().await.restart().await,
+            Operator::Started(process) => match process.lock().await.as_mut() {
+                Some(process) => process.restart().await,
+                None => bail!("the operator was already stopped"),
+            },
             Operator::Installed => bail!("the operator is installed in the cluster; the suite cannot restart it"),
         }
     }
@@ -365,7 +369,7 @@ impl ProvisionerWorld {
     /// The last lines of the operator's log, when the suite started it.
     pub async fn operator_log_tail(&self, lines: usize) -> Option<String> {
         match &self.env.operator {
-            Operator::Started(process) => Some(process.lock().await.log_tail(lines)),
+            Operator::Started(process) => process.lock().await.as_ref().map(|p| p.log_tail(lines)),
             Operator::Installed => None,
         }
     }

@@ -96,6 +96,7 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
     assert!(stdout.contains("namespace/kube-system"), "{stdout}");
 
     // Garbage collection: a dependent disappears after its owner is deleted.
+    let gc_started = Instant::now();
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
     let owner = config_maps
         .create(&PostParams::default(), &config_map("owner", None)?)
@@ -114,6 +115,8 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
         async move { Ok(api.get_opt("dependent").await?.is_none()) }
     })
     .await?;
+
+    eprintln!("garbage collection took {:?}", gc_started.elapsed());
 
     // Namespace deletion finishes (the namespace controller empties it).
     let namespaces: Api<Namespace> = Api::all(admin.clone());
@@ -137,7 +140,9 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
 
     // Dropping stops every process and removes the scratch folder.
     drop(admin);
+    let stopping = Instant::now();
     drop(plane);
+    eprintln!("local control plane stop: {:?}", stopping.elapsed());
     for pid in &pids {
         assert!(!is_alive(*pid), "child {pid} still alive after drop");
     }

@@ -31,6 +31,8 @@ enum Command {
 }
 
 #[derive(clap::Args, Debug)]
+// A flag given twice takes its last value, so wrappers can append overrides to a base command line.
+#[command(args_override_self = true)]
 struct RunArgs {
     /// Kubeconfig file. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster config.
     #[arg(long, value_name = "PATH")]

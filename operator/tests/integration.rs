@@ -4,15 +4,21 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use fake_coderd::journal::JournalQuery;
 use fake_coderd::routes;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde_json::json;
-use support::{Harness, NAMESPACE, SAMPLE, condition, has_condition, key_calls, phase};
+use operator::runtime::leader::{LeaderElectionSettings, LeadershipFlag, run_with_leader_election};
+use support::{Cluster, Harness, NAMESPACE, SAMPLE, condition, has_condition, key_calls, phase};
+use tokio_util::sync::CancellationToken;
 
 fn is_ready(cr: &operator::api::CoderProvisioner) -> bool {
     phase(cr) == Some("Ready") && has_condition(cr, "CredentialsReady", "True") && has_condition(cr, "DeploymentReady", "True")
@@ -134,20 +140,15 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
         service_accounts.delete(&format!("{name}-provisioner"), &DeleteParams::default()).await?;
     }
     operator.restart().await?;
-    let support::Harness { kubelet: _kubelet, fake, admin: _admin, cluster: _cluster, .. } = harness;
     for name in &names {
         let account = format!("{name}-provisioner");
-        let deadline = std::time::Instant::now() + support::EVENTUALLY;
+        let deadline = Instant::now() + support::EVENTUALLY;
         while service_accounts.get_opt(&account).await?.is_none() {
-            anyhow::ensure!(
-                std::time::Instant::now() < deadline,
-                "{account} not recreated after the restart\n{}",
-                operator.log_tail(40)
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            anyhow::ensure!(Instant::now() < deadline, "{account} not recreated after the restart\n{}", operator.log_tail(40));
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
-    let journal = fake.journal();
+    let journal = harness.fake.journal();
     assert!(key_calls(&journal).is_empty(), "key calls after the restart: {:#?}", key_calls(&journal));
     Ok(())
 }
@@ -175,5 +176,76 @@ async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyho
         assert!(!secret.is_empty(), "{what} is known");
         assert!(!log.contains(secret.as_str()), "the operator log contains the {what}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> anyhow::Result<()> {
+    let harness = Harness::start_with_args(&["--leader-election=true"]).await?;
+    harness.create_provisioner(SAMPLE, json!({})).await?;
+    harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
+    // The Lease lives in the operator's namespace (POD_NAMESPACE), granted by config/rbac's Role.
+    let leases = Api::<Lease>::namespaced(harness.admin.clone(), "coder-system");
+    let lease = leases.get("coder-provisioner-operator").await?;
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(!holder.is_empty(), "the running operator holds the Lease");
+    Ok(())
+}
+
+/// Two candidates on one Lease: only one runs its controller at a time, and when the leader shuts
+/// down it releases the Lease so the other takes over well before the Lease would expire.
+#[tokio::test]
+async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Result<()> {
+    let cluster = Cluster::start().await?;
+    let admin = cluster.admin.clone();
+    support::create_namespace(&admin, "leases").await?;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most_at_once = Arc::new(AtomicUsize::new(0));
+    let candidate = |identity: &str| {
+        let settings = LeaderElectionSettings {
+            lease_name: "it-lease".into(),
+            namespace: "leases".into(),
+            identity: identity.into(),
+            lease_duration_secs: 30,
+            renew_grace_secs: 5,
+        };
+        let (flag, shutdown) = (LeadershipFlag::default(), CancellationToken::new());
+        let (running, most_at_once) = (running.clone(), most_at_once.clone());
+        let task = tokio::spawn(run_with_leader_election(admin.clone(), settings, flag.clone(), shutdown.clone(), move |term| {
+            let (running, most_at_once) = (running.clone(), most_at_once.clone());
+            async move {
+                most_at_once.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                term.cancelled().await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }));
+        (flag, shutdown, task)
+    };
+    let (flag_a, stop_a, task_a) = candidate("candidate-a");
+    let (flag_b, stop_b, task_b) = candidate("candidate-b");
+
+    let deadline = Instant::now() + support::EVENTUALLY;
+    while !(flag_a.is_leader() || flag_b.is_leader()) {
+        anyhow::ensure!(Instant::now() < deadline, "nobody acquired the lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (leader_stop, leader_task, standby_flag, standby_stop, standby_task) =
+        if flag_a.is_leader() { (stop_a, task_a, flag_b, stop_b, task_b) } else { (stop_b, task_b, flag_a, stop_a, task_a) };
+    assert!(!standby_flag.is_leader());
+
+    let handed_over_at = Instant::now();
+    leader_stop.cancel();
+    leader_task.await??;
+    let deadline = Instant::now() + support::EVENTUALLY;
+    while !standby_flag.is_leader() {
+        anyhow::ensure!(Instant::now() < deadline, "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(handed_over_at.elapsed() < Duration::from_secs(30), "took over after a release, not an expiry");
+    standby_stop.cancel();
+    standby_task.await??;
+    assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "never two controllers at once");
+    assert_eq!(running.load(Ordering::SeqCst), 0, "every controller stopped");
     Ok(())
 }

@@ -191,19 +191,33 @@ pub fn is_alive(pid: u32) -> bool {
 }
 
 /// Installs (once per process) a Ctrl-C / SIGTERM handler that stops every registered child,
-/// removes registered scratch folders and exits with status 130. Needs a Tokio runtime; without
-/// one it does nothing (children still die with the suite through PDEATHSIG).
+/// removes registered scratch folders and exits with status 130. It runs on a thread of its own
+/// (with a one-thread runtime), so it outlives whichever runtime spawned the first child.
 pub fn install_interrupt_handler() {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     HANDLER.get_or_init(|| {
-        runtime.spawn(async {
-            wait_for_interrupt().await;
-            eprintln!("interrupted: stopping child processes and removing scratch folders");
-            terminate_registered(DEFAULT_GRACE).await;
-            std::process::exit(130);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("conformance-interrupt".to_owned())
+            .spawn(|| {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no interrupt handler: children rely on PDEATHSIG");
+                        return;
+                    }
+                };
+                runtime.block_on(async {
+                    wait_for_interrupt().await;
+                    eprintln!("interrupted: stopping child processes and removing scratch folders");
+                    terminate_registered(DEFAULT_GRACE).await;
+                });
+                std::process::exit(130);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no interrupt handler: children rely on PDEATHSIG");
+        }
     });
 }
 

@@ -1,9 +1,9 @@
 //! The kind tier: a throw-away kind cluster with the reference operator and the fake coderd
 //! running in it, and the parts every real cluster shares (k3s reuses them):
 //!
-//! - [`install_stack`]: CRDs, RBAC, the operator (`config/manager`, image set to the loaded
-//!   tag) and the fake coderd (`config/fake-coderd` plus a Secret with a random admin token),
-//!   then waits until both Deployments are available.
+//! - [`install_stack`] = [`install_operator`] (CRDs, RBAC, `config/manager` with the image set
+//!   to the loaded tag) + [`install_fake_coderd`] (`config/fake-coderd` plus a Secret with a
+//!   random admin token), each waiting until its Deployment is available.
 //! - [`InClusterFakeCoderd`]: how the suite reaches that fake. Control planes publish its
 //!   in-cluster Service URL; the suite itself talks to it through port-forwards to the pod
 //!   (kube's portforward subresource, so any cluster works). The API server's service proxy is
@@ -109,6 +109,21 @@ pub fn service_url(service: &str, namespace: &str, port: u16) -> String {
     format!("http://{service}.{namespace}.svc:{port}")
 }
 
+/// A real cluster the suite started, whichever tier; dropping it tears it down unless kept.
+pub enum StartedCluster {
+    Kind(Box<KindCluster>),
+    K3s(Box<super::k3s::K3sCluster>),
+}
+
+impl StartedCluster {
+    pub fn provisioned(&self) -> &ProvisionedCluster {
+        match self {
+            Self::Kind(cluster) => cluster.provisioned(),
+            Self::K3s(cluster) => cluster.provisioned(),
+        }
+    }
+}
+
 // ---- the kind cluster ----
 
 #[derive(Clone, Debug)]
@@ -149,7 +164,7 @@ pub struct KindCluster {
 
 impl KindCluster {
     /// Builds the images, creates (or reuses) the cluster, loads the images and installs the
-    /// stack. On error a cluster created here is deleted again (unless `keep`).
+    /// stack. On error the cluster is deleted again (unless `keep`).
     pub async fn provision(options: KindOptions) -> anyhow::Result<Self> {
         let kind = Tool::new("kind", ["version"]);
         images::run_captured(&kind).await.context("the kind tier needs kind (https://kind.sigs.k8s.io)")?;
@@ -283,19 +298,43 @@ pub async fn install_stack(
     images: &Images,
     ready_timeout: Duration,
 ) -> anyhow::Result<InClusterFakeCoderd> {
-    manifests::install_crds(client, &repo.join(CRD_DIR)).await.context("installing the CRDs")?;
-    let mut operator = manifests::read_dir(&repo.join(RBAC_DIR))?;
-    operator.extend(manager_objects(repo, &images.operator)?);
-    let admin_token = fake_coderd::state::random_alphanumeric(32);
-    let fake = fake_coderd_objects(repo, &images.fake_coderd, &admin_token)?;
-    let deployments: Vec<(String, String)> = operator.iter().chain(&fake).filter_map(deployment_ref).collect();
-    let options = ApplyOptions::default();
-    manifests::apply_objects(client, operator, &options).await.context("installing the operator")?;
-    manifests::apply_objects(client, fake, &options).await.context("installing the fake coderd")?;
     let deadline = Instant::now() + ready_timeout;
+    install_operator(client, repo, &images.operator, deadline).await?;
+    install_fake_coderd(client, repo, &images.fake_coderd, deadline).await
+}
+
+/// The reference operator: CRDs, RBAC and `config/manager` with its image set to `image`; waits
+/// until its Deployment is available.
+pub async fn install_operator(
+    client: &kube::Client,
+    repo: &Path,
+    image: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    manifests::install_crds(client, &repo.join(CRD_DIR)).await.context("installing the CRDs")?;
+    let mut objects = manifests::read_dir(&repo.join(RBAC_DIR))?;
+    objects.extend(manager_objects(repo, image)?);
+    let deployments: Vec<(String, String)> = objects.iter().filter_map(deployment_ref).collect();
+    manifests::apply_objects(client, objects, &ApplyOptions::default()).await.context("installing the operator")?;
     for (namespace, name) in &deployments {
         wait_deployment_available(client, namespace, name, deadline).await?;
     }
+    Ok(())
+}
+
+/// The fake coderd of `config/fake-coderd` (image `image`, which the cluster must be able to
+/// run) with a fresh random admin token; usable alone, next to an operator installed by a
+/// vendor. Waits until it is available and its admin API answers through the port-forward.
+pub async fn install_fake_coderd(
+    client: &kube::Client,
+    repo: &Path,
+    image: &str,
+    deadline: Instant,
+) -> anyhow::Result<InClusterFakeCoderd> {
+    let admin_token = fake_coderd::state::random_alphanumeric(32);
+    let objects = fake_coderd_objects(repo, image, &admin_token)?;
+    manifests::apply_objects(client, objects, &ApplyOptions::default()).await.context("installing the fake coderd")?;
+    wait_deployment_available(client, FAKE_CODERD_NAMESPACE, FAKE_CODERD_NAME, deadline).await?;
     let fake = InClusterFakeCoderd {
         namespace: FAKE_CODERD_NAMESPACE.to_owned(),
         in_cluster_url: service_url(FAKE_CODERD_NAME, FAKE_CODERD_NAMESPACE, FAKE_CODERD_PORT),

@@ -57,7 +57,6 @@ pub struct LocalControlPlane {
     dir: PathBuf,
     keep_files: bool,
     binaries: PathBuf,
-    etcd_url: String,
     authority: Authority,
     endpoint: ClusterEndpoint,
     kubeconfig: PathBuf,
@@ -67,18 +66,28 @@ pub struct LocalControlPlane {
 impl LocalControlPlane {
     /// Starts etcd, kube-apiserver and (unless disabled) kube-controller-manager and waits until
     /// `/readyz` answers `ok`. On any error everything started so far is stopped and removed.
+    ///
+    /// Ports are picked free and then handed to the processes, so another process may take one
+    /// in between; such a clash is retried with new ports.
     pub async fn start(opts: LocalOptions) -> anyhow::Result<Self> {
         let binaries = match &opts.binaries_dir {
             Some(dir) => dir.clone(),
             None => binaries::resolve().await?,
         };
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&opts, binaries.clone()).await {
+                Err(e) if attempt < PORT_CLASH_ATTEMPTS && is_port_clash(&e) => {
+                    tracing::info!(attempt, "a port was taken meanwhile; starting again");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(opts: &LocalOptions, binaries: PathBuf) -> anyhow::Result<Self> {
         let begun = Instant::now();
-        let dir = tempfile::Builder::new()
-            .prefix("coder-conformance-cluster-")
-            .tempdir()
-            .context("creating the control plane's scratch folder")?
-            .keep();
-        children::register_scratch_dir(&dir);
         let authority = Authority::generate("coder-conformance-ca")?;
         let apiserver_port = free_port()?;
         let endpoint = ClusterEndpoint {
@@ -86,6 +95,12 @@ impl LocalControlPlane {
             ca_pem: Some(authority.ca_pem().to_owned()),
             insecure: false,
         };
+        let dir = tempfile::Builder::new()
+            .prefix("coder-conformance-cluster-")
+            .tempdir()
+            .context("creating the control plane's scratch folder")?
+            .keep();
+        children::register_scratch_dir(&dir);
         // From here on, dropping `plane` cleans up whatever has been started.
         let mut plane = Self {
             children: Vec::new(),
@@ -93,14 +108,13 @@ impl LocalControlPlane {
             dir,
             keep_files: opts.keep_files,
             binaries,
-            etcd_url: String::new(),
             authority,
             endpoint,
             startup: Duration::ZERO,
         };
         plane.write_files()?;
-        plane.start_etcd()?;
-        plane.start_apiserver(apiserver_port)?;
+        let etcd_url = plane.start_etcd()?;
+        plane.start_apiserver(apiserver_port, &etcd_url)?;
         let deadline = Instant::now() + opts.startup_timeout;
         let client = plane.wait_ready(deadline).await?;
         plane.mark_local(&client, deadline).await?;
@@ -237,7 +251,8 @@ impl LocalControlPlane {
         kubeconfig::write_private(&self.kubeconfig, &admin_yaml)
     }
 
-    fn start_etcd(&mut self) -> anyhow::Result<()> {
+    /// Starts etcd and returns its client URL.
+    fn start_etcd(&mut self) -> anyhow::Result<String> {
         let client = format!("http://127.0.0.1:{}", free_port()?);
         let peer = format!("http://127.0.0.1:{}", free_port()?);
         let data = self.dir.join("etcd-data");
@@ -254,14 +269,13 @@ impl LocalControlPlane {
             "--log-level=warn".to_owned(),
         ];
         self.spawn("etcd", &args)?;
-        self.etcd_url = client;
-        Ok(())
+        Ok(client)
     }
 
-    fn start_apiserver(&mut self, port: u16) -> anyhow::Result<()> {
+    fn start_apiserver(&mut self, port: u16, etcd_url: &str) -> anyhow::Result<()> {
         let file = |name: &str| self.dir.join(name).display().to_string();
         let args = [
-            format!("--etcd-servers={}", self.etcd_url),
+            format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
             format!("--secure-port={port}"),
@@ -388,6 +402,12 @@ impl Drop for LocalControlPlane {
     }
 }
 
+const PORT_CLASH_ATTEMPTS: u32 = 3;
+
+fn is_port_clash(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains("address already in use")
+}
+
 /// A port that was free a moment ago on 127.0.0.1 (the OS picks it; a later bind may race).
 fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
@@ -407,4 +427,22 @@ fn sanitize(name: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_port_is_recognised_anywhere_in_the_error_chain() {
+        let clash = anyhow::anyhow!("listen tcp 127.0.0.1:4001: bind: address already in use")
+            .context("etcd exited during start-up");
+        assert!(is_port_clash(&clash));
+        assert!(!is_port_clash(&anyhow::anyhow!("etcd exited: bad flag")));
+    }
+
+    #[test]
+    fn user_names_become_safe_file_names() {
+        assert_eq!(sanitize("system:admin/x"), "system_admin_x");
+    }
 }

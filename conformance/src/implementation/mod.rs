@@ -133,7 +133,7 @@ pub struct OperatorProcess {
     spec: OperatorUnderTest,
     child: Option<ManagedChild>,
     /// Keeps the scratch folder alive when no `work_dir` was given.
-    _scratch: Option<tempfile::TempDir>,
+    scratch: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
     log: PathBuf,
     service_account: (String, String),
@@ -177,6 +177,8 @@ impl OperatorProcess {
                     .tempdir()
                     .context("creating the operator's scratch folder")?;
                 let dir = scratch.path().to_path_buf();
+                // exit(130) in the interrupt handler skips TempDir's drop.
+                children::register_scratch_dir(&dir);
                 (Some(scratch), dir)
             }
         };
@@ -185,7 +187,7 @@ impl OperatorProcess {
         let mut process = Self {
             spec,
             child: None,
-            _scratch: scratch,
+            scratch,
             kubeconfig,
             log: dir.join("operator.log"),
             service_account,
@@ -285,6 +287,15 @@ impl OperatorProcess {
         }
         self.child = Some(ManagedChild::spawn("operator", command, &self.log)?);
         Ok(())
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        // The child field stops the process next, then the scratch folder is removed.
+        if let Some(scratch) = &self.scratch {
+            children::unregister_scratch_dir(scratch.path());
+        }
     }
 }
 

@@ -394,6 +394,7 @@ async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
     let (namespace, name) = match &world.env.operator {
         crate::world::Operator::Started(process) => {
             let process = process.lock().await;
+            let process = process.as_ref().ok_or_else(|| anyhow!("the operator was already stopped"))?;
             let (namespace, name) = process.service_account();
             (namespace.to_owned(), name.to_owned())
         }

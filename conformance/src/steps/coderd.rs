@@ -181,6 +181,7 @@ async fn recorded_key_kept(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 /// (`GET /api/v2/provisionerkeys/{key}` with `Coder-Provisioner-Daemon-Key`).
 #[then(expr = "the key in Secret {string} authenticates to coderd as the key named {string}")]
 async fn key_authenticates(world: &mut ProvisionerWorld, secret: String, name: String) -> anyhow::Result<()> {
+    let secret = super::children::expand(world, &secret);
     let api: kube::Api<Secret> = world.api();
     let found = api.get(&secret).await.with_context(|| format!("reading Secret {secret}"))?;
     let key = found

@@ -14,10 +14,11 @@ use serde_json::{Value, json};
 use super::{docstring_yaml, str_at};
 use crate::world::{CONTROL_PLANE, FIELD_MANAGER, OPERATOR_TOKEN_SECRET, ProvisionerWorld};
 
-/// RFC 3339 "now" with second precision, as Kubernetes `metav1.Time` is written.
+/// RFC 3339 "now" with second precision, as Kubernetes `metav1.Time` is written; truncated,
+/// never rounded up, so the stamp is never in the future.
 pub fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
-    now.round(jiff::Unit::Second).unwrap_or(now).to_string()
+    jiff::Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
 }
 
 /// Creates the fixture control plane (or checks the existing one given with `--control-plane`).

@@ -11,6 +11,15 @@ use anyhow::{Context as _, anyhow};
 use cucumber::gherkin::Step;
 use serde_json::Value;
 
+/// A step's docstring as written between the quotes: the gherkin parser keeps the line break
+/// after the opening and before the closing `"""`, which are not part of the text.
+pub fn docstring(step: &Step) -> Option<String> {
+    step.docstring.as_deref().map(|text| {
+        let text = text.strip_prefix('\n').unwrap_or(text);
+        text.strip_suffix('\n').unwrap_or(text).to_owned()
+    })
+}
+
 /// The YAML docstring of a step, as JSON.
 pub fn docstring_yaml(step: &Step) -> anyhow::Result<Value> {
     let text = step

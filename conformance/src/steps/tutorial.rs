@@ -61,8 +61,7 @@ async fn run(world: &ProvisionerWorld, command: &str) -> anyhow::Result<CommandO
 }
 
 fn command_of(step: &Step) -> anyhow::Result<String> {
-    step.docstring
-        .clone()
+    super::docstring(step)
         .ok_or_else(|| anyhow!("step \"{}\" needs the command as a docstring", step.value))
 }
 
@@ -93,7 +92,7 @@ fn last(world: &ProvisionerWorld) -> anyhow::Result<&(String, CommandOutput)> {
 /// Exact comparison: the docstring is the output, each line ended by a newline.
 #[then("the output is:")]
 async fn output_is(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
-    let expected = format!("{}\n", step.docstring.as_deref().unwrap_or_default());
+    let expected = format!("{}\n", super::docstring(step).unwrap_or_default());
     let (command, output) = last(world)?;
     if !output.success {
         bail!("`{command}` failed: {}", output.stderr.trim());

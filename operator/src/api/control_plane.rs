@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
     status = "CoderControlPlaneStatus",
     doc = "CoderControlPlane is a Coder control plane (coderd) that CoderProvisioners connect to.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
+    // Raw form: a second `type_ = "string"` trips clippy's duplicated-attribute lint.
+    printcolumn = r#"{"name":"URL","type":"string","jsonPath":".status.url"}"#,
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

@@ -281,9 +281,10 @@ mod tests {
     }
 
     fn token_secret(data_key: &str, value: &str) -> Secret {
-        let mut secret = Secret::default();
-        secret.data = Some([(data_key.to_owned(), k8s_openapi::ByteString(value.as_bytes().to_vec()))].into());
-        secret
+        Secret {
+            data: Some([(data_key.to_owned(), k8s_openapi::ByteString(value.as_bytes().to_vec()))].into()),
+            ..Default::default()
+        }
     }
 
     #[rstest]
@@ -350,7 +351,10 @@ mod tests {
     #[case::rate_limited(Err(CoderdError::RateLimited { retry_after: None }), Some(reason::ENTITLEMENTS_QUERY_FAILED))]
     #[case::timeout(Err(CoderdError::Timeout), Some(reason::ENTITLEMENTS_QUERY_FAILED))]
     fn entitlement_answers(#[case] answer: Result<Option<EntitlementValue>, CoderdError>, #[case] failure: Option<&str>) {
-        let outcome = entitlement_from_coderd(answer.as_ref().map(Clone::clone).map_err(|e| e));
+        let outcome = match &answer {
+            Ok(value) => entitlement_from_coderd(Ok(value.clone())),
+            Err(error) => entitlement_from_coderd(Err(error)),
+        };
         assert_eq!(outcome.as_ref().err().map(|b| b.condition.reason), failure);
         if let Err(blocked) = outcome {
             assert_eq!(blocked.retry_after, ENTITLEMENT_WINDOW);

@@ -142,6 +142,9 @@ async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Erro
     if !matches!(outcome, Ok(Step::RateLimited(_))) {
         ctx.rate_limits.reset(&object_key(cr));
     }
+    for failure in status::newly_failed(cr.status.as_ref(), &report) {
+        ctx.event(cr, EventType::Warning, failure.reason, "Reconcile", failure.message.clone()).await;
+    }
     writer.write(&report, deployment.as_ref()).await?;
     match outcome? {
         Step::Done => Ok(Action::requeue(RESYNC)),

@@ -92,6 +92,17 @@ fn merge_condition(conditions: &mut Vec<Condition>, update: &ConditionUpdate, ge
     }
 }
 
+/// False conditions of this pass that were not already False for the same reason: each is
+/// announced once as a Warning Event (e.g. a refused key Secret), not on every retry.
+pub fn newly_failed<'a>(previous: Option<&CoderProvisionerStatus>, report: &'a PassReport) -> Vec<&'a ConditionUpdate> {
+    let known = |update: &ConditionUpdate| {
+        previous.is_some_and(|status| {
+            status.conditions.iter().any(|c| c.type_ == update.type_ && c.status == "False" && c.reason == update.reason)
+        })
+    };
+    report.conditions.iter().filter(|update| !update.ok && !known(update)).collect()
+}
+
 /// Whether writing `next` would change anything, ignoring condition timestamps (R-ST-7).
 pub fn status_changed(current: Option<&CoderProvisionerStatus>, next: &CoderProvisionerStatus) -> bool {
     let without_times = |status: &CoderProvisionerStatus| {
@@ -113,9 +124,10 @@ mod tests {
     }
 
     fn deployment(ready: Option<i32>) -> Deployment {
-        let mut deployment = Deployment::default();
-        deployment.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus { ready_replicas: ready, ..Default::default() });
-        deployment
+        Deployment {
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus { ready_replicas: ready, ..Default::default() }),
+            ..Default::default()
+        }
     }
 
     fn report(updates: Vec<ConditionUpdate>, reached_deployment: bool) -> PassReport {
@@ -198,6 +210,18 @@ mod tests {
         let second = next_status(Some(&first), Some(1), &report(vec![failed], false), None, t("2026-01-01T01:00:00Z"));
         assert_eq!(find(&second, condition::KEY_READY), find(&first, condition::KEY_READY));
         assert!(status_changed(Some(&first), &second));
+    }
+
+    #[test]
+    fn failures_are_announced_once_per_reason() {
+        let refused = ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_SECRET_NOT_OWNED, "taken");
+        let pass = report(vec![cp_ready(), refused.clone()], false);
+        assert_eq!(newly_failed(None, &pass), vec![&refused]);
+        let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
+        assert!(newly_failed(Some(&status), &pass).is_empty());
+        let other_reason = ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
+        let pass = report(vec![other_reason.clone()], false);
+        assert_eq!(newly_failed(Some(&status), &pass), vec![&other_reason]);
     }
 
     #[test]

@@ -131,8 +131,14 @@ pub async fn run(
     let store = controller.store();
     let ready_store = store.clone();
     tokio::spawn(async move {
-        if ready_store.wait_until_ready().await.is_ok() {
-            readiness.mark_ready();
+        // The store's readiness signal wakes only one waiter (the controller's own runner also
+        // waits on it), so re-poll with a short timeout instead of awaiting once.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(250), ready_store.wait_until_ready()).await {
+                Ok(Ok(())) => break readiness.mark_ready(),
+                Ok(Err(_writer_dropped)) => break,
+                Err(_still_waiting) => {}
+            }
         }
     });
 
@@ -169,6 +175,10 @@ pub async fn run(
         .for_each(|outcome| async move {
             match outcome {
                 Ok((object, action)) => tracing::debug!(%object, ?action, "reconciled"),
+                // A trigger for an object deleted meanwhile (R-W-3): nothing to do.
+                Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                    tracing::debug!(%object, "object is gone; nothing to reconcile")
+                }
                 Err(error) => warn!(%error, "reconcile failed"),
             }
         })

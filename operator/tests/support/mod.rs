@@ -30,6 +30,25 @@ const POLL: Duration = Duration::from_millis(250);
 /// slow each other down on a small machine. A tokio mutex works across the tests' runtimes.
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
+/// Just a local control plane (no CRDs, no operator), held exclusively.
+pub struct Cluster {
+    pub admin: kube::Client,
+    pub cluster: LocalControlPlane,
+    serial: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    pub async fn start() -> anyhow::Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let serial = SERIAL.lock().await;
+        let cluster = LocalControlPlane::start(LocalOptions { controller_manager: false, ..LocalOptions::default() })
+            .await
+            .context("starting the local control plane")?;
+        let admin = cluster.admin_client().await?;
+        Ok(Self { admin, cluster, serial })
+    }
+}
+
 pub struct Harness {
     // Field order is drop order: operator and kubelet stop before the control plane.
     pub kubelet: ReadinessSimulator,
@@ -48,12 +67,12 @@ impl Harness {
     /// Everything up to a running operator watching [`NAMESPACE`], with the control plane object
     /// (and its operator-token Secret) in place.
     pub async fn start() -> anyhow::Result<Self> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let serial = SERIAL.lock().await;
-        let cluster = LocalControlPlane::start(LocalOptions { controller_manager: false, ..LocalOptions::default() })
-            .await
-            .context("starting the local control plane")?;
-        let admin = cluster.admin_client().await?;
+        Self::start_with_args(&[]).await
+    }
+
+    /// As [`Harness::start`], with `extra_args` appended to the operator's command line.
+    pub async fn start_with_args(extra_args: &[&str]) -> anyhow::Result<Self> {
+        let Cluster { cluster, admin, serial } = Cluster::start().await?;
         let crds = conformance::manifests::install_crds(&admin, &repo_path("config/crd")).await?;
         conformance::manifests::wait_crds_established(&admin, &crds, EVENTUALLY).await?;
         create_namespace(&admin, NAMESPACE).await?;
@@ -69,7 +88,8 @@ impl Harness {
 
         let kubelet = ReadinessSimulator::for_local(&cluster, WatchScope::Namespaces(vec![NAMESPACE.into()])).await?;
         let binary = env!("CARGO_BIN_EXE_coder-provisioner-operator");
-        let command = OperatorCommand::from_argv(std::iter::once(binary).chain(REFERENCE_ARGS))?;
+        let argv = std::iter::once(binary).chain(REFERENCE_ARGS).chain(extra_args.iter().copied());
+        let command = OperatorCommand::from_argv(argv)?;
         let mut spec = OperatorUnderTest::new(command);
         spec.rbac_dir = repo_path("config/rbac");
         spec.watch_namespace = Some(NAMESPACE.into());
@@ -190,7 +210,7 @@ pub fn phase(cr: &CoderProvisioner) -> Option<&str> {
     cr.status.as_ref()?.phase.as_deref()
 }
 
-async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
+pub async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
     let namespace = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Namespace::default() };
     Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await?;
     Ok(())
