@@ -359,7 +359,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             }
             eprintln!("conformance: starting the operator: {} (RBAC {})", spec.command.display(), spec.rbac_dir.display());
             let process = OperatorProcess::start(&client, &endpoint, spec).await.context("starting the operator")?;
-            (Operator::Started(tokio::sync::Mutex::new(Some(process))), mode)
+            (Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))), mode)
         }
     };
 

@@ -240,7 +240,7 @@ mod tests {
         let result = eventually("flicker", &fast(), || {
             calls.set(calls.get() + 1);
             let n = calls.get();
-            async move { Ok(if n % 2 == 0 { Ok(()) } else { Err("odd".to_owned()) }) }
+            async move { Ok(if n.is_multiple_of(2) { Ok(()) } else { Err("odd".to_owned()) }) }
         })
         .await;
         assert!(result.is_err());

@@ -35,7 +35,7 @@ pub const OPERATOR_TOKEN_SECRET: &str = "coder-operator-token";
 pub enum Operator {
     /// Started by the suite (the reference operator or `--operator-cmd`); can be restarted.
     /// `None` once the run is over and the process was stopped.
-    Started(tokio::sync::Mutex<Option<crate::implementation::OperatorProcess>>),
+    Started(Box<tokio::sync::Mutex<Option<crate::implementation::OperatorProcess>>>),
     /// Already installed in the cluster (`--operator installed`): nothing started, no restarts.
     Installed,
 }
@@ -336,7 +336,7 @@ impl ProvisionerWorld {
     /// The CoderProvisioner as JSON (or `None` when absent).
     pub async fn provisioner_json(&self) -> anyhow::Result<Option<Value>> {
         let object = self.provisioners().get_opt(&self.provisioner).await?;
-        Ok(object.map(|o| serde_json::to_value(o)).transpose()?)
+        Ok(object.map(serde_json::to_value).transpose()?)
     }
 
     /// Polls the CR until `check` accepts it.

@@ -1,9 +1,10 @@
 //! The local control plane with the real binaries (built or cached by scripts/k8s-binaries.sh):
 //! it serves a ready API with RBAC enforced, kubectl works with its kubeconfig, garbage
 //! collection and namespace deletion happen, and dropping it leaves no process or file behind.
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
+use common::eventually_equals;
 use conformance::cluster::children::is_alive;
 use conformance::cluster::kubeconfig::client_from_file;
 use conformance::cluster::local::{LocalControlPlane, LocalOptions};
@@ -11,25 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Polls `check` until it returns true or the deadline passes.
-async fn eventually<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not within {DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+mod common;
 
 fn config_map(name: &str, owner: Option<&ConfigMap>) -> anyhow::Result<ConfigMap> {
     let mut value = json!({ "metadata": { "name": name } });
@@ -110,10 +93,14 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
     config_maps
         .delete("owner", &DeleteParams::background())
         .await?;
-    eventually("the dependent ConfigMap is garbage-collected", || {
-        let api = config_maps.clone();
-        async move { Ok(api.get_opt("dependent").await?.is_none()) }
-    })
+    eventually_equals(
+        "the dependent ConfigMap is garbage-collected (exists)",
+        false,
+        || {
+            let api = config_maps.clone();
+            async move { Ok(api.get_opt("dependent").await?.is_some()) }
+        },
+    )
     .await?;
 
     eprintln!("garbage collection took {:?}", gc_started.elapsed());
@@ -132,9 +119,9 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
     namespaces
         .delete("doomed", &DeleteParams::default())
         .await?;
-    eventually("the deleted namespace disappears", || {
+    eventually_equals("the deleted namespace disappears (exists)", false, || {
         let api = namespaces.clone();
-        async move { Ok(api.get_opt("doomed").await?.is_none()) }
+        async move { Ok(api.get_opt("doomed").await?.is_some()) }
     })
     .await?;
 

@@ -2,9 +2,9 @@
 //! delete), the operator process (ServiceAccount identity, logs, restart, kill) and the
 //! readiness simulator (contract D-8).
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use common::eventually_equals;
 use conformance::cluster::children::is_alive;
 use conformance::cluster::local::{LocalControlPlane, LocalOptions};
 use conformance::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
@@ -16,28 +16,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
+
 const NAMESPACE: &str = "tools";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not within {DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,9 +100,9 @@ async fn check_manifests(admin: &kube::Client) -> anyhow::Result<()> {
     // Deleting again is fine: the objects are already gone.
     manifests::delete_dir(admin, dir.path(), Some(NAMESPACE)).await?;
     // The namespace itself is deleted by the controller manager; recreate it for what follows.
-    eventually("the namespace is gone", || {
+    eventually_equals("the namespace is gone (exists)", false, || {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-        async move { Ok(api.get_opt(NAMESPACE).await?.is_none()) }
+        async move { Ok(api.get_opt(NAMESPACE).await?.is_some()) }
     })
     .await?;
     manifests::apply_yaml_str(
@@ -150,16 +134,11 @@ exec sleep 600"#;
     let log_has = |operator: &OperatorProcess, text: &str, times: usize| {
         operator.full_log().matches(text).count() >= times
     };
-    let deadline = Instant::now() + DEADLINE;
-    while !log_has(&operator, "watch=tools", 1) {
-        if Instant::now() >= deadline {
-            bail!(
-                "the operator never got going; log:\n{}",
-                operator.full_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_equals("the operator prints its watch namespace", true, || async {
+        Ok(log_has(&operator, "watch=tools", 1))
+    })
+    .await
+    .with_context(|| format!("log:\n{}", operator.full_log()))?;
     let log = operator.full_log();
     assert!(
         log.contains("system:serviceaccount:op-system:test-operator"),
@@ -187,16 +166,13 @@ exec sleep 600"#;
         "the first process survived the restart"
     );
     assert_eq!(operator.starts(), 2);
-    let deadline = Instant::now() + DEADLINE;
-    while !log_has(&operator, "watch=tools", 2) {
-        if Instant::now() >= deadline {
-            bail!(
-                "the restarted operator never got going; log:\n{}",
-                operator.full_log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_equals(
+        "the restarted operator prints its watch namespace again",
+        true,
+        || async { Ok(log_has(&operator, "watch=tools", 2)) },
+    )
+    .await
+    .with_context(|| format!("log:\n{}", operator.full_log()))?;
     assert!(operator.full_log().contains("=== start #2"));
 
     let second_pid = operator.pid().context("pid")?;
@@ -290,8 +266,8 @@ async fn check_readiness_simulator(admin: &kube::Client) -> anyhow::Result<()> {
             &deployment("healthy", 2, "present")?,
         )
         .await?;
-    eventually("2 ready replicas", || async {
-        Ok(ready_replicas(&deployments, "healthy").await? == state(2, "True"))
+    eventually_equals("2 ready replicas", state(2, "True"), || {
+        ready_replicas(&deployments, "healthy")
     })
     .await?;
 
@@ -303,25 +279,31 @@ async fn check_readiness_simulator(admin: &kube::Client) -> anyhow::Result<()> {
             &Patch::Merge(json!({"spec": {"replicas": 3}})),
         )
         .await?;
-    eventually("3 ready replicas at the new generation", || async {
-        Ok(ready_replicas(&deployments, "healthy").await? == state(3, "True"))
-    })
+    eventually_equals(
+        "3 ready replicas at the new generation",
+        state(3, "True"),
+        || ready_replicas(&deployments, "healthy"),
+    )
     .await?;
 
     // Pods that would need a missing Secret never become ready, until the Secret appears.
     deployments
         .create(&PostParams::default(), &deployment("waiting", 1, "later")?)
         .await?;
-    eventually("the blocked Deployment reports 0 ready", || async {
-        Ok(ready_replicas(&deployments, "waiting").await? == state(0, "False"))
-    })
+    eventually_equals(
+        "the blocked Deployment reports 0 ready",
+        state(0, "False"),
+        || ready_replicas(&deployments, "waiting"),
+    )
     .await?;
     secrets
         .create(&PostParams::default(), &secret("later")?)
         .await?;
-    eventually("the unblocked Deployment becomes ready", || async {
-        Ok(ready_replicas(&deployments, "waiting").await? == state(1, "True"))
-    })
+    eventually_equals(
+        "the unblocked Deployment becomes ready",
+        state(1, "True"),
+        || ready_replicas(&deployments, "waiting"),
+    )
     .await?;
     assert!(simulator.patches() >= 4, "patches: {}", simulator.patches());
     simulator.stop().await;

@@ -183,7 +183,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let file = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let file = Kubeconfig::read_from(path).context("reading the kubeconfig")?;
             kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
@@ -224,4 +224,47 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
         _ = interrupt => tracing::info!("interrupt received; shutting down"),
     }
     shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(std::iter::once("coder-provisioner-operator").chain(argv.iter().copied()))
+            .expect("valid command line");
+        match cli.command {
+            Command::Run(args) => *args,
+            Command::Crd => panic!("expected run"),
+        }
+    }
+
+    #[test]
+    fn leader_election_accepts_a_bare_flag_an_explicit_value_and_a_later_override() {
+        assert!(!run_args(&["run"]).leader_election);
+        assert!(run_args(&["run", "--leader-election"]).leader_election);
+        assert!(run_args(&["run", "--leader-election=true"]).leader_election);
+        assert!(!run_args(&["run", "--leader-election=true", "--leader-election=false"]).leader_election);
+        assert!(Cli::try_parse_from(["x", "run", "--leader-election=maybe"]).is_err());
+    }
+
+    #[test]
+    fn log_format_and_metrics_address_are_validated() {
+        let args = run_args(&["run", "--log-format", "json", "--metrics-addr", "127.0.0.1:0", "--namespace", "coder"]);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.metrics_addr.port(), 0);
+        assert_eq!(args.namespace, "coder");
+        assert!(Cli::try_parse_from(["x", "run", "--log-format", "xml"]).is_err());
+        assert!(Cli::try_parse_from(["x", "run", "--metrics-addr", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn readiness_depends_on_role_and_controller() {
+        let controller = Arc::new(Mutex::new(Readiness::default()));
+        let leadership = LeadershipFlag::default();
+        let single = readiness_probe(false, controller.clone(), leadership.clone());
+        let elected = readiness_probe(true, controller, leadership);
+        assert!(single().is_err(), "watches not initialised yet");
+        assert!(elected().is_ok(), "a standby replica is ready");
+    }
 }

@@ -48,6 +48,19 @@ async fn the_sample_becomes_ready_with_exactly_one_key_create() -> anyhow::Resul
         .get(&format!("provisioner-{SAMPLE}"))
         .await?;
     assert!(deployment.spec.is_some(), "the Deployment exists");
+
+    let base = support::metrics_url(&harness.operator.full_log()).expect("the operator logs its metrics address");
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/healthz")).send().await?.status(), 200);
+    assert_eq!(http.get(format!("{base}/readyz")).send().await?.status(), 200);
+    let metrics = http.get(format!("{base}/metrics")).send().await?.text().await?;
+    for series in [
+        r#"coder_provisioner_operator_coderd_requests_total{route="/api/v2/organizations/{organization}/provisionerkeys",status="201"} 1"#,
+        "coder_provisioner_operator_provisioner_keys_created_total 1",
+        r#"coder_provisioner_operator_reconciles_total{result="ok"}"#,
+    ] {
+        assert!(metrics.contains(series), "missing {series:?} in\n{metrics}");
+    }
     Ok(())
 }
 
@@ -132,6 +145,8 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
 
     let mut operator = harness.operator;
     operator.stop().await;
+    let log = operator.full_log();
+    assert!(log.contains("SIGTERM received") && log.contains("stopped"), "a graceful stop on SIGTERM:\n{log}");
     harness.fake.clear_journal();
     // Deleting a child while the operator is down proves below that the restarted operator did
     // reconcile every provisioner (it recreates the ServiceAccounts).
@@ -181,7 +196,7 @@ async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyho
 
 #[tokio::test]
 async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> anyhow::Result<()> {
-    let harness = Harness::start_with_args(&["--leader-election=true"]).await?;
+    let harness = Harness::start_with(&["--leader-election=true"], &support::repo_path("config/rbac")).await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
     // The Lease lives in the operator's namespace (POD_NAMESPACE), granted by config/rbac's Role.
@@ -189,6 +204,12 @@ async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> a
     let lease = leases.get("coder-provisioner-operator").await?;
     let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     assert!(!holder.is_empty(), "the running operator holds the Lease");
+
+    let mut operator = harness.operator;
+    operator.stop().await;
+    let released = leases.get("coder-provisioner-operator").await?;
+    assert_eq!(released.spec.and_then(|s| s.holder_identity), None, "SIGTERM releases the Lease");
+    assert!(operator.full_log().contains("released the lease"));
     Ok(())
 }
 
@@ -247,5 +268,46 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
     standby_task.await??;
     assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "never two controllers at once");
     assert_eq!(running.load(Ordering::SeqCst), 0, "every controller stopped");
+    Ok(())
+}
+
+/// The PR's first bug, kept fixed: without pods/persistentvolumeclaims rights the operator cannot
+/// create the provisioner Role (Kubernetes refuses it as privilege escalation), and the retries of
+/// that failing step must not call coderd's key routes again (R-KEY-7, R-KEY-8).
+#[tokio::test]
+async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alone() -> anyhow::Result<()> {
+    const ESCALATION: &str = "attempting to grant RBAC permissions not currently held";
+    let rbac = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(support::repo_path("config/rbac"))? {
+        let path = entry?.path();
+        std::fs::copy(&path, rbac.path().join(path.file_name().unwrap_or_default()))?;
+    }
+    let role_path = rbac.path().join("role.yaml");
+    let role = std::fs::read_to_string(&role_path)?;
+    let pod_rule = "  - apiGroups: [\"\"]\n    resources: [\"pods\", \"persistentvolumeclaims\"]\n    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]\n";
+    assert!(role.contains(pod_rule), "config/rbac/role.yaml no longer has the pod rule in the expected form");
+    std::fs::write(&role_path, role.replace(pod_rule, ""))?;
+
+    let harness = Harness::start_with(&[], rbac.path()).await?;
+    harness.create_provisioner(SAMPLE, json!({})).await?;
+    let first_failures = harness
+        .eventually("the Role refused as escalation", || async {
+            let count = harness.operator.full_log().matches(ESCALATION).count();
+            Ok((count > 0).then_some(count))
+        })
+        .await?;
+    let cr = harness.provisioners().get(SAMPLE).await?;
+    let status = cr.status.clone().unwrap_or_default();
+    assert!(status.provisioner_key_id.is_some(), "key status is persisted before the Role step (R-KEY-7)");
+    assert_ne!(phase(&cr), Some("Ready"));
+
+    harness.fake.clear_journal();
+    harness
+        .eventually("another failed attempt", || async {
+            Ok((harness.operator.full_log().matches(ESCALATION).count() > first_failures).then_some(()))
+        })
+        .await?;
+    let journal = harness.fake.journal();
+    assert!(key_calls(&journal).is_empty(), "retries called the key routes: {:#?}", key_calls(&journal));
     Ok(())
 }

@@ -2,7 +2,6 @@
 //! kube-apiserver), the committed CRDs, the in-process fake coderd, a control plane object whose
 //! status points at the fake, the operator binary started as a child process with a kubeconfig
 //! for the ServiceAccount of `config/rbac/` only, and the simulated kubelet (contract D-8).
-#![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -50,16 +49,17 @@ impl Cluster {
 }
 
 pub struct Harness {
-    // Field order is drop order: operator and kubelet stop before the control plane.
-    pub kubelet: ReadinessSimulator,
+    // Field order is drop order: operator and kubelet stop before the control plane. The
+    // underscored fields are only held for their lifetime.
+    _kubelet: ReadinessSimulator,
     pub operator: OperatorProcess,
     pub fake: FakeCoderd,
     pub admin: kube::Client,
-    pub cluster: LocalControlPlane,
+    _cluster: LocalControlPlane,
     _serial: MutexGuard<'static, ()>,
 }
 
-fn repo_path(relative: &str) -> PathBuf {
+pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
 }
 
@@ -67,11 +67,12 @@ impl Harness {
     /// Everything up to a running operator watching [`NAMESPACE`], with the control plane object
     /// (and its operator-token Secret) in place.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with_args(&[]).await
+        Self::start_with(&[], &repo_path("config/rbac")).await
     }
 
-    /// As [`Harness::start`], with `extra_args` appended to the operator's command line.
-    pub async fn start_with_args(extra_args: &[&str]) -> anyhow::Result<Self> {
+    /// As [`Harness::start`], with `extra_args` appended to the operator's command line and the
+    /// operator's RBAC taken from `rbac_dir`.
+    pub async fn start_with(extra_args: &[&str], rbac_dir: &Path) -> anyhow::Result<Self> {
         let Cluster { cluster, admin, serial } = Cluster::start().await?;
         let crds = conformance::manifests::install_crds(&admin, &repo_path("config/crd")).await?;
         conformance::manifests::wait_crds_established(&admin, &crds, EVENTUALLY).await?;
@@ -91,12 +92,12 @@ impl Harness {
         let argv = std::iter::once(binary).chain(REFERENCE_ARGS).chain(extra_args.iter().copied());
         let command = OperatorCommand::from_argv(argv)?;
         let mut spec = OperatorUnderTest::new(command);
-        spec.rbac_dir = repo_path("config/rbac");
+        spec.rbac_dir = rbac_dir.to_path_buf();
         spec.watch_namespace = Some(NAMESPACE.into());
         // Debug level for the operator's own modules, so the secret-leak test sees the most text.
         spec.extra_env.push(("RUST_LOG".into(), "info,operator=debug,coder_provisioner_operator=debug".into()));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
-        Ok(Self { kubelet, operator, fake, admin, cluster, _serial: serial })
+        Ok(Self { _kubelet: kubelet, operator, fake, admin, _cluster: cluster, _serial: serial })
     }
 
     pub fn provisioners(&self) -> Api<CoderProvisioner> {
@@ -185,6 +186,13 @@ impl Harness {
             .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
             .filter(|key| !key.is_empty()))
     }
+}
+
+/// The operator's `/healthz` `/readyz` `/metrics` base URL, from its (text) start-up log line.
+pub fn metrics_url(log: &str) -> Option<String> {
+    let start = log.rfind("metrics_addr=")? + "metrics_addr=".len();
+    let addr = log[start..].split_whitespace().next()?;
+    Some(format!("http://{addr}"))
 }
 
 /// Requests to the provisioner-key routes (list, create, delete), whatever their answer.

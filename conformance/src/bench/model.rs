@@ -1,0 +1,471 @@
+//! The bench results document (`bench.json`) and the targets it is judged against.
+//!
+//! Performance is measured, not asserted: a missed target is reported, never an error.
+use std::collections::BTreeMap;
+
+use fake_coderd::JournalEntry;
+use fake_coderd::routes;
+use serde::{Deserialize, Serialize};
+
+use super::apimetrics::WriteCounts;
+use super::procfs::Footprint;
+use super::stats::{Latency, per};
+
+/// Identifies the document format.
+pub const SCHEMA: &str = "coder-provisioner-conformance/bench/v1";
+/// How long a control plane's entitlement check stays fresh (contract R-ENT-1).
+pub const ENTITLEMENT_WINDOW_SECS: u64 = 120;
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BenchReport {
+    pub schema: String,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub environment: BenchEnvironment,
+    pub config: BenchConfig,
+    pub scale: Vec<ScaleResult>,
+    pub steady: Option<SteadyResult>,
+    pub restart: Option<RestartResult>,
+    pub churn: Option<ChurnResult>,
+    pub suite: Option<SuiteResult>,
+    pub targets: Vec<TargetOutcome>,
+    /// How each figure was measured, in plain words.
+    pub methods: Vec<String>,
+    /// Phases that could not be measured, with the reason.
+    pub errors: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BenchEnvironment {
+    /// Cargo profile of the bench binary (`debug` or `release`).
+    pub profile: String,
+    pub operator_command: String,
+    pub cpus: usize,
+    /// `/proc/loadavg` when the bench started: other load on the machine skews timings.
+    pub load_average_at_start: Option<String>,
+    pub simulated: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    pub phases: Vec<String>,
+    pub sizes: Vec<usize>,
+    pub namespaces: usize,
+    pub control_planes: usize,
+    pub idle_secs: u64,
+    pub settle_secs: u64,
+    pub steady_size: usize,
+    pub churn_size: usize,
+    pub fault_window_secs: u64,
+    pub ready_timeout_secs: u64,
+}
+
+/// coderd requests seen by the fake coderds (journal), over a phase.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CoderdTraffic {
+    pub total: u64,
+    pub per_cr: Option<f64>,
+    /// Requests on the provisioner-key routes (list, create, delete).
+    pub key_calls: u64,
+    pub entitlement_calls: u64,
+    /// Answered 429.
+    pub rate_limited: u64,
+    /// `METHOD route-template` → count.
+    pub by_route: BTreeMap<String, u64>,
+}
+
+impl CoderdTraffic {
+    pub fn from_journal(entries: &[JournalEntry], crs: usize) -> Self {
+        let mut traffic = Self::default();
+        for entry in entries {
+            let route = entry.route.as_deref().unwrap_or("(unknown route)");
+            traffic.total += 1;
+            if route == routes::PROVISIONER_KEYS || route == routes::DELETE_KEY {
+                traffic.key_calls += 1;
+            }
+            if route == routes::ENTITLEMENTS {
+                traffic.entitlement_calls += 1;
+            }
+            if entry.status == 429 {
+                traffic.rate_limited += 1;
+            }
+            *traffic.by_route.entry(format!("{} {route}", entry.method)).or_default() += 1;
+        }
+        traffic.per_cr = per(traffic.total, crs);
+        traffic
+    }
+}
+
+/// Kubernetes API writes attributed to the operator over a phase (see `apimetrics`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ApiWrites {
+    pub total: u64,
+    pub per_cr: Option<f64>,
+    /// Writes to `coderprovisioners/status`.
+    pub cr_status_writes: u64,
+    /// `VERB resource[/subresource]` → count.
+    pub by_kind: BTreeMap<String, u64>,
+}
+
+impl ApiWrites {
+    pub fn from_counts(counts: &WriteCounts, crs: usize) -> Self {
+        let total = counts.values().sum();
+        Self {
+            total,
+            per_cr: per(total, crs),
+            cr_status_writes: counts
+                .iter()
+                .filter(|(kind, _)| kind.resource == "coderprovisioners/status")
+                .map(|(_, n)| n)
+                .sum(),
+            by_kind: counts.iter().map(|(kind, n)| (kind.label(), *n)).collect(),
+        }
+    }
+}
+
+/// Operator resource use: peak RSS of the process so far, CPU spent during the phase.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct OperatorUse {
+    pub peak_rss_kib: u64,
+    pub cpu_seconds: f64,
+}
+
+impl OperatorUse {
+    pub fn between(start: Footprint, end: Footprint) -> Self {
+        Self { peak_rss_kib: end.peak_rss_kib, cpu_seconds: (end.cpu_seconds - start.cpu_seconds).max(0.0) }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ScaleResult {
+    pub size: usize,
+    /// CRs seen with `phase: Ready` before the deadline.
+    pub ready: usize,
+    /// Time to send every create request.
+    pub submit_ms: u64,
+    /// First create sent → last CR Ready; `None` if not all became Ready.
+    pub all_ready_ms: Option<u64>,
+    /// Per CR: its create sent → first seen Ready.
+    pub latency: Latency,
+    pub coderd: CoderdTraffic,
+    pub writes: ApiWrites,
+    pub operator: OperatorUse,
+}
+
+impl ScaleResult {
+    pub fn all_ready(&self) -> bool {
+        self.ready == self.size
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SteadyResult {
+    pub size: usize,
+    pub idle_ms: u64,
+    pub coderd: CoderdTraffic,
+    pub writes: ApiWrites,
+    /// CoderProvisioner resourceVersion changes seen by the watch.
+    pub cr_modifications: u64,
+    pub ready_at_end: usize,
+    /// Entitlement calls allowed: one per CoderControlPlane per started 2-minute window.
+    pub entitlement_allowance: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RestartResult {
+    pub size: usize,
+    /// SIGKILL → the new process has reconciled as many times as there are CRs.
+    pub reconciled_ms: Option<u64>,
+    /// Observation window after that point, included in the counts.
+    pub settle_ms: u64,
+    pub coderd: CoderdTraffic,
+    pub writes: ApiWrites,
+    pub cr_modifications: u64,
+    pub ready_at_end: usize,
+    pub operator: OperatorUse,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ChurnRun {
+    pub ready: usize,
+    pub all_ready_ms: Option<u64>,
+    pub latency: Latency,
+    pub coderd: CoderdTraffic,
+}
+
+impl From<&ScaleResult> for ChurnRun {
+    fn from(scale: &ScaleResult) -> Self {
+        Self {
+            ready: scale.ready,
+            all_ready_ms: scale.all_ready_ms,
+            latency: scale.latency.clone(),
+            coderd: scale.coderd.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ChurnResult {
+    pub size: usize,
+    pub fault_window_ms: u64,
+    /// The 429 fault is switched on and off every this many milliseconds.
+    pub toggle_ms: u64,
+    /// Share of provisioner-key requests answered 429 while the faults were active.
+    pub rate_limited_share: Option<f64>,
+    pub faulted: ChurnRun,
+    pub healthy: ChurnRun,
+    /// faulted ÷ healthy coderd requests per CR.
+    pub requests_ratio: Option<f64>,
+    /// faulted ÷ healthy time until all Ready.
+    pub time_ratio: Option<f64>,
+}
+
+impl ChurnResult {
+    pub fn ratios(faulted: &ChurnRun, healthy: &ChurnRun) -> (Option<f64>, Option<f64>) {
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        (
+            ratio(faulted.coderd.per_cr, healthy.coderd.per_cr),
+            ratio(faulted.all_ready_ms.map(|m| m as f64), healthy.all_ready_ms.map(|m| m as f64)),
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SuiteResult {
+    pub exit_code: Option<i32>,
+    /// Whole `conformance run`, control-plane start included.
+    pub wall_ms: u64,
+    /// Start of the process → the suite announced its fake coderd (control plane started, CRDs
+    /// installed); `None` if the line never came.
+    pub setup_ms: Option<u64>,
+    pub without_setup_ms: Option<u64>,
+    pub report_dir: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetStatus {
+    Met,
+    Missed,
+    NotMeasured,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TargetOutcome {
+    pub target: String,
+    pub measured: String,
+    pub status: TargetStatus,
+}
+
+fn outcome(target: &str, measured: Option<(String, bool)>) -> TargetOutcome {
+    let (measured, status) = match measured {
+        Some((text, true)) => (text, TargetStatus::Met),
+        Some((text, false)) => (text, TargetStatus::Missed),
+        None => ("not measured".to_owned(), TargetStatus::NotMeasured),
+    };
+    TargetOutcome { target: target.to_owned(), measured, status }
+}
+
+/// The project's performance targets, judged from whatever was measured.
+pub fn evaluate_targets(report: &BenchReport) -> Vec<TargetOutcome> {
+    let at = |size: usize| report.scale.iter().find(|s| s.size == size);
+    let count = |n: u64, limit: u64| (n.to_string(), n <= limit);
+    let mut targets = vec![outcome(
+        "coderd requests per CR on create at N = 500 ≤ 2.5",
+        at(500).and_then(|s| s.coderd.per_cr).map(|r| (format!("{r:.2}"), r <= 2.5)),
+    )];
+    if let Some(steady) = &report.steady {
+        targets.push(outcome("steady state: 0 provisioner-key calls", Some(count(steady.coderd.key_calls, 0))));
+        targets.push(outcome("steady state: 0 CoderProvisioner status writes", Some(count(steady.writes.cr_status_writes, 0))));
+        targets.push(outcome(
+            "steady state: ≤ 1 entitlements call per control plane per 2 minutes",
+            Some((
+                format!("{} (allowed {})", steady.coderd.entitlement_calls, steady.entitlement_allowance),
+                steady.coderd.entitlement_calls <= steady.entitlement_allowance,
+            )),
+        ));
+    } else {
+        targets.push(outcome("steady state: 0 provisioner-key calls, 0 status writes", None));
+    }
+    if let Some(restart) = &report.restart {
+        targets.push(outcome("after restart: 0 provisioner-key calls", Some(count(restart.coderd.key_calls, 0))));
+        targets.push(outcome("after restart: 0 CoderProvisioner status writes", Some(count(restart.writes.cr_status_writes, 0))));
+        targets.push(outcome("after restart: 0 Kubernetes API writes", Some(count(restart.writes.total, 0))));
+    } else {
+        targets.push(outcome("after restart: 0 provisioner-key calls, 0 writes", None));
+    }
+    targets.push(outcome(
+        "N = 1000 all Ready in under 60 s",
+        at(1000).map(|s| match s.all_ready_ms {
+            Some(ms) => (format!("{:.1} s", ms as f64 / 1000.0), ms < 60_000),
+            None => (format!("{} of 1000 Ready before the deadline", s.ready), false),
+        }),
+    ));
+    targets.push(outcome(
+        "operator peak RSS at N = 1000 under 64 MiB",
+        at(1000).map(|s| {
+            let mib = s.operator.peak_rss_kib as f64 / 1024.0;
+            (format!("{mib:.1} MiB"), s.operator.peak_rss_kib < 64 * 1024)
+        }),
+    ));
+    targets
+}
+
+/// Entitlement calls a well-behaved operator may make while idle: one per CoderControlPlane
+/// object per started refresh window.
+pub fn entitlement_allowance(control_plane_objects: usize, idle_secs: u64) -> u64 {
+    control_plane_objects as u64 * idle_secs.div_ceil(ENTITLEMENT_WINDOW_SECS).max(1)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::bench::apimetrics::WriteKind;
+
+    fn entry(method: &str, route: Option<&str>, status: u16) -> JournalEntry {
+        serde_json::from_value(serde_json::json!({
+            "seq": 1, "at": "2026-11-29T19:00:00Z", "method": method, "path": "/x", "route": route,
+            "status": status, "session_token_fingerprint": null, "daemon_key_fingerprint": null,
+            "bypass_ratelimit": null, "body": null,
+        }))
+        .expect("journal entry")
+    }
+
+    pub(crate) fn sample_scale(size: usize, per_cr: f64, all_ready_ms: Option<u64>, rss_kib: u64) -> ScaleResult {
+        ScaleResult {
+            size,
+            ready: if all_ready_ms.is_some() { size } else { size / 2 },
+            submit_ms: 10,
+            all_ready_ms,
+            latency: Latency { samples: size, p50_ms: Some(100), p95_ms: Some(200), max_ms: Some(300) },
+            coderd: CoderdTraffic {
+                total: (per_cr * size as f64) as u64,
+                per_cr: Some(per_cr),
+                key_calls: size as u64 * 2,
+                entitlement_calls: 0,
+                rate_limited: 0,
+                by_route: BTreeMap::from([("POST /api/v2/organizations/{organization}/provisionerkeys".to_owned(), size as u64)]),
+            },
+            writes: ApiWrites::default(),
+            operator: OperatorUse { peak_rss_kib: rss_kib, cpu_seconds: 1.5 },
+        }
+    }
+
+    pub(crate) fn sample_report() -> BenchReport {
+        BenchReport {
+            schema: SCHEMA.to_owned(),
+            started_at: "2026-11-29T19:00:00Z".to_owned(),
+            duration_ms: 1000,
+            environment: BenchEnvironment {
+                profile: "debug".to_owned(),
+                operator_command: "op run".to_owned(),
+                cpus: 2,
+                load_average_at_start: None,
+                simulated: vec![],
+            },
+            config: BenchConfig {
+                phases: vec!["scale".to_owned()],
+                sizes: vec![1, 500, 1000],
+                namespaces: 10,
+                control_planes: 2,
+                idle_secs: 300,
+                settle_secs: 10,
+                steady_size: 500,
+                churn_size: 100,
+                fault_window_secs: 30,
+                ready_timeout_secs: 600,
+            },
+            scale: vec![
+                sample_scale(1, 3.0, Some(900), 20_000),
+                sample_scale(500, 2.0, Some(20_000), 30_000),
+                sample_scale(1000, 2.0, Some(70_000), 70_000),
+            ],
+            steady: None,
+            restart: None,
+            churn: None,
+            suite: None,
+            targets: vec![],
+            methods: vec![],
+            errors: vec![],
+        }
+    }
+
+    #[test]
+    fn traffic_is_counted_by_route_and_kind() {
+        let journal = [
+            entry("GET", Some(routes::ORGANIZATION), 200),
+            entry("GET", Some(routes::PROVISIONER_KEYS), 200),
+            entry("POST", Some(routes::PROVISIONER_KEYS), 429),
+            entry("POST", Some(routes::PROVISIONER_KEYS), 201),
+            entry("DELETE", Some(routes::DELETE_KEY), 204),
+            entry("GET", Some(routes::ENTITLEMENTS), 200),
+            entry("GET", None, 404),
+        ];
+        let traffic = CoderdTraffic::from_journal(&journal, 2);
+        assert_eq!(traffic.total, 7);
+        assert_eq!(traffic.per_cr, Some(3.5));
+        assert_eq!(traffic.key_calls, 4);
+        assert_eq!(traffic.entitlement_calls, 1);
+        assert_eq!(traffic.rate_limited, 1);
+        assert_eq!(traffic.by_route[&format!("POST {}", routes::PROVISIONER_KEYS)], 2);
+        assert_eq!(traffic.by_route["GET (unknown route)"], 1);
+    }
+
+    #[test]
+    fn writes_single_out_cr_status() {
+        let counts = WriteCounts::from([
+            (WriteKind::new("PATCH", "coderprovisioners/status"), 3),
+            (WriteKind::new("APPLY", "deployments"), 2),
+        ]);
+        let writes = ApiWrites::from_counts(&counts, 2);
+        assert_eq!((writes.total, writes.cr_status_writes, writes.per_cr), (5, 3, Some(2.5)));
+        assert_eq!(writes.by_kind["APPLY deployments"], 2);
+    }
+
+    #[rstest]
+    #[case(20, 300, 60)]
+    #[case(20, 120, 20)]
+    #[case(2, 10, 2)]
+    #[case(2, 0, 2)]
+    fn entitlement_allowance_counts_started_windows(#[case] objects: usize, #[case] idle: u64, #[case] allowed: u64) {
+        assert_eq!(entitlement_allowance(objects, idle), allowed);
+    }
+
+    #[test]
+    fn targets_report_met_missed_and_unmeasured() {
+        let targets = evaluate_targets(&sample_report());
+        let status = |prefix: &str| targets.iter().find(|t| t.target.starts_with(prefix)).map(|t| t.status);
+        assert_eq!(status("coderd requests per CR"), Some(TargetStatus::Met));
+        assert_eq!(status("N = 1000 all Ready"), Some(TargetStatus::Missed));
+        assert_eq!(status("operator peak RSS"), Some(TargetStatus::Missed));
+        assert_eq!(status("steady state"), Some(TargetStatus::NotMeasured));
+        assert_eq!(status("after restart"), Some(TargetStatus::NotMeasured));
+    }
+
+    #[test]
+    fn churn_ratios_compare_faulted_with_healthy() {
+        let healthy = ChurnRun::from(&sample_scale(100, 2.0, Some(10_000), 1));
+        let faulted = ChurnRun::from(&sample_scale(100, 3.0, Some(25_000), 1));
+        assert_eq!(ChurnResult::ratios(&faulted, &healthy), (Some(1.5), Some(2.5)));
+        let stuck = ChurnRun::from(&sample_scale(100, 3.0, None, 1));
+        assert_eq!(ChurnResult::ratios(&stuck, &healthy).1, None);
+    }
+
+    #[test]
+    fn the_document_round_trips_through_json() {
+        let mut report = sample_report();
+        report.targets = evaluate_targets(&report);
+        let json = serde_json::to_string_pretty(&report).expect("serialize");
+        let back: BenchReport = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, report);
+        let value: serde_json::Value = serde_json::from_str(&json).expect("json");
+        assert_eq!(value["schema"], SCHEMA);
+        assert_eq!(value["scale"][0]["latency"]["p95_ms"], 200);
+        assert_eq!(value["targets"][0]["status"], "met");
+    }
+}

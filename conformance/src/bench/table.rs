@@ -1,0 +1,266 @@
+//! The bench results as plain-text tables (printed, and written as `bench.txt`).
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use super::model::{BenchReport, CoderdTraffic, TargetStatus};
+
+/// Left-aligned first column, right-aligned numbers, two spaces between columns.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let columns = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(columns) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i > 0 {
+                out.push_str("  ");
+                out.push_str(&" ".repeat(pad));
+                out.push_str(cell);
+            } else {
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    out += &line(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().iter().map(String::as_str).collect());
+    for row in rows {
+        let mut cells: Vec<&str> = row.iter().map(String::as_str).take(columns).collect();
+        cells.resize(columns, "");
+        out += &line(cells);
+    }
+    out
+}
+
+pub fn seconds(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "—".to_owned(), |ms| format!("{:.2} s", ms as f64 / 1000.0))
+}
+
+pub fn ratio(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{v:.2}"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn traffic_line(traffic: &CoderdTraffic) -> String {
+    format!(
+        "{} coderd requests ({} per CR; key calls {}, entitlements {}, 429 answers {})",
+        traffic.total,
+        ratio(traffic.per_cr),
+        traffic.key_calls,
+        traffic.entitlement_calls,
+        traffic.rate_limited
+    )
+}
+
+/// The whole report as text: one section per measured phase, then the targets.
+pub fn render(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let env = &report.environment;
+    let _ = writeln!(
+        out,
+        "coder-provisioner bench ({} build, {} CPUs, load at start {}), operator: {}",
+        env.profile,
+        env.cpus,
+        env.load_average_at_start.as_deref().unwrap_or("?"),
+        env.operator_command
+    );
+    if !report.scale.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nScale: {} namespaces, {} control planes; per-CR time from create to first seen Ready",
+            report.config.namespaces, report.config.control_planes
+        );
+        let rows: Vec<Vec<String>> = report
+            .scale
+            .iter()
+            .map(|s| {
+                vec![
+                    s.size.to_string(),
+                    format!("{}/{}", s.ready, s.size),
+                    seconds(s.all_ready_ms),
+                    seconds(s.latency.p50_ms),
+                    seconds(s.latency.p95_ms),
+                    seconds(s.latency.max_ms),
+                    ratio(s.coderd.per_cr),
+                    ratio(s.writes.per_cr),
+                    mib(s.operator.peak_rss_kib),
+                    format!("{:.2}", s.operator.cpu_seconds),
+                ]
+            })
+            .collect();
+        out += &table(
+            &["N", "Ready", "all Ready", "p50", "p95", "max", "coderd/CR", "API writes/CR", "peak RSS", "CPU s"],
+            &rows,
+        );
+        out += "\ncoderd requests per CR by route\n";
+        let routes: BTreeSet<&String> = report.scale.iter().flat_map(|s| s.coderd.by_route.keys()).collect();
+        let headers: Vec<String> =
+            std::iter::once("route".to_owned()).chain(report.scale.iter().map(|s| format!("N={}", s.size))).collect();
+        let rows: Vec<Vec<String>> = routes
+            .iter()
+            .map(|route| {
+                std::iter::once((*route).clone())
+                    .chain(report.scale.iter().map(|s| {
+                        let n = s.coderd.by_route.get(*route).copied().unwrap_or(0);
+                        ratio(super::stats::per(n, s.size))
+                    }))
+                    .collect()
+            })
+            .collect();
+        out += &table(&headers.iter().map(String::as_str).collect::<Vec<_>>(), &rows);
+        out += "\nKubernetes API writes per CR by kind (operator only)\n";
+        let kinds: BTreeSet<&String> = report.scale.iter().flat_map(|s| s.writes.by_kind.keys()).collect();
+        let rows: Vec<Vec<String>> = kinds
+            .iter()
+            .map(|kind| {
+                std::iter::once((*kind).clone())
+                    .chain(report.scale.iter().map(|s| {
+                        let n = s.writes.by_kind.get(*kind).copied().unwrap_or(0);
+                        ratio(super::stats::per(n, s.size))
+                    }))
+                    .collect()
+            })
+            .collect();
+        let mut headers = headers;
+        headers[0] = "write".to_owned();
+        out += &table(&headers.iter().map(String::as_str).collect::<Vec<_>>(), &rows);
+    }
+    if let Some(steady) = &report.steady {
+        let _ = writeln!(out, "\nSteady state: N = {}, idle {}", steady.size, seconds(Some(steady.idle_ms)));
+        let _ = writeln!(out, "  {}", traffic_line(&steady.coderd));
+        let _ = writeln!(
+            out,
+            "  {} operator API writes ({} CoderProvisioner status); {} CR resourceVersion changes; {}/{} still Ready",
+            steady.writes.total, steady.writes.cr_status_writes, steady.cr_modifications, steady.ready_at_end, steady.size
+        );
+    }
+    if let Some(restart) = &report.restart {
+        let _ = writeln!(
+            out,
+            "\nRestart (SIGKILL, start again): N = {}, every CR reconciled again after {} (observed for {} more)",
+            restart.size,
+            seconds(restart.reconciled_ms),
+            seconds(Some(restart.settle_ms))
+        );
+        let _ = writeln!(out, "  {}", traffic_line(&restart.coderd));
+        let _ = writeln!(
+            out,
+            "  {} operator API writes ({} CoderProvisioner status); {} CR resourceVersion changes; {}/{} still Ready; \
+             new process: {}, {:.2} CPU s",
+            restart.writes.total,
+            restart.writes.cr_status_writes,
+            restart.cr_modifications,
+            restart.ready_at_end,
+            restart.size,
+            mib(restart.operator.peak_rss_kib),
+            restart.operator.cpu_seconds
+        );
+    }
+    if let Some(churn) = &report.churn {
+        let _ = writeln!(
+            out,
+            "\nChurn under faults: N = {}, 429 on key routes toggled every {} ms for {} ({} of key requests answered 429)",
+            churn.size,
+            churn.toggle_ms,
+            seconds(Some(churn.fault_window_ms)),
+            churn.rate_limited_share.map_or_else(|| "—".to_owned(), |s| format!("{:.0} %", s * 100.0))
+        );
+        let row = |name: &str, run: &super::model::ChurnRun| {
+            vec![
+                name.to_owned(),
+                format!("{}/{}", run.ready, churn.size),
+                seconds(run.all_ready_ms),
+                seconds(run.latency.p95_ms),
+                run.coderd.total.to_string(),
+                ratio(run.coderd.per_cr),
+                run.coderd.rate_limited.to_string(),
+            ]
+        };
+        out += &table(
+            &["run", "Ready", "all Ready", "p95", "coderd", "coderd/CR", "429s"],
+            &[row("healthy", &churn.healthy), row("faulted", &churn.faulted)],
+        );
+        let _ = writeln!(
+            out,
+            "  faulted/healthy: coderd requests per CR ×{}, time to all Ready ×{}",
+            ratio(churn.requests_ratio),
+            ratio(churn.time_ratio)
+        );
+    }
+    if let Some(suite) = &report.suite {
+        let _ = writeln!(
+            out,
+            "\nSuite cost: `conformance run` on the local tier took {} including control-plane start, {} without \
+             (setup {}), exit code {}",
+            seconds(Some(suite.wall_ms)),
+            seconds(suite.without_setup_ms),
+            seconds(suite.setup_ms),
+            suite.exit_code.map_or_else(|| "none (killed)".to_owned(), |c| c.to_string())
+        );
+    }
+    out += "\nTargets\n";
+    let rows: Vec<Vec<String>> = report
+        .targets
+        .iter()
+        .map(|t| {
+            let status = match t.status {
+                TargetStatus::Met => "met",
+                TargetStatus::Missed => "MISSED",
+                TargetStatus::NotMeasured => "not measured",
+            };
+            vec![t.target.clone(), t.measured.clone(), status.to_owned()]
+        })
+        .collect();
+    out += &table(&["target", "measured", "result"], &rows);
+    for error in &report.errors {
+        let _ = writeln!(out, "error: {error}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::model::evaluate_targets;
+    use crate::bench::model::tests::sample_report;
+
+    #[test]
+    fn columns_line_up() {
+        let text = table(&["N", "value"], &[vec!["1".into(), "2.50".into()], vec!["1000".into(), "10.00".into()]]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["N     value", "----  -----", "1      2.50", "1000  10.00"]);
+    }
+
+    #[test]
+    fn short_rows_are_padded() {
+        let text = table(&["a", "b"], &[vec!["x".into()]]);
+        assert_eq!(text.lines().last(), Some("x"));
+    }
+
+    #[test]
+    fn the_report_shows_every_size_and_every_target() {
+        let mut report = sample_report();
+        report.targets = evaluate_targets(&report);
+        let text = render(&report);
+        for needle in ["N=1", "N=500", "N=1000", "70.00 s", "MISSED", "not measured", "68.4 MiB", "POST /api/v2/"] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(!text.contains("Steady state"), "no steady phase was measured");
+    }
+
+    #[test]
+    fn missing_values_show_a_dash() {
+        assert_eq!(seconds(None), "—");
+        assert_eq!(seconds(Some(1234)), "1.23 s");
+        assert_eq!(ratio(None), "—");
+    }
+}
