@@ -89,3 +89,12 @@ Feature: Clean-up when a provisioner is deleted
     Then the provisioner is gone
     And the recorded provisioner key still exists in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
+
+  @R-DEL-9 @serial @fault-injection @core
+  Scenario: A key already gone from coderd does not hold up the deletion
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When coderd answers every DELETE on "provisionerkey" with status 404
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And coderd saw exactly 1 DELETE on "provisionerkey"

@@ -104,10 +104,11 @@ Feature: The provisioner Deployment
     When the provisioner key Secret is deleted
     Then the provisioner pod template changes
 
-  @R-ST-2 @R-ST-3 @R-ST-5 @R-ST-6 @core
+  @R-ST-2 @R-ST-3 @R-ST-4 @R-ST-5 @R-ST-6 @core
   Scenario: A healthy provisioner reports every condition True
     When the sample provisioner is applied
     Then the provisioner becomes Ready
+    And the provisioner's status observes its current generation
     And the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
     And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
     And the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"

@@ -40,6 +40,7 @@ Feature: The provisioner key in coderd
     And coderd saw exactly 2 POST on "provisionerkeys"
     And coderd saw exactly 1 DELETE on "provisionerkey"
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    And a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner
     And the provisioner pod template changes
     And the provisioner becomes Ready
 
@@ -99,6 +100,14 @@ Feature: The provisioner key in coderd
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     And coderd saw no POST on "provisionerkeys"
 
+  @R-KEY-18 @serial @fault-injection @extended
+  Scenario: A failing key request is reported and changes nothing else
+    Given a Ready control plane with operator access
+    And coderd answers every POST on "provisionerkeys" with status 500
+    When the sample provisioner is applied
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
   @R-KEY-22 @D-5 @extended
   Scenario: A same-named key the provisioner has no plaintext for is replaced
     Given a Ready control plane with operator access
@@ -108,3 +117,4 @@ Feature: The provisioner key in coderd
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
     And coderd saw exactly 1 DELETE on "provisionerkey"
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    And a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner

@@ -24,7 +24,7 @@ use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest}
 use crate::report::collector::{Collector, Outcomes, ScenarioKey, feature_file, key};
 use crate::report::model::{self, ConformanceReport, FeatureFile, Implementation, SCHEMA, Suite};
 use crate::wait::{TimeoutProfile, Timeouts};
-use crate::world::{Coderd, Environment, ExistingControlPlane, Operator, ProvisionerWorld, install_environment};
+use crate::world::{Coderd, Environment, ExistingControlPlane, Gate, Operator, ProvisionerWorld, install_environment};
 
 /// Name of the conformance report in the report folder.
 pub const REPORT_FILE: &str = "conformance-report.yaml";
@@ -296,7 +296,13 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         ),
         ClusterTier::Local => {
             eprintln!("conformance: starting a local control plane (etcd + kube-apiserver + controller manager)");
-            let local = LocalControlPlane::start(LocalOptions::default()).await.context("starting the local control plane")?;
+            // With --keep-on-failure the control plane's files (etcd data, certificates, admin
+            // kubeconfig, logs) survive the run, so a kept namespace can still be inspected.
+            let options = LocalOptions { keep_files: args.keep_on_failure, ..LocalOptions::default() };
+            let local = LocalControlPlane::start(options).await.context("starting the local control plane")?;
+            if args.keep_on_failure {
+                eprintln!("conformance: the local control plane's files are kept in {}", local.dir().display());
+            }
             let client = local.admin_client().await?;
             let kubeconfig = local.kubeconfig_path().to_path_buf();
             let endpoint = local.endpoint().clone();
@@ -465,6 +471,8 @@ async fn after_scenario(
     {
         eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
     }
+    // Namespace deletion runs in the background, so the gate can be released before it.
+    world.gate = None;
     if failed && world.env.keep_on_failure && world.owns_namespace {
         eprintln!("conformance: kept namespace {} of failed scenario \"{scenario_name}\"", world.namespace);
     } else if let Err(error) = world.delete_namespace().await {
@@ -526,6 +534,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cucumber = ProvisionerWorld::cucumber()
         .max_concurrent_scenarios(args.concurrency.max(1))
         .retries(args.retry)
+        .before(|feature, rule, scenario, world| {
+            let serial = all_tags(feature, rule, scenario).iter().any(|t| t == "serial");
+            async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
+        })
         .after(move |feature, _rule, scenario, finished, world| {
             let failed = matches!(
                 finished,
@@ -535,6 +547,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .boxed_local()
         })
         .with_writer(writer)
+        // A step without a definition fails its scenario instead of skipping it silently.
+        .fail_on_skipped()
         .with_default_cli();
     if args.fail_fast {
         cucumber = cucumber.fail_fast();

@@ -4,6 +4,7 @@
 //! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
 //! (polling with deadlines), `report` and `diagnostics`, `cli`.
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod diagnostics;

@@ -76,6 +76,28 @@ pub struct Environment {
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
 
+/// Exclusion between `@serial` scenarios and all others. cucumber schedules a `@serial`
+/// scenario one at a time but may start it while concurrent scenarios still run; the fake
+/// coderd's switches (faults, entitlement, reachability) and the operator restart are global,
+/// so a `@serial` scenario holds this lock exclusively and every other scenario shares it.
+static GATE: std::sync::LazyLock<Arc<tokio::sync::RwLock<()>>> = std::sync::LazyLock::new(Default::default);
+
+/// A scenario's hold on [`GATE`], released by the after-hook.
+pub enum Gate {
+    Shared(tokio::sync::OwnedRwLockReadGuard<()>),
+    Exclusive(tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+impl Gate {
+    pub async fn enter(serial: bool) -> Gate {
+        if serial {
+            Gate::Exclusive(Arc::clone(&GATE).write_owned().await)
+        } else {
+            Gate::Shared(Arc::clone(&GATE).read_owned().await)
+        }
+    }
+}
+
 /// Publishes the shared environment; done once, before the cucumber run starts.
 pub fn install_environment(environment: Arc<Environment>) -> anyhow::Result<()> {
     ENVIRONMENT
@@ -122,6 +144,8 @@ pub struct ProvisionerWorld {
     pub last_command: Option<(String, crate::steps::tutorial::CommandOutput)>,
     /// The last answer of the API server to a submitted CoderProvisioner (admission checks).
     pub last_admission: Option<Result<(), String>>,
+    /// Held from the before-hook to the after-hook.
+    pub gate: Option<Gate>,
 }
 
 impl fmt::Debug for ProvisionerWorld {
@@ -175,6 +199,7 @@ impl ProvisionerWorld {
             touched_global_coderd: false,
             last_command: None,
             last_admission: None,
+            gate: None,
         };
         if owns_namespace {
             world.create_namespace().await?;

@@ -15,7 +15,8 @@ fn committed_crds_match_the_rust_types() {
     for (file, generated) in operator::api::crd_files() {
         let path = crd_dir().join(file);
         if update {
-            std::fs::write(&path, &generated).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            std::fs::write(&path, &generated)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
             continue;
         }
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
@@ -33,7 +34,10 @@ fn committed_crds_match_the_rust_types() {
 fn crds_yaml_is_both_crds_and_deterministic() {
     let yaml = operator::api::crds_yaml();
     assert_eq!(yaml, operator::api::crds_yaml());
-    assert_eq!(yaml.matches("\nkind: CustomResourceDefinition\n").count(), 2);
+    assert_eq!(
+        yaml.matches("\nkind: CustomResourceDefinition\n").count(),
+        2
+    );
     assert!(yaml.contains("name: coderprovisioners.coder.com"));
     assert!(yaml.contains("name: codercontrolplanes.coder.com"));
 }

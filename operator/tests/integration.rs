@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde_json::json;
 use operator::runtime::leader::{LeaderElectionSettings, LeadershipFlag, run_with_leader_election};
-use support::{Cluster, Harness, NAMESPACE, SAMPLE, condition, has_condition, key_calls, phase};
+use support::{Cluster, Harness, NAMESPACE, Options, SAMPLE, condition, has_condition, key_calls, phase};
 use tokio_util::sync::CancellationToken;
 
 fn is_ready(cr: &operator::api::CoderProvisioner) -> bool {
@@ -133,7 +133,7 @@ async fn deletion_with_coderd_down_still_removes_the_finalizer() -> anyhow::Resu
 #[tokio::test]
 async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Result<()> {
     const COUNT: usize = 3;
-    let harness = Harness::start().await?;
+    let mut harness = Harness::start().await?;
     let names: Vec<String> = (1..=COUNT).map(|i| format!("provisioner-{i}")).collect();
     for name in &names {
         harness.create_provisioner(name, json!({})).await?;
@@ -143,9 +143,8 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
     }
     assert_eq!(harness.fake.journal().count("POST", routes::CREATE_KEY), COUNT);
 
-    let mut operator = harness.operator;
-    operator.stop().await;
-    let log = operator.full_log();
+    harness.operator.stop().await;
+    let log = harness.operator.full_log();
     assert!(log.contains("SIGTERM received") && log.contains("stopped"), "a graceful stop on SIGTERM:\n{log}");
     harness.fake.clear_journal();
     // Deleting a child while the operator is down proves below that the restarted operator did
@@ -154,14 +153,14 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
     for name in &names {
         service_accounts.delete(&format!("{name}-provisioner"), &DeleteParams::default()).await?;
     }
-    operator.restart().await?;
+    harness.operator.restart().await?;
     for name in &names {
         let account = format!("{name}-provisioner");
-        let deadline = Instant::now() + support::EVENTUALLY;
-        while service_accounts.get_opt(&account).await?.is_none() {
-            anyhow::ensure!(Instant::now() < deadline, "{account} not recreated after the restart\n{}", operator.log_tail(40));
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        harness
+            .eventually(&format!("{account} recreated after the restart"), || async {
+                Ok(service_accounts.get_opt(&account).await?.map(|_| ()))
+            })
+            .await?;
     }
     let journal = harness.fake.journal();
     assert!(key_calls(&journal).is_empty(), "key calls after the restart: {:#?}", key_calls(&journal));
@@ -170,7 +169,8 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
 
 #[tokio::test]
 async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyhow::Result<()> {
-    let harness = Harness::start().await?;
+    // Every crate at debug level, so the log holds as much as the operator can ever write.
+    let harness = Harness::start_with(Options { rust_log: "debug".into(), ..Options::default() }).await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
     let first_key = harness.key_plaintext(SAMPLE).await?.unwrap_or_default();
@@ -186,7 +186,7 @@ async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyho
     harness.wait_gone(SAMPLE).await?;
 
     let log = harness.operator.full_log();
-    assert!(log.contains("starting"), "the log was captured:\n{log}");
+    assert!(log.contains("coderd request") && log.contains("DEBUG"), "the debug log was captured:\n{log}");
     for (what, secret) in [("first key", &first_key), ("rotated key", &second_key), ("session token", &harness.fake.operator_token())] {
         assert!(!secret.is_empty(), "{what} is known");
         assert!(!log.contains(secret.as_str()), "the operator log contains the {what}");
@@ -196,7 +196,8 @@ async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyho
 
 #[tokio::test]
 async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> anyhow::Result<()> {
-    let harness = Harness::start_with(&["--leader-election=true"], &support::repo_path("config/rbac")).await?;
+    let options = Options { extra_args: vec!["--leader-election=true".into()], ..Options::default() };
+    let mut harness = Harness::start_with(options).await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
     // The Lease lives in the operator's namespace (POD_NAMESPACE), granted by config/rbac's Role.
@@ -205,11 +206,10 @@ async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> a
     let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     assert!(!holder.is_empty(), "the running operator holds the Lease");
 
-    let mut operator = harness.operator;
-    operator.stop().await;
+    harness.operator.stop().await;
     let released = leases.get("coder-provisioner-operator").await?;
     assert_eq!(released.spec.and_then(|s| s.holder_identity), None, "SIGTERM releases the Lease");
-    assert!(operator.full_log().contains("released the lease"));
+    assert!(harness.operator.full_log().contains("released the lease"));
     Ok(())
 }
 
@@ -246,11 +246,7 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
     let (flag_a, stop_a, task_a) = candidate("candidate-a");
     let (flag_b, stop_b, task_b) = candidate("candidate-b");
 
-    let deadline = Instant::now() + support::EVENTUALLY;
-    while !(flag_a.is_leader() || flag_b.is_leader()) {
-        anyhow::ensure!(Instant::now() < deadline, "nobody acquired the lease");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::until("a leader", || flag_a.is_leader() || flag_b.is_leader()).await?;
     let (leader_stop, leader_task, standby_flag, standby_stop, standby_task) =
         if flag_a.is_leader() { (stop_a, task_a, flag_b, stop_b, task_b) } else { (stop_b, task_b, flag_a, stop_a, task_a) };
     assert!(!standby_flag.is_leader());
@@ -258,11 +254,7 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
     let handed_over_at = Instant::now();
     leader_stop.cancel();
     leader_task.await??;
-    let deadline = Instant::now() + support::EVENTUALLY;
-    while !standby_flag.is_leader() {
-        anyhow::ensure!(Instant::now() < deadline, "the standby never took over");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::until("the standby taking over", || standby_flag.is_leader()).await?;
     assert!(handed_over_at.elapsed() < Duration::from_secs(30), "took over after a release, not an expiry");
     standby_stop.cancel();
     standby_task.await??;
@@ -288,7 +280,7 @@ async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alon
     assert!(role.contains(pod_rule), "config/rbac/role.yaml no longer has the pod rule in the expected form");
     std::fs::write(&role_path, role.replace(pod_rule, ""))?;
 
-    let harness = Harness::start_with(&[], rbac.path()).await?;
+    let harness = Harness::start_with(Options { rbac_dir: rbac.path().to_path_buf(), ..Options::default() }).await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     let first_failures = harness
         .eventually("the Role refused as escalation", || async {
@@ -309,5 +301,81 @@ async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alon
         .await?;
     let journal = harness.fake.journal();
     assert!(key_calls(&journal).is_empty(), "retries called the key routes: {:#?}", key_calls(&journal));
+    Ok(())
+}
+
+/// `config/manager` and `config/rbac` apply as they are (server-side apply, no namespace
+/// override), and the Deployment runs the documented command hardened as documented.
+#[tokio::test]
+async fn the_install_manifests_apply_as_shipped() -> anyhow::Result<()> {
+    let cluster = Cluster::start().await?;
+    let manager = conformance::manifests::apply_dir(&cluster.admin, &support::repo_path("config/manager"), None).await?;
+    let rbac = conformance::manifests::apply_dir(&cluster.admin, &support::repo_path("config/rbac"), None).await?;
+    let kinds: Vec<String> = manager.iter().chain(&rbac).map(|o| o.kind.clone()).collect();
+    for kind in ["Namespace", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind} missing from {kinds:?}");
+    }
+
+    let deployment = Api::<Deployment>::namespaced(cluster.admin.clone(), "coder-system").get("coder-provisioner-operator").await?;
+    let pod = deployment.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    assert_eq!(pod.service_account_name.as_deref(), Some("coder-provisioner-operator"));
+    Api::<ServiceAccount>::namespaced(cluster.admin.clone(), "coder-system").get("coder-provisioner-operator").await?;
+    assert_eq!(pod.security_context.and_then(|s| s.run_as_non_root), Some(true));
+    let container = pod.containers.first().cloned().unwrap_or_default();
+    let args = container.args.unwrap_or_default();
+    for expected in ["run", "--leader-election=true", "--log-format=json"] {
+        assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
+    }
+    let probe_path = |probe: Option<k8s_openapi::api::core::v1::Probe>| probe.and_then(|p| p.http_get).and_then(|h| h.path);
+    assert_eq!(probe_path(container.liveness_probe).as_deref(), Some("/healthz"));
+    assert_eq!(probe_path(container.readiness_probe).as_deref(), Some("/readyz"));
+    let security = container.security_context.unwrap_or_default();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert!(container.resources.and_then(|r| r.limits).is_some_and(|l| l.contains_key("memory")));
+    Ok(())
+}
+
+/// A leader whose Lease is taken over stops its controller at its next renewal, goes back to
+/// standby, and leads again (a second term) once the Lease is free.
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops_its_controller_and_competes_again() -> anyhow::Result<()> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kube::api::{Patch, PatchParams};
+
+    let cluster = Cluster::start().await?;
+    support::create_namespace(&cluster.admin, "leases").await?;
+    let settings = LeaderElectionSettings {
+        lease_name: "it-lease".into(),
+        namespace: "leases".into(),
+        identity: "candidate".into(),
+        lease_duration_secs: 4,
+        renew_grace_secs: 2,
+    };
+    let (terms, running) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (flag, shutdown) = (LeadershipFlag::default(), CancellationToken::new());
+    let (terms_in, running_in) = (terms.clone(), running.clone());
+    let task = tokio::spawn(run_with_leader_election(cluster.admin.clone(), settings, flag.clone(), shutdown.clone(), move |term| {
+        let (terms, running) = (terms_in.clone(), running_in.clone());
+        async move {
+            terms.fetch_add(1, Ordering::SeqCst);
+            running.fetch_add(1, Ordering::SeqCst);
+            term.cancelled().await;
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }));
+    support::until("a first term", || flag.is_leader() && running.load(Ordering::SeqCst) == 1).await?;
+
+    let intruder = json!({"spec": {"holderIdentity": "intruder", "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()), "leaseDurationSeconds": 30}});
+    Api::<Lease>::namespaced(cluster.admin.clone(), "leases")
+        .patch("it-lease", &PatchParams::default(), &Patch::Merge(&intruder))
+        .await?;
+    support::until("the controller stopped after the loss", || !flag.is_leader() && running.load(Ordering::SeqCst) == 0).await?;
+    support::until("a second term", || flag.is_leader() && terms.load(Ordering::SeqCst) == 2).await?;
+
+    shutdown.cancel();
+    task.await??;
+    assert_eq!(running.load(Ordering::SeqCst), 0);
     Ok(())
 }

@@ -9,7 +9,14 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 
 /// The verbs (as kube-apiserver labels them) that change stored state.
-pub const WRITE_VERBS: [&str; 6] = ["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"];
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "APPLY",
+    "DELETE",
+    "DELETECOLLECTION",
+];
 const REQUEST_COUNTER: &str = "apiserver_request_total";
 
 /// One kind of write: verb and resource (`coderprovisioners/status` for a subresource).
@@ -21,7 +28,10 @@ pub struct WriteKind {
 
 impl WriteKind {
     pub fn new(verb: &str, resource: &str) -> Self {
-        Self { verb: verb.to_owned(), resource: resource.to_owned() }
+        Self {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+        }
     }
 
     /// `PATCH coderprovisioners/status`
@@ -61,13 +71,15 @@ pub type WriteCounts = BTreeMap<WriteKind, u64>;
 pub fn parse_write_counts(metrics_text: &str) -> WriteCounts {
     let mut counts = WriteCounts::new();
     for line in metrics_text.lines() {
-        let Some((name, labels, value)) = parse_sample(line) else { continue };
+        let Some((name, labels, value)) = parse_sample(line) else {
+            continue;
+        };
         if name != REQUEST_COUNTER {
             continue;
         }
         let label = |key: &str| labels.get(key).map(String::as_str).unwrap_or("");
         let verb = label("verb");
-        if !WRITE_VERBS.contains(&verb) || label("dry_run") != "" {
+        if !WRITE_VERBS.contains(&verb) || !label("dry_run").is_empty() {
             continue;
         }
         let resource = match label("subresource") {
@@ -81,7 +93,11 @@ pub fn parse_write_counts(metrics_text: &str) -> WriteCounts {
 
 /// Writes attributed to the operator between two scrapes: the increase of every
 /// [`Writer::OperatorOrBench`] kind minus the writes the bench made itself.
-pub fn operator_writes(before: &WriteCounts, after: &WriteCounts, by_bench: &WriteCounts) -> WriteCounts {
+pub fn operator_writes(
+    before: &WriteCounts,
+    after: &WriteCounts,
+    by_bench: &WriteCounts,
+) -> WriteCounts {
     after
         .iter()
         .filter(|(kind, _)| writer_of(kind) == Writer::OperatorOrBench)
@@ -143,10 +159,19 @@ fn parse_labels(mut text: &str) -> Option<(BTreeMap<String, String>, &str)> {
         let mut end = None;
         for (i, c) in chars {
             match (escaped, c) {
-                (true, 'n') => { value.push('\n'); escaped = false; }
-                (true, c) => { value.push(c); escaped = false; }
+                (true, 'n') => {
+                    value.push('\n');
+                    escaped = false;
+                }
+                (true, c) => {
+                    value.push(c);
+                    escaped = false;
+                }
                 (false, '\\') => escaped = true,
-                (false, '"') => { end = Some(i); break; }
+                (false, '"') => {
+                    end = Some(i);
+                    break;
+                }
                 (false, c) => value.push(c),
             }
         }
@@ -157,8 +182,13 @@ fn parse_labels(mut text: &str) -> Option<(BTreeMap<String, String>, &str)> {
 
 /// Scrapes kube-apiserver's `/metrics` with `client` (needs the `/metrics` non-resource right).
 pub async fn scrape_writes(client: &kube::Client) -> anyhow::Result<WriteCounts> {
-    let request = http::Request::get("/metrics").body(Vec::new()).context("building the /metrics request")?;
-    let text = client.request_text(request).await.context("scraping kube-apiserver /metrics")?;
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .context("building the /metrics request")?;
+    let text = client
+        .request_text(request)
+        .await
+        .context("scraping kube-apiserver /metrics")?;
     Ok(parse_write_counts(&text))
 }
 
@@ -185,9 +215,18 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
     #[test]
     fn write_counts_sum_codes_and_skip_reads_and_dry_runs() {
         let counts = parse_write_counts(SCRAPE);
-        assert_eq!(counts.get(&WriteKind::new("POST", "coderprovisioners")), Some(&10));
-        assert_eq!(counts.get(&WriteKind::new("PATCH", "coderprovisioners/status")), Some(&8));
-        assert_eq!(counts.get(&WriteKind::new("APPLY", "deployments")), Some(&4));
+        assert_eq!(
+            counts.get(&WriteKind::new("POST", "coderprovisioners")),
+            Some(&10)
+        );
+        assert_eq!(
+            counts.get(&WriteKind::new("PATCH", "coderprovisioners/status")),
+            Some(&8)
+        );
+        assert_eq!(
+            counts.get(&WriteKind::new("APPLY", "deployments")),
+            Some(&4)
+        );
         assert!(!counts.keys().any(|k| k.verb == "GET"));
         assert_eq!(counts.len(), 6);
     }
@@ -240,7 +279,8 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
 
     #[test]
     fn counters_sum_over_labels() {
-        let text = "# HELP r x\nr_total{result=\"ok\"} 3\nr_total{result=\"error\"} 2\nother_total 9\n";
+        let text =
+            "# HELP r x\nr_total{result=\"ok\"} 3\nr_total{result=\"error\"} 2\nother_total 9\n";
         assert_eq!(counter_sum(text, "r_total"), Some(5.0));
         assert_eq!(counter_sum(text, "missing_total"), None);
     }

@@ -53,7 +53,10 @@ impl Setup {
     pub fn provisioner(&self, index: usize) -> (Key, String) {
         let namespace = self.namespace(index % self.namespaces);
         let control_plane = control_plane_name((index / self.namespaces) % self.control_planes);
-        ((namespace, format!("provisioner-{index:05}")), control_plane)
+        (
+            (namespace, format!("provisioner-{index:05}")),
+            control_plane,
+        )
     }
 
     pub fn control_plane_objects(&self) -> usize {
@@ -61,13 +64,23 @@ impl Setup {
     }
 
     fn operator_args(port: u16) -> Vec<String> {
-        ["run", "--leader-election=false", "--metrics-addr", &format!("127.0.0.1:{port}"), "--log-format", "text"]
-            .map(str::to_owned)
-            .to_vec()
+        [
+            "run",
+            "--leader-election=false",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--log-format",
+            "text",
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     pub fn operator_command(&self, port: u16) -> OperatorCommand {
-        OperatorCommand { program: self.operator_binary.display().to_string(), args: Self::operator_args(port) }
+        OperatorCommand {
+            program: self.operator_binary.display().to_string(),
+            args: Self::operator_args(port),
+        }
     }
 }
 
@@ -121,14 +134,23 @@ pub struct BenchRun {
 
 impl BenchRun {
     pub async fn start(setup: &Setup, label: &str) -> anyhow::Result<Self> {
-        let options = LocalOptions { binaries_dir: Some(setup.binaries.clone()), ..LocalOptions::default() };
-        let cluster = LocalControlPlane::start(options).await.context("starting the local control plane")?;
+        let options = LocalOptions {
+            binaries_dir: Some(setup.binaries.clone()),
+            ..LocalOptions::default()
+        };
+        let cluster = LocalControlPlane::start(options)
+            .await
+            .context("starting the local control plane")?;
         let admin = cluster.admin_client().await?;
         let crds = crate::manifests::install_crds(&admin, &setup.repo.join("config/crd")).await?;
         crate::manifests::wait_crds_established(&admin, &crds, Duration::from_secs(60)).await?;
         let mut fakes = Vec::new();
         for _ in 0..setup.control_planes {
-            fakes.push(FakeCoderd::start().await.context("starting a fake coderd")?);
+            fakes.push(
+                FakeCoderd::start()
+                    .await
+                    .context("starting a fake coderd")?,
+            );
         }
         for n in 0..setup.namespaces {
             create_namespace_fixture(&admin, &setup.namespace(n), &fakes).await?;
@@ -148,7 +170,9 @@ impl BenchRun {
             admin,
             cluster,
             metrics_url: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
             keys: Vec::new(),
         };
         run.wait_operator_ready().await?;
@@ -181,17 +205,28 @@ impl BenchRun {
     }
 
     /// Everything since `mark`; `bench_writes` are the API writes the bench itself made.
-    pub async fn delta(&self, mark: &Mark, bench_writes: &WriteCounts, crs: usize) -> anyhow::Result<Delta> {
+    pub async fn delta(
+        &self,
+        mark: &Mark,
+        bench_writes: &WriteCounts,
+        crs: usize,
+    ) -> anyhow::Result<Delta> {
         let journal: Vec<JournalEntry> = self.fakes.iter().flat_map(FakeCoderd::journal).collect();
         let after = apimetrics::scrape_writes(&self.admin).await?;
         let footprint = self.footprint()?;
         Ok(Delta {
             coderd: CoderdTraffic::from_journal(&journal, crs),
             journal,
-            writes: ApiWrites::from_counts(&apimetrics::operator_writes(&mark.writes, &after, bench_writes), crs),
+            writes: ApiWrites::from_counts(
+                &apimetrics::operator_writes(&mark.writes, &after, bench_writes),
+                crs,
+            ),
             operator: OperatorUse::between(mark.footprint, footprint),
             footprint,
-            modifications: self.watch.modifications() - mark.modifications,
+            modifications: self
+                .watch
+                .modifications()
+                .saturating_sub(mark.modifications),
             elapsed: mark.at.elapsed(),
         })
     }
@@ -203,9 +238,18 @@ impl BenchRun {
 
     /// Creates `size` CoderProvisioners at once and waits (up to the ready timeout) until each has
     /// been seen Ready; counts include a settle window after the last one.
-    pub async fn scale(&mut self, size: usize, faults: Option<FaultPlan>) -> anyhow::Result<(ScaleResult, Delta)> {
+    pub async fn scale(
+        &mut self,
+        size: usize,
+        faults: Option<FaultPlan>,
+    ) -> anyhow::Result<(ScaleResult, Delta)> {
         let mark = self.mark().await?;
-        let toggler = faults.map(|plan| tokio::spawn(toggle_faults(self.fakes.iter().map(FakeCoderd::admin).collect(), plan)));
+        let toggler = faults.map(|plan| {
+            tokio::spawn(toggle_faults(
+                self.fakes.iter().map(FakeCoderd::admin).collect(),
+                plan,
+            ))
+        });
         let started = Instant::now();
         let sent = self.create_provisioners(size).await?;
         let submit = started.elapsed();
@@ -216,11 +260,21 @@ impl BenchRun {
             tokio::time::sleep(POLL).await;
         }
         let ready = self.watch.ever_ready(&keys);
-        let readies: Vec<(Instant, Instant)> =
-            sent.iter().filter_map(|(key, at)| self.watch.first_ready(key).map(|r| (*at, r))).collect();
-        let latencies: Vec<Duration> = readies.iter().map(|(sent, ready)| ready.saturating_duration_since(*sent)).collect();
+        let readies: Vec<(Instant, Instant)> = sent
+            .iter()
+            .filter_map(|(key, at)| self.watch.first_ready(key).map(|r| (*at, r)))
+            .collect();
+        let latencies: Vec<Duration> = readies
+            .iter()
+            .map(|(sent, ready)| ready.saturating_duration_since(*sent))
+            .collect();
         let all_ready_ms = (ready == size)
-            .then(|| readies.iter().map(|(_, r)| r.saturating_duration_since(started)).max())
+            .then(|| {
+                readies
+                    .iter()
+                    .map(|(_, r)| r.saturating_duration_since(started))
+                    .max()
+            })
             .flatten()
             .map(millis);
         if let Some(toggler) = toggler {
@@ -228,7 +282,8 @@ impl BenchRun {
             toggler.await.context("the fault toggler panicked")??;
         }
         self.settle().await?;
-        let bench_writes = WriteCounts::from([(WriteKind::new("POST", "coderprovisioners"), size as u64)]);
+        let bench_writes =
+            WriteCounts::from([(WriteKind::new("POST", "coderprovisioners"), size as u64)]);
         let delta = self.delta(&mark, &bench_writes, size).await?;
         self.keys.extend(keys);
         let result = ScaleResult {
@@ -239,7 +294,10 @@ impl BenchRun {
             latency: Latency::of(&latencies),
             coderd: delta.coderd.clone(),
             writes: delta.writes.clone(),
-            operator: OperatorUse { peak_rss_kib: delta.footprint.peak_rss_kib, cpu_seconds: delta.operator.cpu_seconds },
+            operator: OperatorUse {
+                peak_rss_kib: delta.footprint.peak_rss_kib,
+                cpu_seconds: delta.operator.cpu_seconds,
+            },
         };
         Ok((result, delta))
     }
@@ -255,7 +313,8 @@ impl BenchRun {
         let mark = self.mark().await?;
         tokio::time::sleep(idle).await;
         self.check_operator_running()?;
-        self.delta(&mark, &WriteCounts::new(), self.keys.len()).await
+        self.delta(&mark, &WriteCounts::new(), self.keys.len())
+            .await
     }
 
     /// SIGKILLs the operator, starts it again and waits until the new process has finished as
@@ -270,14 +329,20 @@ impl BenchRun {
         let mut reconciled = None;
         while Instant::now() < deadline {
             self.check_operator_running()?;
-            if self.reconciles().await.is_some_and(|n| n >= self.keys.len() as f64) {
+            if self
+                .reconciles()
+                .await
+                .is_some_and(|n| n >= self.keys.len() as f64)
+            {
                 reconciled = Some(killed.elapsed());
                 break;
             }
             tokio::time::sleep(POLL).await;
         }
         self.settle().await?;
-        let mut delta = self.delta(&mark, &WriteCounts::new(), self.keys.len()).await?;
+        let mut delta = self
+            .delta(&mark, &WriteCounts::new(), self.keys.len())
+            .await?;
         // A new process: its whole CPU time and peak belong to this phase.
         delta.operator = OperatorUse::between(Footprint::default(), delta.footprint);
         Ok((reconciled, delta))
@@ -288,21 +353,34 @@ impl BenchRun {
     }
 
     pub async fn stop(self) {
-        let Self { mut operator, simulator, cluster, .. } = self;
+        let Self {
+            mut operator,
+            simulator,
+            cluster,
+            ..
+        } = self;
         operator.stop().await;
         simulator.stop().await;
         cluster.stop().await;
     }
 
     async fn reconciles(&self) -> Option<f64> {
-        let response = self.http.get(format!("{}/metrics", self.metrics_url)).send().await.ok()?;
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.metrics_url))
+            .send()
+            .await
+            .ok()?;
         let text = response.error_for_status().ok()?.text().await.ok()?;
         Some(apimetrics::counter_sum(&text, RECONCILES_COUNTER).unwrap_or(0.0))
     }
 
     fn check_operator_running(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.operator.exit_status() {
-            bail!("the operator exited ({status}); the end of its log:\n{}", self.operator.log_tail(20));
+            bail!(
+                "the operator exited ({status}); the end of its log:\n{}",
+                self.operator.log_tail(20)
+            );
         }
         if !self.watch.is_running() || !self.simulator.is_running() {
             bail!("the bench's CoderProvisioner watch or the readiness simulator stopped");
@@ -321,7 +399,10 @@ impl BenchRun {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                bail!("the operator's {url} did not answer 200 in time; its log:\n{}", self.operator.log_tail(20));
+                bail!(
+                    "the operator's {url} did not answer 200 in time; its log:\n{}",
+                    self.operator.log_tail(20)
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -368,12 +449,20 @@ impl BenchRun {
 
 /// A namespace with, for each fake coderd, its operator token Secret and a Ready
 /// CoderControlPlane pointing at it (a fresh `entitled` check, as the suite's fixture writes).
-async fn create_namespace_fixture(admin: &kube::Client, namespace: &str, fakes: &[FakeCoderd]) -> anyhow::Result<()> {
+async fn create_namespace_fixture(
+    admin: &kube::Client,
+    namespace: &str,
+    fakes: &[FakeCoderd],
+) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
-    namespaces.create(&PostParams::default(), &object).await.with_context(|| format!("creating namespace {namespace}"))?;
+    namespaces
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating namespace {namespace}"))?;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), namespace);
-    let control_planes: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, &control_plane_resource());
+    let control_planes: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), namespace, &control_plane_resource());
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     for (index, fake) in fakes.iter().enumerate() {
         let secret_name = token_secret_name(index);
@@ -383,14 +472,20 @@ async fn create_namespace_fixture(admin: &kube::Client, namespace: &str, fakes: 
             "type": "Opaque",
             "stringData": {"token": fake.operator_token()},
         });
-        secrets.patch(&secret_name, &apply, &Patch::Apply(&secret)).await.context("writing an operator token Secret")?;
+        secrets
+            .patch(&secret_name, &apply, &Patch::Apply(&secret))
+            .await
+            .context("writing an operator token Secret")?;
         let name = control_plane_name(index);
         let control_plane = json!({
             "apiVersion": "coder.com/v1alpha1", "kind": "CoderControlPlane",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {},
         });
-        control_planes.patch(&name, &apply, &Patch::Apply(&control_plane)).await.context("creating a CoderControlPlane")?;
+        control_planes
+            .patch(&name, &apply, &Patch::Apply(&control_plane))
+            .await
+            .context("creating a CoderControlPlane")?;
         let status = json!({"status": {
             "phase": "Ready",
             "url": fake.url(),
@@ -414,7 +509,9 @@ fn key_faults() -> [FaultSpec; 3] {
         route: route.to_owned(),
         kind: FaultKind::Status {
             status: 429,
-            body: Some(json!({"message": "You've been rate limited for sending more than 512 requests in 1m0s."})),
+            body: Some(
+                json!({"message": "You've been rate limited for sending more than 512 requests in 1m0s."}),
+            ),
         },
         times: None,
         apply_then_fail: false,
@@ -428,7 +525,10 @@ fn key_faults() -> [FaultSpec; 3] {
 
 /// Switches sticky 429 faults on the key routes on and off every `plan.toggle` for
 /// `plan.window`, then leaves them off.
-async fn toggle_faults(admins: Vec<fake_coderd::AdminClient>, plan: FaultPlan) -> anyhow::Result<()> {
+async fn toggle_faults(
+    admins: Vec<fake_coderd::AdminClient>,
+    plan: FaultPlan,
+) -> anyhow::Result<()> {
     let end = Instant::now() + plan.window;
     let mut on = false;
     while Instant::now() < end {
@@ -442,7 +542,11 @@ async fn toggle_faults(admins: Vec<fake_coderd::AdminClient>, plan: FaultPlan) -
                 admin.clear_faults().await?;
             }
         }
-        tokio::time::sleep(plan.toggle.min(end.saturating_duration_since(Instant::now()))).await;
+        tokio::time::sleep(
+            plan.toggle
+                .min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
     }
     for admin in &admins {
         admin.clear_faults().await?;
@@ -451,18 +555,31 @@ async fn toggle_faults(admins: Vec<fake_coderd::AdminClient>, plan: FaultPlan) -
 }
 
 /// Share of provisioner-key requests answered 429 between `from` and `to` (journal times).
-pub fn rate_limited_share(journal: &[JournalEntry], from: jiff::Timestamp, to: jiff::Timestamp) -> Option<f64> {
+pub fn rate_limited_share(
+    journal: &[JournalEntry],
+    from: jiff::Timestamp,
+    to: jiff::Timestamp,
+) -> Option<f64> {
     let in_window: Vec<&JournalEntry> = journal
         .iter()
-        .filter(|e| matches!(e.route.as_deref(), Some(routes::PROVISIONER_KEYS | routes::DELETE_KEY)))
-        .filter(|e| e.at.parse::<jiff::Timestamp>().is_ok_and(|at| at >= from && at <= to))
+        .filter(|e| {
+            matches!(
+                e.route.as_deref(),
+                Some(routes::PROVISIONER_KEYS | routes::DELETE_KEY)
+            )
+        })
+        .filter(|e| {
+            e.at.parse::<jiff::Timestamp>()
+                .is_ok_and(|at| at >= from && at <= to)
+        })
         .collect();
     let limited = in_window.iter().filter(|e| e.status == 429).count();
     super::stats::per(limited as u64, in_window.len())
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
     Ok(listener.local_addr()?.port())
 }
 
@@ -486,12 +603,21 @@ mod tests {
     #[test]
     fn provisioners_spread_over_namespaces_then_control_planes() {
         let setup = setup();
-        let placed: Vec<(String, String)> = [0, 1, 9, 10, 19, 20].iter().map(|i| {
-            let ((namespace, _), control_plane) = setup.provisioner(*i);
-            (namespace, control_plane)
-        }).collect();
-        let expected = [("bench-00", "coderd-0"), ("bench-01", "coderd-0"), ("bench-09", "coderd-0"),
-            ("bench-00", "coderd-1"), ("bench-09", "coderd-1"), ("bench-00", "coderd-0")];
+        let placed: Vec<(String, String)> = [0, 1, 9, 10, 19, 20]
+            .iter()
+            .map(|i| {
+                let ((namespace, _), control_plane) = setup.provisioner(*i);
+                (namespace, control_plane)
+            })
+            .collect();
+        let expected = [
+            ("bench-00", "coderd-0"),
+            ("bench-01", "coderd-0"),
+            ("bench-09", "coderd-0"),
+            ("bench-00", "coderd-1"),
+            ("bench-09", "coderd-1"),
+            ("bench-00", "coderd-0"),
+        ];
         assert_eq!(placed, expected.map(|(n, c)| (n.to_owned(), c.to_owned())));
         assert_eq!(setup.provisioner(7).0.1, "provisioner-00007");
         assert_eq!(setup.control_plane_objects(), 20);
@@ -501,7 +627,12 @@ mod tests {
     fn the_operator_gets_a_fixed_metrics_port() {
         let command = setup().operator_command(4242);
         assert_eq!(command.program, "/bin/op");
-        assert!(command.args.windows(2).any(|w| w == ["--metrics-addr", "127.0.0.1:4242"]));
+        assert!(
+            command
+                .args
+                .windows(2)
+                .any(|w| w == ["--metrics-addr", "127.0.0.1:4242"])
+        );
     }
 
     fn entry(at: &str, route: &str, status: u16) -> JournalEntry {

@@ -89,7 +89,10 @@ impl CoderdTraffic {
             if entry.status == 429 {
                 traffic.rate_limited += 1;
             }
-            *traffic.by_route.entry(format!("{} {route}", entry.method)).or_default() += 1;
+            *traffic
+                .by_route
+                .entry(format!("{} {route}", entry.method))
+                .or_default() += 1;
         }
         traffic.per_cr = per(traffic.total, crs);
         traffic
@@ -132,7 +135,10 @@ pub struct OperatorUse {
 
 impl OperatorUse {
     pub fn between(start: Footprint, end: Footprint) -> Self {
-        Self { peak_rss_kib: end.peak_rss_kib, cpu_seconds: (end.cpu_seconds - start.cpu_seconds).max(0.0) }
+        Self {
+            peak_rss_kib: end.peak_rss_kib,
+            cpu_seconds: (end.cpu_seconds - start.cpu_seconds).max(0.0),
+        }
     }
 }
 
@@ -228,7 +234,10 @@ impl ChurnResult {
         };
         (
             ratio(faulted.coderd.per_cr, healthy.coderd.per_cr),
-            ratio(faulted.all_ready_ms.map(|m| m as f64), healthy.all_ready_ms.map(|m| m as f64)),
+            ratio(
+                faulted.all_ready_ms.map(|m| m as f64),
+                healthy.all_ready_ms.map(|m| m as f64),
+            ),
         )
     }
 }
@@ -266,7 +275,11 @@ fn outcome(target: &str, measured: Option<(String, bool)>) -> TargetOutcome {
         Some((text, false)) => (text, TargetStatus::Missed),
         None => ("not measured".to_owned(), TargetStatus::NotMeasured),
     };
-    TargetOutcome { target: target.to_owned(), measured, status }
+    TargetOutcome {
+        target: target.to_owned(),
+        measured,
+        status,
+    }
 }
 
 /// The project's performance targets, judged from whatever was measured.
@@ -275,33 +288,62 @@ pub fn evaluate_targets(report: &BenchReport) -> Vec<TargetOutcome> {
     let count = |n: u64, limit: u64| (n.to_string(), n <= limit);
     let mut targets = vec![outcome(
         "coderd requests per CR on create at N = 500 ≤ 2.5",
-        at(500).and_then(|s| s.coderd.per_cr).map(|r| (format!("{r:.2}"), r <= 2.5)),
+        at(500)
+            .and_then(|s| s.coderd.per_cr)
+            .map(|r| (format!("{r:.2}"), r <= 2.5)),
     )];
     if let Some(steady) = &report.steady {
-        targets.push(outcome("steady state: 0 provisioner-key calls", Some(count(steady.coderd.key_calls, 0))));
-        targets.push(outcome("steady state: 0 CoderProvisioner status writes", Some(count(steady.writes.cr_status_writes, 0))));
+        targets.push(outcome(
+            "steady state: 0 provisioner-key calls",
+            Some(count(steady.coderd.key_calls, 0)),
+        ));
+        targets.push(outcome(
+            "steady state: 0 CoderProvisioner status writes",
+            Some(count(steady.writes.cr_status_writes, 0)),
+        ));
         targets.push(outcome(
             "steady state: ≤ 1 entitlements call per control plane per 2 minutes",
             Some((
-                format!("{} (allowed {})", steady.coderd.entitlement_calls, steady.entitlement_allowance),
+                format!(
+                    "{} (allowed {})",
+                    steady.coderd.entitlement_calls, steady.entitlement_allowance
+                ),
                 steady.coderd.entitlement_calls <= steady.entitlement_allowance,
             )),
         ));
     } else {
-        targets.push(outcome("steady state: 0 provisioner-key calls, 0 status writes", None));
+        targets.push(outcome(
+            "steady state: 0 provisioner-key calls, 0 status writes",
+            None,
+        ));
     }
     if let Some(restart) = &report.restart {
-        targets.push(outcome("after restart: 0 provisioner-key calls", Some(count(restart.coderd.key_calls, 0))));
-        targets.push(outcome("after restart: 0 CoderProvisioner status writes", Some(count(restart.writes.cr_status_writes, 0))));
-        targets.push(outcome("after restart: 0 Kubernetes API writes", Some(count(restart.writes.total, 0))));
+        targets.push(outcome(
+            "after restart: 0 provisioner-key calls",
+            Some(count(restart.coderd.key_calls, 0)),
+        ));
+        targets.push(outcome(
+            "after restart: 0 CoderProvisioner status writes",
+            Some(count(restart.writes.cr_status_writes, 0)),
+        ));
+        targets.push(outcome(
+            "after restart: 0 Kubernetes API writes",
+            Some(count(restart.writes.total, 0)),
+        ));
     } else {
-        targets.push(outcome("after restart: 0 provisioner-key calls, 0 writes", None));
+        targets.push(outcome(
+            "after restart: 0 provisioner-key calls, 0 writes",
+            None,
+        ));
     }
     targets.push(outcome(
         "N = 1000 all Ready in under 60 s",
         at(1000).map(|s| match s.all_ready_ms {
             Some(ms) => (format!("{:.1} s", ms as f64 / 1000.0), ms < 60_000),
-            None => (format!("{} of 1000 Ready before the deadline", s.ready), false),
+            None => (
+                format!("{} of 1000 Ready before the deadline", s.ready),
+                false,
+            ),
         }),
     ));
     targets.push(outcome(
@@ -336,23 +378,43 @@ pub(crate) mod tests {
         .expect("journal entry")
     }
 
-    pub(crate) fn sample_scale(size: usize, per_cr: f64, all_ready_ms: Option<u64>, rss_kib: u64) -> ScaleResult {
+    pub(crate) fn sample_scale(
+        size: usize,
+        per_cr: f64,
+        all_ready_ms: Option<u64>,
+        rss_kib: u64,
+    ) -> ScaleResult {
         ScaleResult {
             size,
-            ready: if all_ready_ms.is_some() { size } else { size / 2 },
+            ready: if all_ready_ms.is_some() {
+                size
+            } else {
+                size / 2
+            },
             submit_ms: 10,
             all_ready_ms,
-            latency: Latency { samples: size, p50_ms: Some(100), p95_ms: Some(200), max_ms: Some(300) },
+            latency: Latency {
+                samples: size,
+                p50_ms: Some(100),
+                p95_ms: Some(200),
+                max_ms: Some(300),
+            },
             coderd: CoderdTraffic {
                 total: (per_cr * size as f64) as u64,
                 per_cr: Some(per_cr),
                 key_calls: size as u64 * 2,
                 entitlement_calls: 0,
                 rate_limited: 0,
-                by_route: BTreeMap::from([("POST /api/v2/organizations/{organization}/provisionerkeys".to_owned(), size as u64)]),
+                by_route: BTreeMap::from([(
+                    "POST /api/v2/organizations/{organization}/provisionerkeys".to_owned(),
+                    size as u64,
+                )]),
             },
             writes: ApiWrites::default(),
-            operator: OperatorUse { peak_rss_kib: rss_kib, cpu_seconds: 1.5 },
+            operator: OperatorUse {
+                peak_rss_kib: rss_kib,
+                cpu_seconds: 1.5,
+            },
         }
     }
 
@@ -412,7 +474,10 @@ pub(crate) mod tests {
         assert_eq!(traffic.key_calls, 4);
         assert_eq!(traffic.entitlement_calls, 1);
         assert_eq!(traffic.rate_limited, 1);
-        assert_eq!(traffic.by_route[&format!("POST {}", routes::PROVISIONER_KEYS)], 2);
+        assert_eq!(
+            traffic.by_route[&format!("POST {}", routes::PROVISIONER_KEYS)],
+            2
+        );
         assert_eq!(traffic.by_route["GET (unknown route)"], 1);
     }
 
@@ -423,7 +488,10 @@ pub(crate) mod tests {
             (WriteKind::new("APPLY", "deployments"), 2),
         ]);
         let writes = ApiWrites::from_counts(&counts, 2);
-        assert_eq!((writes.total, writes.cr_status_writes, writes.per_cr), (5, 3, Some(2.5)));
+        assert_eq!(
+            (writes.total, writes.cr_status_writes, writes.per_cr),
+            (5, 3, Some(2.5))
+        );
         assert_eq!(writes.by_kind["APPLY deployments"], 2);
     }
 
@@ -432,14 +500,23 @@ pub(crate) mod tests {
     #[case(20, 120, 20)]
     #[case(2, 10, 2)]
     #[case(2, 0, 2)]
-    fn entitlement_allowance_counts_started_windows(#[case] objects: usize, #[case] idle: u64, #[case] allowed: u64) {
+    fn entitlement_allowance_counts_started_windows(
+        #[case] objects: usize,
+        #[case] idle: u64,
+        #[case] allowed: u64,
+    ) {
         assert_eq!(entitlement_allowance(objects, idle), allowed);
     }
 
     #[test]
     fn targets_report_met_missed_and_unmeasured() {
         let targets = evaluate_targets(&sample_report());
-        let status = |prefix: &str| targets.iter().find(|t| t.target.starts_with(prefix)).map(|t| t.status);
+        let status = |prefix: &str| {
+            targets
+                .iter()
+                .find(|t| t.target.starts_with(prefix))
+                .map(|t| t.status)
+        };
         assert_eq!(status("coderd requests per CR"), Some(TargetStatus::Met));
         assert_eq!(status("N = 1000 all Ready"), Some(TargetStatus::Missed));
         assert_eq!(status("operator peak RSS"), Some(TargetStatus::Missed));
@@ -451,7 +528,10 @@ pub(crate) mod tests {
     fn churn_ratios_compare_faulted_with_healthy() {
         let healthy = ChurnRun::from(&sample_scale(100, 2.0, Some(10_000), 1));
         let faulted = ChurnRun::from(&sample_scale(100, 3.0, Some(25_000), 1));
-        assert_eq!(ChurnResult::ratios(&faulted, &healthy), (Some(1.5), Some(2.5)));
+        assert_eq!(
+            ChurnResult::ratios(&faulted, &healthy),
+            (Some(1.5), Some(2.5))
+        );
         let stuck = ChurnRun::from(&sample_scale(100, 3.0, None, 1));
         assert_eq!(ChurnResult::ratios(&stuck, &healthy).1, None);
     }

@@ -23,7 +23,10 @@ impl Footprint {
             .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/status has no VmHWM line"))?;
         let ticks = parse_cpu_ticks(&stat)
             .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no utime/stime fields"))?;
-        Ok(Self { peak_rss_kib, cpu_seconds: ticks as f64 / USER_HZ })
+        Ok(Self {
+            peak_rss_kib,
+            cpu_seconds: ticks as f64 / USER_HZ,
+        })
     }
 }
 
@@ -60,7 +63,8 @@ mod tests {
 
     #[test]
     fn cpu_ticks_skip_a_command_name_with_spaces_and_parentheses() {
-        let stat = "4242 (op (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 150 25 0 0 20 0 9 0 100 1000 200";
+        let stat =
+            "4242 (op (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 150 25 0 0 20 0 9 0 100 1000 200";
         assert_eq!(parse_cpu_ticks(stat), Some(175));
         assert_eq!(parse_cpu_ticks("4242 (op) S 1"), None);
         assert_eq!(parse_cpu_ticks("no parenthesis"), None);

@@ -62,17 +62,29 @@ mod tests {
     #[case(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90.0, Some(9))]
     #[case(&[1, 2, 3], 0.0, Some(1))]
     #[case(&[1, 2, 3], 100.0, Some(3))]
-    fn nearest_rank_percentiles(#[case] sorted: &[u64], #[case] p: f64, #[case] expected: Option<u64>) {
+    fn nearest_rank_percentiles(
+        #[case] sorted: &[u64],
+        #[case] p: f64,
+        #[case] expected: Option<u64>,
+    ) {
         assert_eq!(percentile(sorted, p), expected);
     }
 
     #[test]
     fn latency_sorts_its_samples() {
-        let durations: Vec<Duration> = [30, 10, 20, 40].into_iter().map(Duration::from_millis).collect();
+        let durations: Vec<Duration> = [30, 10, 20, 40]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect();
         let latency = Latency::of(&durations);
         assert_eq!(
             latency,
-            Latency { samples: 4, p50_ms: Some(20), p95_ms: Some(40), max_ms: Some(40) }
+            Latency {
+                samples: 4,
+                p50_ms: Some(20),
+                p95_ms: Some(40),
+                max_ms: Some(40)
+            }
         );
         assert_eq!(Latency::of(&[]), Latency::default());
     }

@@ -25,9 +25,21 @@ pub fn render_chart(scale: &[ScaleResult]) -> String {
     let sizes: Vec<String> = scale.iter().map(|s| s.size.to_string()).collect();
     let secs = |ms: Option<u64>| ms.map(|ms| ms as f64 / 1000.0);
     let latency = [
-        Series { name: "p50", colour: "#1f77b4", values: scale.iter().map(|s| secs(s.latency.p50_ms)).collect() },
-        Series { name: "p95", colour: "#ff7f0e", values: scale.iter().map(|s| secs(s.latency.p95_ms)).collect() },
-        Series { name: "max", colour: "#d62728", values: scale.iter().map(|s| secs(s.latency.max_ms)).collect() },
+        Series {
+            name: "p50",
+            colour: "#1f77b4",
+            values: scale.iter().map(|s| secs(s.latency.p50_ms)).collect(),
+        },
+        Series {
+            name: "p95",
+            colour: "#ff7f0e",
+            values: scale.iter().map(|s| secs(s.latency.p95_ms)).collect(),
+        },
+        Series {
+            name: "max",
+            colour: "#d62728",
+            values: scale.iter().map(|s| secs(s.latency.max_ms)).collect(),
+        },
     ];
     let requests = [Series {
         name: "coderd requests per CR",
@@ -40,14 +52,29 @@ pub fn render_chart(scale: &[ScaleResult]) -> String {
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{PANEL_HEIGHT}" viewBox="0 0 {width} {PANEL_HEIGHT}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(svg, r#"<rect width="{width}" height="{PANEL_HEIGHT}" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<rect width="{width}" height="{PANEL_HEIGHT}" fill="white"/>"#
+    );
     svg += &panel(0.0, "Time from create to Ready (s)", &sizes, &latency, None);
-    svg += &panel(PANEL_WIDTH, "coderd requests per CR (create)", &sizes, &requests, Some(REQUESTS_TARGET));
+    svg += &panel(
+        PANEL_WIDTH,
+        "coderd requests per CR (create)",
+        &sizes,
+        &requests,
+        Some(REQUESTS_TARGET),
+    );
     svg += "</svg>\n";
     svg
 }
 
-fn panel(x0: f64, title: &str, sizes: &[String], series: &[Series<'_>], target: Option<f64>) -> String {
+fn panel(
+    x0: f64,
+    title: &str,
+    sizes: &[String],
+    series: &[Series<'_>],
+    target: Option<f64>,
+) -> String {
     let plot_w = PANEL_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
     let plot_h = PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
     let left = x0 + MARGIN_LEFT;
@@ -133,7 +160,11 @@ fn panel(x0: f64, title: &str, sizes: &[String], series: &[Series<'_>], target: 
         }
         for point in &points {
             let (x, y) = point.split_once(',').unwrap_or(("0", "0"));
-            let _ = writeln!(out, r#"<circle cx="{x}" cy="{y}" r="3" fill="{}"/>"#, s.colour);
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{x}" cy="{y}" r="3" fill="{}"/>"#,
+                s.colour
+            );
         }
         let legend_y = MARGIN_TOP + 4.0 + 16.0 * index as f64;
         let legend_x = left + 10.0;
@@ -153,7 +184,7 @@ fn panel(x0: f64, title: &str, sizes: &[String], series: &[Series<'_>], target: 
 
 /// The smallest of 1, 2, 2.5, 5 × 10^k at or above `value` (1 for nothing to show).
 pub fn nice_ceiling(value: f64) -> f64 {
-    if !(value > 0.0) || !value.is_finite() {
+    if value.is_nan() || value <= 0.0 || !value.is_finite() {
         return 1.0;
     }
     let magnitude = 10f64.powf(value.log10().floor());
@@ -173,7 +204,10 @@ fn tick_label(value: f64) -> String {
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -194,7 +228,11 @@ mod tests {
     #[case(61.0, 100.0)]
     #[case(0.03, 0.05)]
     fn ceilings_are_round_numbers(#[case] value: f64, #[case] expected: f64) {
-        assert!((nice_ceiling(value) - expected).abs() < 1e-9, "{value} → {}", nice_ceiling(value));
+        assert!(
+            (nice_ceiling(value) - expected).abs() < 1e-9,
+            "{value} → {}",
+            nice_ceiling(value)
+        );
     }
 
     #[test]
@@ -207,7 +245,11 @@ mod tests {
         let svg = render_chart(&scale);
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 4, "p50, p95, max and requests per CR");
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            4,
+            "p50, p95, max and requests per CR"
+        );
         assert_eq!(svg.matches("<circle").count(), 12);
         assert!(svg.contains(">1000</text>") && svg.contains("target 2.5"));
         assert_eq!(svg.matches("<g>").count(), svg.matches("</g>").count());
@@ -219,7 +261,11 @@ mod tests {
         one.latency.max_ms = None;
         let svg = render_chart(&[one]);
         assert_eq!(svg.matches("<polyline").count(), 0);
-        assert_eq!(svg.matches("<circle").count(), 3, "p50, p95 and requests; no max");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            3,
+            "p50, p95 and requests; no max"
+        );
     }
 
     #[test]

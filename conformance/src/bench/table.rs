@@ -29,7 +29,15 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.trim_end().to_owned() + "\n"
     };
     let mut out = line(headers.to_vec());
-    out += &line(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().iter().map(String::as_str).collect());
+    out += &line(
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect(),
+    );
     for row in rows {
         let mut cells: Vec<&str> = row.iter().map(String::as_str).take(columns).collect();
         cells.resize(columns, "");
@@ -39,7 +47,10 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 pub fn seconds(ms: Option<u64>) -> String {
-    ms.map_or_else(|| "—".to_owned(), |ms| format!("{:.2} s", ms as f64 / 1000.0))
+    ms.map_or_else(
+        || "—".to_owned(),
+        |ms| format!("{:.2} s", ms as f64 / 1000.0),
+    )
 }
 
 pub fn ratio(value: Option<f64>) -> String {
@@ -48,6 +59,19 @@ pub fn ratio(value: Option<f64>) -> String {
 
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// `APPLY deployments 10, PATCH x 2`, or nothing when there were no writes.
+fn writes_by_kind(writes: &super::model::ApiWrites) -> String {
+    if writes.by_kind.is_empty() {
+        return String::new();
+    }
+    let kinds: Vec<String> = writes
+        .by_kind
+        .iter()
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect();
+    format!("  writes by kind: {}\n", kinds.join(", "))
 }
 
 fn traffic_line(traffic: &CoderdTraffic) -> String {
@@ -98,13 +122,29 @@ pub fn render(report: &BenchReport) -> String {
             })
             .collect();
         out += &table(
-            &["N", "Ready", "all Ready", "p50", "p95", "max", "coderd/CR", "API writes/CR", "peak RSS", "CPU s"],
+            &[
+                "N",
+                "Ready",
+                "all Ready",
+                "p50",
+                "p95",
+                "max",
+                "coderd/CR",
+                "API writes/CR",
+                "peak RSS",
+                "CPU s",
+            ],
             &rows,
         );
         out += "\ncoderd requests per CR by route\n";
-        let routes: BTreeSet<&String> = report.scale.iter().flat_map(|s| s.coderd.by_route.keys()).collect();
-        let headers: Vec<String> =
-            std::iter::once("route".to_owned()).chain(report.scale.iter().map(|s| format!("N={}", s.size))).collect();
+        let routes: BTreeSet<&String> = report
+            .scale
+            .iter()
+            .flat_map(|s| s.coderd.by_route.keys())
+            .collect();
+        let headers: Vec<String> = std::iter::once("route".to_owned())
+            .chain(report.scale.iter().map(|s| format!("N={}", s.size)))
+            .collect();
         let rows: Vec<Vec<String>> = routes
             .iter()
             .map(|route| {
@@ -116,9 +156,16 @@ pub fn render(report: &BenchReport) -> String {
                     .collect()
             })
             .collect();
-        out += &table(&headers.iter().map(String::as_str).collect::<Vec<_>>(), &rows);
+        out += &table(
+            &headers.iter().map(String::as_str).collect::<Vec<_>>(),
+            &rows,
+        );
         out += "\nKubernetes API writes per CR by kind (operator only)\n";
-        let kinds: BTreeSet<&String> = report.scale.iter().flat_map(|s| s.writes.by_kind.keys()).collect();
+        let kinds: BTreeSet<&String> = report
+            .scale
+            .iter()
+            .flat_map(|s| s.writes.by_kind.keys())
+            .collect();
         let rows: Vec<Vec<String>> = kinds
             .iter()
             .map(|kind| {
@@ -132,16 +179,29 @@ pub fn render(report: &BenchReport) -> String {
             .collect();
         let mut headers = headers;
         headers[0] = "write".to_owned();
-        out += &table(&headers.iter().map(String::as_str).collect::<Vec<_>>(), &rows);
+        out += &table(
+            &headers.iter().map(String::as_str).collect::<Vec<_>>(),
+            &rows,
+        );
     }
     if let Some(steady) = &report.steady {
-        let _ = writeln!(out, "\nSteady state: N = {}, idle {}", steady.size, seconds(Some(steady.idle_ms)));
+        let _ = writeln!(
+            out,
+            "\nSteady state: N = {}, idle {}",
+            steady.size,
+            seconds(Some(steady.idle_ms))
+        );
         let _ = writeln!(out, "  {}", traffic_line(&steady.coderd));
         let _ = writeln!(
             out,
             "  {} operator API writes ({} CoderProvisioner status); {} CR resourceVersion changes; {}/{} still Ready",
-            steady.writes.total, steady.writes.cr_status_writes, steady.cr_modifications, steady.ready_at_end, steady.size
+            steady.writes.total,
+            steady.writes.cr_status_writes,
+            steady.cr_modifications,
+            steady.ready_at_end,
+            steady.size
         );
+        out += &writes_by_kind(&steady.writes);
     }
     if let Some(restart) = &report.restart {
         let _ = writeln!(
@@ -164,6 +224,7 @@ pub fn render(report: &BenchReport) -> String {
             mib(restart.operator.peak_rss_kib),
             restart.operator.cpu_seconds
         );
+        out += &writes_by_kind(&restart.writes);
     }
     if let Some(churn) = &report.churn {
         let _ = writeln!(
@@ -172,7 +233,9 @@ pub fn render(report: &BenchReport) -> String {
             churn.size,
             churn.toggle_ms,
             seconds(Some(churn.fault_window_ms)),
-            churn.rate_limited_share.map_or_else(|| "—".to_owned(), |s| format!("{:.0} %", s * 100.0))
+            churn
+                .rate_limited_share
+                .map_or_else(|| "—".to_owned(), |s| format!("{:.0} %", s * 100.0))
         );
         let row = |name: &str, run: &super::model::ChurnRun| {
             vec![
@@ -186,8 +249,19 @@ pub fn render(report: &BenchReport) -> String {
             ]
         };
         out += &table(
-            &["run", "Ready", "all Ready", "p95", "coderd", "coderd/CR", "429s"],
-            &[row("healthy", &churn.healthy), row("faulted", &churn.faulted)],
+            &[
+                "run",
+                "Ready",
+                "all Ready",
+                "p95",
+                "coderd",
+                "coderd/CR",
+                "429s",
+            ],
+            &[
+                row("healthy", &churn.healthy),
+                row("faulted", &churn.faulted),
+            ],
         );
         let _ = writeln!(
             out,
@@ -204,7 +278,9 @@ pub fn render(report: &BenchReport) -> String {
             seconds(Some(suite.wall_ms)),
             seconds(suite.without_setup_ms),
             seconds(suite.setup_ms),
-            suite.exit_code.map_or_else(|| "none (killed)".to_owned(), |c| c.to_string())
+            suite
+                .exit_code
+                .map_or_else(|| "none (killed)".to_owned(), |c| c.to_string())
         );
     }
     out += "\nTargets\n";
@@ -235,9 +311,18 @@ mod tests {
 
     #[test]
     fn columns_line_up() {
-        let text = table(&["N", "value"], &[vec!["1".into(), "2.50".into()], vec!["1000".into(), "10.00".into()]]);
+        let text = table(
+            &["N", "value"],
+            &[
+                vec!["1".into(), "2.50".into()],
+                vec!["1000".into(), "10.00".into()],
+            ],
+        );
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines, ["N     value", "----  -----", "1      2.50", "1000  10.00"]);
+        assert_eq!(
+            lines,
+            ["N     value", "----  -----", "1      2.50", "1000  10.00"]
+        );
     }
 
     #[test]
@@ -251,10 +336,22 @@ mod tests {
         let mut report = sample_report();
         report.targets = evaluate_targets(&report);
         let text = render(&report);
-        for needle in ["N=1", "N=500", "N=1000", "70.00 s", "MISSED", "not measured", "68.4 MiB", "POST /api/v2/"] {
+        for needle in [
+            "N=1",
+            "N=500",
+            "N=1000",
+            "70.00 s",
+            "MISSED",
+            "not measured",
+            "68.4 MiB",
+            "POST /api/v2/",
+        ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
-        assert!(!text.contains("Steady state"), "no steady phase was measured");
+        assert!(
+            !text.contains("Steady state"),
+            "no steady phase was measured"
+        );
     }
 
     #[test]

@@ -41,10 +41,14 @@ impl ProvisionerWatch {
         let api: Api<DynamicObject> = Api::all_with(client, &provisioner_resource());
         let shared = Arc::clone(&state);
         let task = tokio::spawn(async move {
-            let mut events = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let mut events = watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(Event::Apply(object) | Event::InitApply(object)) => observe(&shared, &object),
+                    Ok(Event::Apply(object) | Event::InitApply(object)) => {
+                        observe(&shared, &object)
+                    }
                     Ok(Event::Delete(object)) => {
                         if let Some(key) = key_of(&object) {
                             lock(&shared).objects.remove(&key);
@@ -52,7 +56,9 @@ impl ProvisionerWatch {
                     }
                     Ok(Event::InitDone) => lock(&shared).synced = true,
                     Ok(Event::Init) => {}
-                    Err(e) => tracing::debug!(error = %e, "CoderProvisioner watch error (retrying)"),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "CoderProvisioner watch error (retrying)")
+                    }
                 }
             }
         });
@@ -70,16 +76,30 @@ impl ProvisionerWatch {
     /// How many of `keys` have been seen Ready at least once.
     pub fn ever_ready(&self, keys: &[Key]) -> usize {
         let state = lock(&self.state);
-        keys.iter().filter(|k| state.objects.get(*k).is_some_and(|o| o.first_ready.is_some())).count()
+        keys.iter()
+            .filter(|k| {
+                state
+                    .objects
+                    .get(*k)
+                    .is_some_and(|o| o.first_ready.is_some())
+            })
+            .count()
     }
 
     /// How many CoderProvisioners are Ready now.
     pub fn ready_now(&self) -> usize {
-        lock(&self.state).objects.values().filter(|o| o.ready).count()
+        lock(&self.state)
+            .objects
+            .values()
+            .filter(|o| o.ready)
+            .count()
     }
 
     pub fn first_ready(&self, key: &Key) -> Option<Instant> {
-        lock(&self.state).objects.get(key).and_then(|o| o.first_ready)
+        lock(&self.state)
+            .objects
+            .get(key)
+            .and_then(|o| o.first_ready)
     }
 
     pub fn modifications(&self) -> u64 {
@@ -99,13 +119,20 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 fn key_of(object: &DynamicObject) -> Option<Key> {
-    Some((object.metadata.namespace.clone()?, object.metadata.name.clone()?))
+    Some((
+        object.metadata.namespace.clone()?,
+        object.metadata.name.clone()?,
+    ))
 }
 
 fn observe(state: &Mutex<State>, object: &DynamicObject) {
     let Some(key) = key_of(object) else { return };
     let resource_version = object.metadata.resource_version.clone().unwrap_or_default();
-    let ready = object.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready");
+    let ready = object
+        .data
+        .pointer("/status/phase")
+        .and_then(|p| p.as_str())
+        == Some("Ready");
     let mut state = lock(state);
     let changed = match state.objects.get(&key) {
         Some(known) => known.resource_version != resource_version,

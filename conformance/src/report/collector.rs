@@ -176,3 +176,69 @@ impl<W: cucumber::World> Writer<W> for Collector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cucumber::event::{Cucumber, Retries, Scenario, Step, StepError};
+    use cucumber::gherkin::GherkinEnv;
+    use cucumber::{Event, Writer as _, cli, gherkin};
+
+    use super::*;
+
+    #[derive(Debug, Default, cucumber::World)]
+    struct TestWorld;
+
+    fn feature() -> (gherkin::Feature, gherkin::Scenario, gherkin::Step) {
+        let text = "Feature: f\n  @core @R-KEY-4\n  Scenario: s\n    Given a step\n";
+        let feature = gherkin::Feature::parse(text, GherkinEnv::default()).expect("valid gherkin");
+        let scenario = feature.scenarios[0].clone();
+        let step = scenario.steps[0].clone();
+        (feature, scenario, step)
+    }
+
+    async fn send(collector: &mut Collector, scenario_event: Scenario<TestWorld>, attempt: usize, left: usize) {
+        let (feature, scenario, _) = feature();
+        let retries = Some(Retries { current: attempt, left });
+        let event =
+            Cucumber::scenario(Arc::new(feature), None::<Arc<gherkin::Rule>>, Arc::new(scenario), scenario_event.with_retries(retries));
+        collector.handle_event(Ok(Event::new(event)), &cli::Empty).await;
+    }
+
+    fn failed(step: &gherkin::Step) -> Scenario<TestWorld> {
+        let error = StepError::Panic(Arc::new("boom".to_owned()));
+        Scenario::Step(Arc::new(step.clone()).into(), Step::Failed(None, None, None, error))
+    }
+
+    #[tokio::test]
+    async fn a_scenario_passing_on_a_retry_is_flaky() {
+        let (_, _, step) = feature();
+        let mut collector = Collector::default();
+        send(&mut collector, Scenario::Started, 0, 1).await;
+        send(&mut collector, failed(&step), 0, 1).await;
+        send(&mut collector, Scenario::Finished, 0, 1).await;
+        send(&mut collector, Scenario::Started, 1, 0).await;
+        send(&mut collector, Scenario::Finished, 1, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].status, Status::Passed);
+        assert!(results[0].flaky);
+        assert_eq!(results[0].attempts, 2);
+        assert_eq!(results[0].level, Some(Level::Core));
+        assert_eq!(results[0].rules, vec!["R-KEY-4".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn a_failing_step_fails_the_scenario_with_its_text() {
+        let (_, _, step) = feature();
+        let mut collector = Collector::default();
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        send(&mut collector, failed(&step), 0, 0).await;
+        send(&mut collector, Scenario::Finished, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results[0].status, Status::Failed);
+        assert!(!results[0].flaky);
+        assert!(results[0].reason.as_deref().is_some_and(|r| r.contains("a step")), "{:?}", results[0].reason);
+    }
+}

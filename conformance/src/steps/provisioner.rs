@@ -284,6 +284,57 @@ async fn carries_finalizer(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .await
 }
 
+/// R-ST-4: after a pass that reached the Deployment, the status and every condition carry the
+/// CR's current generation.
+#[then("the provisioner's status observes its current generation")]
+async fn observes_generation(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world
+        .provisioner_eventually("status.observedGeneration = metadata.generation", |cr| {
+            let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
+            let observed = cr.pointer("/status/observedGeneration").and_then(Value::as_i64);
+            if observed != generation {
+                return Err(format!("observedGeneration {observed:?}, generation {generation:?}"));
+            }
+            let stale: Vec<String> = cr
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|c| c.get("observedGeneration").and_then(Value::as_i64) != generation)
+                .map(|c| format!("{} observed {:?}", str_at(c, "/type").unwrap_or("?"), c.get("observedGeneration")))
+                .collect();
+            if stale.is_empty() { Ok(()) } else { Err(format!("conditions behind generation {generation:?}: {}", stale.join(", "))) }
+        })
+        .await
+}
+
+/// A Warning Event about the CR with the given reason (core/v1 and events.k8s.io/v1 Events
+/// are one resource, so either recorder is seen).
+#[then(expr = "a Warning Event {string} is recorded for the provisioner")]
+async fn warning_event(world: &mut ProvisionerWorld, reason: String) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Event;
+    let api: kube::Api<Event> = world.api();
+    let name = world.provisioner.clone();
+    wait::eventually(&format!("a Warning Event {reason}"), world.timeouts(), || async {
+        let events = api.list(&Default::default()).await?.items;
+        let found = events.iter().any(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason.as_str())
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+        });
+        Ok(if found {
+            Ok(())
+        } else {
+            let seen: Vec<String> = events
+                .iter()
+                .map(|e| format!("{} {}", e.type_.as_deref().unwrap_or(""), e.reason.as_deref().unwrap_or("")))
+                .collect();
+            Err(format!("events: {}", seen.join(", ")))
+        })
+    })
+    .await
+}
+
 /// R-KEY-6/R-KEY-7: the key fields of the status, remembered for later steps (cleanup by id).
 #[then("the provisioner status records its provisioner key")]
 async fn status_records_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {

@@ -19,8 +19,16 @@ use serde::{Deserialize, Serialize};
     status = "CoderProvisionerStatus",
     doc = "CoderProvisioner runs Coder external provisioner daemons that authenticate with a provisioner key the operator manages.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CoderProvisionerSpec {
@@ -105,11 +113,19 @@ pub struct CoderProvisionerStatus {
     pub phase: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    #[serde(default, rename = "organizationID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "organizationID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub organization_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub organization_name: Option<String>,
-    #[serde(default, rename = "provisionerKeyID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "provisionerKeyID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provisioner_key_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioner_key_name: Option<String>,
@@ -117,7 +133,11 @@ pub struct CoderProvisionerStatus {
     pub tags_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_ref_name: Option<String>,
-    #[serde(default, rename = "controlPlaneURL", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "controlPlaneURL",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub control_plane_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretKeyRef>,

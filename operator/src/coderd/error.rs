@@ -38,10 +38,6 @@ impl CoderdError {
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Self::RateLimited { .. })
     }
-
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::NotFound { .. })
-    }
 }
 
 /// `codersdk.Response`, the body of every JSON error.

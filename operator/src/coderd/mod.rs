@@ -127,11 +127,6 @@ impl CoderdClient {
         })
     }
 
-    /// The base URL this client talks to.
-    pub fn base_url(&self) -> &str {
-        self.inner.base.as_str()
-    }
-
     /// `GET /api/v2/organizations/{name_or_id}`.
     ///
     /// Successful lookups are cached per (base URL, organization) for the life of the process,

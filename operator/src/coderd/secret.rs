@@ -14,22 +14,6 @@ impl SecretString {
     pub fn expose(&self) -> &str {
         &self.0
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for SecretString {
-    fn from(secret: String) -> Self {
-        Self(secret)
-    }
-}
-
-impl From<&str> for SecretString {
-    fn from(secret: &str) -> Self {
-        Self(secret.to_owned())
-    }
 }
 
 impl fmt::Debug for SecretString {

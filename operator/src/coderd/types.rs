@@ -44,15 +44,12 @@ pub const EXTERNAL_PROVISIONER_DAEMONS: &str = "external_provisioner_daemons";
 pub struct Entitlements {
     /// Always present in a valid answer; `features: null` is rejected while decoding.
     pub features: BTreeMap<String, Feature>,
-    #[serde(default)]
-    pub has_license: bool,
 }
 
+/// One feature's state; only the entitlement matters to the operator.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Feature {
     pub entitlement: EntitlementValue,
-    #[serde(default)]
-    pub enabled: bool,
 }
 
 /// `entitled`, `grace_period`, `not_entitled`; any other string is kept as `Unknown`.
@@ -68,15 +65,6 @@ impl EntitlementValue {
     /// Whether external provisioners may be used (coderd enables the feature in both states).
     pub fn is_usable(&self) -> bool {
         matches!(self, Self::Entitled | Self::GracePeriod)
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::Entitled => "entitled",
-            Self::GracePeriod => "grace_period",
-            Self::NotEntitled => "not_entitled",
-            Self::Unknown(other) => other,
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Requeue delays: rate-limit backoff (contract §11) and per-CR attempt counters.
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const RATE_LIMIT_BASE: Duration = Duration::from_secs(2);
 const MIN_DELAY: Duration = Duration::from_secs(1);
@@ -25,7 +25,9 @@ pub fn exponential_delay(base: Duration, attempt: u32, jitter: f64) -> Duration 
 /// lower bound instead would turn the contract's 2 s, 4 s, … sequence into 60 s waits.
 pub fn rate_limit_delay(attempt: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
     let backoff = exponential_delay(RATE_LIMIT_BASE, attempt, jitter);
-    retry_after.map_or(backoff, |window| backoff.min(window.clamp(MIN_DELAY, MAX_DELAY)))
+    retry_after.map_or(backoff, |window| {
+        backoff.min(window.clamp(MIN_DELAY, MAX_DELAY))
+    })
 }
 
 /// A uniformly random jitter in `[-JITTER, JITTER]`.
@@ -47,7 +49,43 @@ impl AttemptCounters {
     }
 
     pub fn reset(&self, key: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// Per-object "not before" instants for coderd key calls.
+///
+/// The controller re-runs a CR on every change to it, including the status write that reports a
+/// 429 or a key failure, so a requeue delay alone would be skipped by that immediate re-run. The
+/// key step consults this before calling coderd and waits out the remaining time instead.
+#[derive(Debug, Default)]
+pub struct HoldOff(Mutex<HashMap<String, Instant>>);
+
+impl HoldOff {
+    pub fn hold(&self, key: &str, until: Instant) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_owned(), until);
+    }
+
+    /// Time left before `key` may call coderd again, if any.
+    pub fn remaining(&self, key: &str, now: Instant) -> Option<Duration> {
+        let holds = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        holds
+            .get(key)
+            .and_then(|until| until.checked_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+
+    pub fn clear(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
     }
 }
 
@@ -65,9 +103,16 @@ mod tests {
     #[case::capped(12, 0.0, 120.0)]
     #[case::capped_with_jitter(30, 0.2, 120.0)]
     #[case::jitter_is_clamped(1, -5.0, 1.6)]
-    fn rate_limit_backoff_doubles_with_bounded_jitter(#[case] attempt: u32, #[case] jitter: f64, #[case] secs: f64) {
+    fn rate_limit_backoff_doubles_with_bounded_jitter(
+        #[case] attempt: u32,
+        #[case] jitter: f64,
+        #[case] secs: f64,
+    ) {
         let delay = rate_limit_delay(attempt, None, jitter);
-        assert!((delay.as_secs_f64() - secs).abs() < 1e-6, "{delay:?} != {secs}");
+        assert!(
+            (delay.as_secs_f64() - secs).abs() < 1e-6,
+            "{delay:?} != {secs}"
+        );
     }
 
     #[test]
@@ -81,9 +126,16 @@ mod tests {
     #[case::window_caps_late_attempts(7, 60, 60.0)]
     #[case::tiny_window_still_waits_a_second(3, 0, 1.0)]
     #[case::huge_window_is_capped(12, 3600, 120.0)]
-    fn retry_after_is_an_upper_bound(#[case] attempt: u32, #[case] retry_after: u64, #[case] secs: f64) {
+    fn retry_after_is_an_upper_bound(
+        #[case] attempt: u32,
+        #[case] retry_after: u64,
+        #[case] secs: f64,
+    ) {
         let delay = rate_limit_delay(attempt, Some(Duration::from_secs(retry_after)), 0.0);
-        assert!((delay.as_secs_f64() - secs).abs() < 1e-6, "{delay:?} != {secs}");
+        assert!(
+            (delay.as_secs_f64() - secs).abs() < 1e-6,
+            "{delay:?} != {secs}"
+        );
     }
 
     #[test]
@@ -94,6 +146,19 @@ mod tests {
         assert_eq!(counters.bump("ns/b"), 1);
         counters.reset("ns/a");
         assert_eq!(counters.bump("ns/a"), 1);
+    }
+
+    #[test]
+    fn hold_off_reports_the_time_left_until_it_expires() {
+        let holds = HoldOff::default();
+        let now = Instant::now();
+        assert_eq!(holds.remaining("ns/a", now), None);
+        holds.hold("ns/a", now + Duration::from_secs(2));
+        assert_eq!(holds.remaining("ns/a", now), Some(Duration::from_secs(2)));
+        assert_eq!(holds.remaining("ns/a", now + Duration::from_secs(2)), None);
+        assert_eq!(holds.remaining("ns/b", now), None);
+        holds.clear("ns/a");
+        assert_eq!(holds.remaining("ns/a", now), None);
     }
 
     #[test]

@@ -5,12 +5,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, Secret, SecretKeySelector, ServiceAccount,
+    Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, Secret, SecretKeySelector,
+    ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 
-use crate::api::{APP_NAME, CoderProvisioner, KEY_CHECKSUM_ANNOTATION, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, MANAGED_BY};
+use crate::api::{
+    APP_NAME, CoderProvisioner, KEY_CHECKSUM_ANNOTATION, LABEL_INSTANCE, LABEL_MANAGED_BY,
+    LABEL_NAME, MANAGED_BY,
+};
 
 use super::names::{Names, fnv_hex};
 
@@ -64,13 +68,22 @@ pub fn key_secret(inputs: &ChildInputs<'_>, plaintext: &str) -> Secret {
     Secret {
         metadata: metadata(inputs, &inputs.names.key_secret),
         type_: Some("Opaque".to_owned()),
-        data: Some([(inputs.names.key_secret_data_key.clone(), ByteString(plaintext.as_bytes().to_vec()))].into()),
+        data: Some(
+            [(
+                inputs.names.key_secret_data_key.clone(),
+                ByteString(plaintext.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
         ..Default::default()
     }
 }
 
 pub fn service_account(inputs: &ChildInputs<'_>) -> ServiceAccount {
-    ServiceAccount { metadata: metadata(inputs, &inputs.names.service_account), ..Default::default() }
+    ServiceAccount {
+        metadata: metadata(inputs, &inputs.names.service_account),
+        ..Default::default()
+    }
 }
 
 /// The daemon manages workspace pods and volumes in its namespace, nothing else (R-RBAC-1).
@@ -81,7 +94,9 @@ pub fn role(inputs: &ChildInputs<'_>) -> Role {
         rules: Some(vec![PolicyRule {
             api_groups: Some(strings(&[""])),
             resources: Some(strings(&["pods", "persistentvolumeclaims"])),
-            verbs: strings(&["get", "list", "watch", "create", "update", "patch", "delete"]),
+            verbs: strings(&[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ]),
             ..Default::default()
         }]),
     }
@@ -120,7 +135,11 @@ pub fn image(inputs: &ChildInputs<'_>) -> String {
 /// No `CODER_ORGANIZATION` and no tags: `coder provisioner start --key` rejects both (R-POD-14/15).
 fn env(inputs: &ChildInputs<'_>) -> Vec<EnvVar> {
     let mut env = vec![
-        EnvVar { name: "CODER_URL".to_owned(), value: Some(inputs.control_plane_url.to_owned()), ..Default::default() },
+        EnvVar {
+            name: "CODER_URL".to_owned(),
+            value: Some(inputs.control_plane_url.to_owned()),
+            ..Default::default()
+        },
         EnvVar {
             name: "CODER_PROVISIONER_DAEMON_KEY".to_owned(),
             value_from: Some(EnvVarSource {
@@ -158,18 +177,28 @@ pub fn deployment(inputs: &ChildInputs<'_>, key_value: &str) -> Deployment {
         metadata: metadata(inputs, &inputs.names.workload),
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas.unwrap_or(1)),
-            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
-                    annotations: Some([(KEY_CHECKSUM_ANNOTATION.to_owned(), fnv_hex(key_value.as_bytes()))].into()),
+                    annotations: Some(
+                        [(
+                            KEY_CHECKSUM_ANNOTATION.to_owned(),
+                            fnv_hex(key_value.as_bytes()),
+                        )]
+                        .into(),
+                    ),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(inputs.names.service_account.clone()),
                     image_pull_secrets: spec.image_pull_secrets.clone(),
                     termination_grace_period_seconds: Some(
-                        spec.termination_grace_period_seconds.unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS),
+                        spec.termination_grace_period_seconds
+                            .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS),
                     ),
                     containers: vec![container],
                     ..Default::default()
@@ -187,12 +216,25 @@ mod tests {
     use crate::provisioner::fixtures;
     use rstest::rstest;
 
-    fn inputs_for<'a>(cr: &'a CoderProvisioner, names: &'a Names, cp_image: Option<&'a str>) -> ChildInputs<'a> {
-        ChildInputs { cr, names, control_plane_url: "http://coder.test", control_plane_image: cp_image }
+    fn inputs_for<'a>(
+        cr: &'a CoderProvisioner,
+        names: &'a Names,
+        cp_image: Option<&'a str>,
+    ) -> ChildInputs<'a> {
+        ChildInputs {
+            cr,
+            names,
+            control_plane_url: "http://coder.test",
+            control_plane_image: cp_image,
+        }
     }
 
     fn container(deployment: &Deployment) -> &Container {
-        let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("pod spec");
+        let pod = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("pod spec");
         assert_eq!(pod.containers.len(), 1, "exactly one container");
         &pod.containers[0]
     }
@@ -203,14 +245,36 @@ mod tests {
         let names = Names::for_provisioner(&cr);
         let inputs = inputs_for(&cr, &names, None);
         let deployment = deployment(&inputs, "plaintext");
-        assert_eq!(deployment.metadata.name.as_deref(), Some("provisioner-coderprovisioner-sample"));
-        assert_eq!(role(&inputs).metadata.name.as_deref(), Some("provisioner-coderprovisioner-sample"));
-        assert_eq!(role_binding(&inputs).metadata.name.as_deref(), Some("provisioner-coderprovisioner-sample"));
-        assert_eq!(service_account(&inputs).metadata.name.as_deref(), Some("coderprovisioner-sample-provisioner"));
+        assert_eq!(
+            deployment.metadata.name.as_deref(),
+            Some("provisioner-coderprovisioner-sample")
+        );
+        assert_eq!(
+            role(&inputs).metadata.name.as_deref(),
+            Some("provisioner-coderprovisioner-sample")
+        );
+        assert_eq!(
+            role_binding(&inputs).metadata.name.as_deref(),
+            Some("provisioner-coderprovisioner-sample")
+        );
+        assert_eq!(
+            service_account(&inputs).metadata.name.as_deref(),
+            Some("coderprovisioner-sample-provisioner")
+        );
         let secret = key_secret(&inputs, "plaintext");
-        assert_eq!(secret.metadata.name.as_deref(), Some("coderprovisioner-sample-provisioner-key"));
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("coderprovisioner-sample-provisioner-key")
+        );
         assert_eq!(secret.type_.as_deref(), Some("Opaque"));
-        assert_eq!(secret.data.as_ref().and_then(|d| d.get("key")).map(|b| b.0.as_slice()), Some(&b"plaintext"[..]));
+        assert_eq!(
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("key"))
+                .map(|b| b.0.as_slice()),
+            Some(&b"plaintext"[..])
+        );
 
         let expected_labels: BTreeMap<String, String> = [
             ("app.kubernetes.io/name", "coder-provisioner"),
@@ -220,16 +284,36 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let metas = [&deployment.metadata, &secret.metadata, &service_account(&inputs).metadata, &role(&inputs).metadata, &role_binding(&inputs).metadata];
+        let metas = [
+            &deployment.metadata,
+            &secret.metadata,
+            &service_account(&inputs).metadata,
+            &role(&inputs).metadata,
+            &role_binding(&inputs).metadata,
+        ];
         for meta in metas {
             assert_eq!(meta.labels.as_ref(), Some(&expected_labels));
             assert_eq!(meta.namespace.as_deref(), Some("coder"));
             let owner = &meta.owner_references.as_ref().expect("owner")[0];
-            assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller, owner.block_owner_deletion), ("CoderProvisioner", "uid-1", Some(true), Some(true)));
+            assert_eq!(
+                (
+                    owner.kind.as_str(),
+                    owner.uid.as_str(),
+                    owner.controller,
+                    owner.block_owner_deletion
+                ),
+                ("CoderProvisioner", "uid-1", Some(true), Some(true))
+            );
         }
         let spec = deployment.spec.as_ref().expect("spec");
         assert_eq!(spec.selector.match_labels.as_ref(), Some(&expected_labels));
-        assert_eq!(spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref()), Some(&expected_labels));
+        assert_eq!(
+            spec.template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref()),
+            Some(&expected_labels)
+        );
     }
 
     #[test]
@@ -250,19 +334,54 @@ mod tests {
         assert_eq!(spec.replicas, Some(3));
         let pod = spec.template.spec.as_ref().expect("pod");
         assert_eq!(pod.termination_grace_period_seconds, Some(30));
-        assert_eq!(pod.image_pull_secrets.as_ref().map(|s| s[0].name.as_str()), Some("registry"));
+        assert_eq!(
+            pod.image_pull_secrets.as_ref().map(|s| s[0].name.as_str()),
+            Some("registry")
+        );
         let container = container(&deployment);
-        assert_eq!(container.image.as_deref(), Some("example.test/coder:custom"));
-        assert_eq!(container.args.as_deref(), Some(&["provisioner", "start", "--verbose", "--poll-interval=1s"].map(String::from)[..]));
+        assert_eq!(
+            container.image.as_deref(),
+            Some("example.test/coder:custom")
+        );
+        assert_eq!(
+            container.args.as_deref(),
+            Some(
+                &["provisioner", "start", "--verbose", "--poll-interval=1s"].map(String::from)[..]
+            )
+        );
         assert_eq!(container.resources, cr.spec.resources);
         let env = container.env.as_ref().expect("env");
         let env_names: Vec<_> = env.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(env_names, ["CODER_URL", "CODER_PROVISIONER_DAEMON_KEY", "HTTPS_PROXY", "LOG_LEVEL"]);
+        assert_eq!(
+            env_names,
+            [
+                "CODER_URL",
+                "CODER_PROVISIONER_DAEMON_KEY",
+                "HTTPS_PROXY",
+                "LOG_LEVEL"
+            ]
+        );
         assert_eq!(&env[2..], cr.spec.extra_env.as_deref().expect("extraEnv"));
-        let key_ref = env[1].value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).expect("secretKeyRef");
-        assert_eq!((key_ref.name.as_str(), key_ref.key.as_str()), ("team-key", "daemon-key"));
-        assert!(env.iter().all(|e| e.name != "CODER_ORGANIZATION" && e.name != "CODER_PROVISIONERD_TAGS"));
-        assert!(container.args.iter().flatten().all(|a| !a.starts_with("--org") && !a.starts_with("--tag")));
+        let key_ref = env[1]
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .expect("secretKeyRef");
+        assert_eq!(
+            (key_ref.name.as_str(), key_ref.key.as_str()),
+            ("team-key", "daemon-key")
+        );
+        assert!(
+            env.iter()
+                .all(|e| e.name != "CODER_ORGANIZATION" && e.name != "CODER_PROVISIONERD_TAGS")
+        );
+        assert!(
+            container
+                .args
+                .iter()
+                .flatten()
+                .all(|a| !a.starts_with("--org") && !a.starts_with("--tag"))
+        );
     }
 
     #[rstest]
@@ -270,7 +389,11 @@ mod tests {
     #[case::control_plane_image(None, Some("cp/image:1"), "cp/image:1")]
     #[case::blank_spec_image(Some(" "), Some("cp/image:1"), "cp/image:1")]
     #[case::default_image(None, None, DEFAULT_IMAGE)]
-    fn image_chain(#[case] spec_image: Option<&str>, #[case] cp_image: Option<&str>, #[case] expected: &str) {
+    fn image_chain(
+        #[case] spec_image: Option<&str>,
+        #[case] cp_image: Option<&str>,
+        #[case] expected: &str,
+    ) {
         let mut cr: CoderProvisioner = fixtures::load("provisioners/sample.yaml");
         cr.spec.image = spec_image.map(String::from);
         let names = Names::for_provisioner(&cr);
@@ -284,7 +407,10 @@ mod tests {
         let inputs = inputs_for(&cr, &names, None);
         let before = deployment(&inputs, "old-key-material");
         let after = deployment(&inputs, "new-key-material");
-        assert_ne!(before.spec.as_ref().map(|s| &s.template), after.spec.as_ref().map(|s| &s.template));
+        assert_ne!(
+            before.spec.as_ref().map(|s| &s.template),
+            after.spec.as_ref().map(|s| &s.template)
+        );
         let rendered = serde_json::to_string(&after).expect("serializable");
         assert!(!rendered.contains("new-key-material"));
     }
@@ -300,7 +426,18 @@ mod tests {
         assert_eq!(binding.role_ref.name, "provisioner-coderprovisioner-sample");
         let subjects = binding.subjects.expect("subjects");
         assert_eq!(subjects.len(), 1);
-        assert_eq!((subjects[0].kind.as_str(), subjects[0].name.as_str(), subjects[0].namespace.as_deref()), ("ServiceAccount", "coderprovisioner-sample-provisioner", Some("coder")));
+        assert_eq!(
+            (
+                subjects[0].kind.as_str(),
+                subjects[0].name.as_str(),
+                subjects[0].namespace.as_deref()
+            ),
+            (
+                "ServiceAccount",
+                "coderprovisioner-sample-provisioner",
+                Some("coder")
+            )
+        );
     }
 
     #[test]
@@ -309,7 +446,10 @@ mod tests {
         cr.metadata.name = Some("p".repeat(120));
         let names = Names::for_provisioner(&cr);
         let inputs = inputs_for(&cr, &names, None);
-        for name in [deployment(&inputs, "k").metadata.name, service_account(&inputs).metadata.name] {
+        for name in [
+            deployment(&inputs, "k").metadata.name,
+            service_account(&inputs).metadata.name,
+        ] {
             assert!(name.expect("name").len() <= 63);
         }
         assert!(labels(&names).values().all(|v| v.len() <= 63));

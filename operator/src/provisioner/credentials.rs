@@ -29,14 +29,20 @@ pub struct CredentialRef {
 /// operator's own key Secret (R-CRED-14). A Secret is optional only if every reference is.
 pub fn credential_refs(extra_env: &[EnvVar], own_key_secret: &str) -> Vec<CredentialRef> {
     let mut refs: Vec<CredentialRef> = Vec::new();
-    for key_ref in extra_env.iter().filter_map(|env| env.value_from.as_ref()?.secret_key_ref.as_ref()) {
+    for key_ref in extra_env
+        .iter()
+        .filter_map(|env| env.value_from.as_ref()?.secret_key_ref.as_ref())
+    {
         if key_ref.name == own_key_secret {
             continue;
         }
         let optional = key_ref.optional.unwrap_or(false);
         match refs.iter_mut().find(|known| known.secret == key_ref.name) {
             Some(known) => known.optional &= optional,
-            None => refs.push(CredentialRef { secret: key_ref.name.clone(), optional }),
+            None => refs.push(CredentialRef {
+                secret: key_ref.name.clone(),
+                optional,
+            }),
         }
     }
     refs
@@ -59,13 +65,19 @@ pub fn check_credentials(
             }
             return Err((
                 reason::CREDENTIAL_SECRET_NOT_FOUND,
-                format!("Secret {:?} named by spec.extraEnv does not exist", credential.secret),
+                format!(
+                    "Secret {:?} named by spec.extraEnv does not exist",
+                    credential.secret
+                ),
             ));
         };
         if meta.labels.get(CREDENTIAL_LABEL).map(String::as_str) != Some("true") {
             return Err((
                 reason::CREDENTIAL_LABEL_MISSING,
-                format!("Secret {:?} lacks the label {CREDENTIAL_LABEL}=true", credential.secret),
+                format!(
+                    "Secret {:?} lacks the label {CREDENTIAL_LABEL}=true",
+                    credential.secret
+                ),
             ));
         }
         let destinations = meta
@@ -76,7 +88,10 @@ pub fn check_credentials(
         let Some(destinations) = destinations else {
             return Err((
                 reason::CREDENTIAL_DESTINATION_MISSING,
-                format!("Secret {:?} lacks the annotation {CREDENTIAL_DESTINATIONS_ANNOTATION}", credential.secret),
+                format!(
+                    "Secret {:?} lacks the annotation {CREDENTIAL_DESTINATIONS_ANNOTATION}",
+                    credential.secret
+                ),
             ));
         };
         if !destinations_allow(destinations, control_plane_url) {
@@ -85,7 +100,10 @@ pub fn check_credentials(
                 format!(
                     "annotation {CREDENTIAL_DESTINATIONS_ANNOTATION} of Secret {:?} does not list the control plane origin {}",
                     credential.secret,
-                    origin_of(control_plane_url).map_or_else(|| "(invalid control plane URL)".to_owned(), |o| o.to_string()),
+                    origin_of(control_plane_url).map_or_else(
+                        || "(invalid control plane URL)".to_owned(),
+                        |o| o.to_string()
+                    ),
                 ),
             ));
         }
@@ -145,7 +163,11 @@ pub fn destinations_allow(destinations: &str, control_plane_url: &str) -> bool {
     let Some(wanted) = origin_of(control_plane_url) else {
         return false;
     };
-    destinations.split(',').map(str::trim).filter_map(parse_destination).any(|origin| origin == wanted)
+    destinations
+        .split(',')
+        .map(str::trim)
+        .filter_map(parse_destination)
+        .any(|origin| origin == wanted)
 }
 
 #[cfg(test)]
@@ -182,6 +204,8 @@ mod tests {
     #[case::non_default_port("http://127.0.0.1:3000", "http://127.0.0.1:3000", true)]
     #[case::port_missing("http://127.0.0.1:3000", "http://127.0.0.1", false)]
     #[case::invalid_control_plane("not a url", "http://127.0.0.1", false)]
+    #[case::authority_as_userinfo("http://127.0.0.1:3000", "http://127.0.0.1:3000@evil.test", false)]
+    #[case::bare_wildcard("http://127.0.0.1:3000", "*", false)]
     fn control_plane_origin(#[case] cp: &str, #[case] annotation: &str, #[case] allowed: bool) {
         assert_eq!(destinations_allow(annotation, cp), allowed);
     }
@@ -195,21 +219,36 @@ mod tests {
     }
 
     fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Option<SecretMeta> {
-        let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Some(SecretMeta { labels: map(labels), annotations: map(annotations) })
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        Some(SecretMeta {
+            labels: map(labels),
+            annotations: map(annotations),
+        })
     }
 
     #[test]
     fn refs_skip_own_key_secret_plain_values_and_duplicates() {
         let env = vec![
-            EnvVar { name: "PLAIN".into(), value: Some("x".into()), ..Default::default() },
+            EnvVar {
+                name: "PLAIN".into(),
+                value: Some("x".into()),
+                ..Default::default()
+            },
             env_from_secret("A", "proxy", Some(true)),
             env_from_secret("B", "proxy", None),
             env_from_secret("C", "own-key", None),
         ];
         assert_eq!(
             credential_refs(&env, "own-key"),
-            vec![CredentialRef { secret: "proxy".into(), optional: false }]
+            vec![CredentialRef {
+                secret: "proxy".into(),
+                optional: false
+            }]
         );
     }
 
@@ -227,12 +266,27 @@ mod tests {
         #[case] secrets: Vec<(&str, Option<SecretMeta>)>,
         #[case] expected: Result<(), &str>,
     ) {
-        let refs: Vec<_> = refs.into_iter().map(|(s, optional)| CredentialRef { secret: s.into(), optional }).collect();
-        let secrets = secrets.into_iter().map(|(name, meta)| (name.to_owned(), meta)).collect();
+        let refs: Vec<_> = refs
+            .into_iter()
+            .map(|(s, optional)| CredentialRef {
+                secret: s.into(),
+                optional,
+            })
+            .collect();
+        let secrets = secrets
+            .into_iter()
+            .map(|(name, meta)| (name.to_owned(), meta))
+            .collect();
         let outcome = check_credentials(&refs, &secrets, CP);
-        assert_eq!(outcome.as_ref().map_err(|(reason, _)| *reason), expected.as_ref().map_err(|r| *r));
+        assert_eq!(
+            outcome.as_ref().map_err(|(reason, _)| *reason),
+            expected.as_ref().map_err(|r| *r)
+        );
         if let Err((_, message)) = outcome {
-            assert!(message.contains("\"s\""), "message names the Secret: {message}");
+            assert!(
+                message.contains("\"s\""),
+                "message names the Secret: {message}"
+            );
         }
     }
 }

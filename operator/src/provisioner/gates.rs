@@ -29,11 +29,21 @@ pub struct ConditionUpdate {
 
 impl ConditionUpdate {
     pub fn ok(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, ok: true, reason, message: message.into() }
+        Self {
+            type_,
+            ok: true,
+            reason,
+            message: message.into(),
+        }
     }
 
     pub fn failed(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, ok: false, reason, message: message.into() }
+        Self {
+            type_,
+            ok: false,
+            reason,
+            message: message.into(),
+        }
     }
 }
 
@@ -45,8 +55,16 @@ pub struct Blocked {
 }
 
 impl Blocked {
-    fn new(type_: &'static str, reason: &'static str, message: impl Into<String>, retry_after: Duration) -> Self {
-        Self { condition: ConditionUpdate::failed(type_, reason, message), retry_after }
+    fn new(
+        type_: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+        retry_after: Duration,
+    ) -> Self {
+        Self {
+            condition: ConditionUpdate::failed(type_, reason, message),
+            retry_after,
+        }
     }
 }
 
@@ -64,20 +82,42 @@ pub fn control_plane<'a>(
     control_plane: Option<&'a CoderControlPlane>,
 ) -> Result<(ControlPlaneView<'a>, ConditionUpdate), Blocked> {
     let unavailable = |message: String| {
-        Blocked::new(condition::CONTROL_PLANE_READY, reason::CONTROL_PLANE_UNAVAILABLE, message, PREREQUISITE_RETRY)
+        Blocked::new(
+            condition::CONTROL_PLANE_READY,
+            reason::CONTROL_PLANE_UNAVAILABLE,
+            message,
+            PREREQUISITE_RETRY,
+        )
     };
     if ref_name.trim().is_empty() {
         return Err(unavailable("spec.controlPlaneRef.name is empty".to_owned()));
     }
     let Some(control_plane) = control_plane else {
-        return Err(unavailable(format!("CoderControlPlane {ref_name:?} not found in this namespace")));
+        return Err(unavailable(format!(
+            "CoderControlPlane {ref_name:?} not found in this namespace"
+        )));
     };
-    let url = control_plane.status.as_ref().and_then(|s| s.url.as_deref()).map(str::trim).unwrap_or_default();
+    let url = control_plane
+        .status
+        .as_ref()
+        .and_then(|s| s.url.as_deref())
+        .map(str::trim)
+        .unwrap_or_default();
     if url.is_empty() {
-        return Err(unavailable(format!("CoderControlPlane {ref_name:?} has no status.url yet")));
+        return Err(unavailable(format!(
+            "CoderControlPlane {ref_name:?} has no status.url yet"
+        )));
     }
-    let image = control_plane.spec.image.clone().filter(|image| !image.trim().is_empty());
-    let view = ControlPlaneView { object: control_plane, url: url.to_owned(), image };
+    let image = control_plane
+        .spec
+        .image
+        .clone()
+        .filter(|image| !image.trim().is_empty());
+    let view = ControlPlaneView {
+        object: control_plane,
+        url: url.to_owned(),
+        image,
+    };
     let condition = ConditionUpdate::ok(
         condition::CONTROL_PLANE_READY,
         reason::CONTROL_PLANE_AVAILABLE,
@@ -89,16 +129,38 @@ pub fn control_plane<'a>(
 /// The operator token Secret the control plane names: (Secret name, data key); `None` when the
 /// reference is absent or blank (gate 2 then reports why).
 pub fn token_secret_ref(control_plane: &CoderControlPlane) -> Option<(String, String)> {
-    let reference = control_plane.status.as_ref()?.operator_token_secret_ref.as_ref()?;
-    let name = reference.name.as_deref().map(str::trim).filter(|n| !n.is_empty())?;
-    let key = reference.key.as_deref().map(str::trim).filter(|k| !k.is_empty()).unwrap_or(DEFAULT_TOKEN_KEY);
+    let reference = control_plane
+        .status
+        .as_ref()?
+        .operator_token_secret_ref
+        .as_ref()?;
+    let name = reference
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())?;
+    let key = reference
+        .key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .unwrap_or(DEFAULT_TOKEN_KEY);
     Some((name.to_owned(), key.to_owned()))
 }
 
 /// Gate 2 (R-PRE-5…9): operator access is ready and the token Secret holds a token.
-pub fn operator_access(control_plane: &CoderControlPlane, token_secret: Option<&Secret>) -> Result<(SecretString, ConditionUpdate), Blocked> {
-    let blocked =
-        |reason: &'static str, message: String| Blocked::new(condition::OPERATOR_ACCESS_READY, reason, message, PREREQUISITE_RETRY);
+pub fn operator_access(
+    control_plane: &CoderControlPlane,
+    token_secret: Option<&Secret>,
+) -> Result<(SecretString, ConditionUpdate), Blocked> {
+    let blocked = |reason: &'static str, message: String| {
+        Blocked::new(
+            condition::OPERATOR_ACCESS_READY,
+            reason,
+            message,
+            PREREQUISITE_RETRY,
+        )
+    };
     let status = control_plane.status.clone().unwrap_or_default();
     if status.operator_access_ready != Some(true) {
         return Err(blocked(
@@ -107,13 +169,26 @@ pub fn operator_access(control_plane: &CoderControlPlane, token_secret: Option<&
         ));
     }
     let Some(reference) = status.operator_token_secret_ref.as_ref() else {
-        return Err(blocked(reason::TOKEN_REF_MISSING, "control plane status.operatorTokenSecretRef is not set".to_owned()));
+        return Err(blocked(
+            reason::TOKEN_REF_MISSING,
+            "control plane status.operatorTokenSecretRef is not set".to_owned(),
+        ));
     };
-    if reference.name.as_deref().is_none_or(|name| name.trim().is_empty()) {
-        return Err(blocked(reason::TOKEN_REF_INVALID, "control plane status.operatorTokenSecretRef.name is empty".to_owned()));
+    if reference
+        .name
+        .as_deref()
+        .is_none_or(|name| name.trim().is_empty())
+    {
+        return Err(blocked(
+            reason::TOKEN_REF_INVALID,
+            "control plane status.operatorTokenSecretRef.name is empty".to_owned(),
+        ));
     }
     let Some((secret_name, data_key)) = token_secret_ref(control_plane) else {
-        return Err(blocked(reason::TOKEN_REF_INVALID, "control plane status.operatorTokenSecretRef is invalid".to_owned()));
+        return Err(blocked(
+            reason::TOKEN_REF_INVALID,
+            "control plane status.operatorTokenSecretRef is invalid".to_owned(),
+        ));
     };
     let token = token_secret
         .and_then(|secret| secret.data.as_ref()?.get(&data_key))
@@ -123,10 +198,16 @@ pub fn operator_access(control_plane: &CoderControlPlane, token_secret: Option<&
     let Some(token) = token else {
         return Err(blocked(
             reason::TOKEN_SECRET_UNAVAILABLE,
-            format!("operator token Secret {secret_name:?} is missing or has no value under {data_key:?}"),
+            format!(
+                "operator token Secret {secret_name:?} is missing or has no value under {data_key:?}"
+            ),
         ));
     };
-    let condition = ConditionUpdate::ok(condition::OPERATOR_ACCESS_READY, reason::OPERATOR_ACCESS_READY, "operator token is available");
+    let condition = ConditionUpdate::ok(
+        condition::OPERATOR_ACCESS_READY,
+        reason::OPERATOR_ACCESS_READY,
+        "operator token is available",
+    );
     Ok((SecretString::new(token), condition))
 }
 
@@ -140,7 +221,11 @@ pub enum EntitlementSource {
 }
 
 fn entitled() -> ConditionUpdate {
-    ConditionUpdate::ok(condition::ENTITLED, reason::ENTITLED, "external provisioner daemons are entitled")
+    ConditionUpdate::ok(
+        condition::ENTITLED,
+        reason::ENTITLED,
+        "external provisioner daemons are entitled",
+    )
 }
 
 fn not_entitled(retry_after: Duration) -> Blocked {
@@ -153,19 +238,25 @@ fn not_entitled(retry_after: Duration) -> Blocked {
 }
 
 /// Gate 4, first half: use the control plane's recent entitlement reading when there is one.
-pub fn entitlement_from_control_plane(control_plane: &CoderControlPlane, now: Timestamp) -> EntitlementSource {
+pub fn entitlement_from_control_plane(
+    control_plane: &CoderControlPlane,
+    now: Timestamp,
+) -> EntitlementSource {
     let Some(status) = control_plane.status.as_ref() else {
         return EntitlementSource::AskCoderd;
     };
     let Some(checked) = status.entitlements_last_checked.as_ref() else {
         return EntitlementSource::AskCoderd;
     };
-    let window = k8s_openapi::jiff::SignedDuration::try_from(ENTITLEMENT_WINDOW).unwrap_or_default();
+    let window =
+        k8s_openapi::jiff::SignedDuration::try_from(ENTITLEMENT_WINDOW).unwrap_or_default();
     let age = now.duration_since(checked.0);
     if age.is_negative() || age >= window {
         return EntitlementSource::AskCoderd;
     }
-    let remaining = Duration::try_from(window - age).unwrap_or(ENTITLEMENT_WINDOW).max(Duration::from_secs(1));
+    let remaining = Duration::try_from(window - age)
+        .unwrap_or(ENTITLEMENT_WINDOW)
+        .max(Duration::from_secs(1));
     match status.external_provisioner_daemons_entitlement.as_deref() {
         Some("entitled" | "grace_period") => EntitlementSource::Fresh(Ok(entitled())),
         Some("not_entitled") => EntitlementSource::Fresh(Err(not_entitled(remaining))),
@@ -174,18 +265,29 @@ pub fn entitlement_from_control_plane(control_plane: &CoderControlPlane, now: Ti
 }
 
 /// Gate 4, second half: interpret coderd's answer (R-ENT-4…8).
-pub fn entitlement_from_coderd(answer: Result<Option<EntitlementValue>, &CoderdError>) -> Result<ConditionUpdate, Blocked> {
-    let failed = |reason: &'static str, message: String| Blocked::new(condition::ENTITLED, reason, message, ENTITLEMENT_WINDOW);
+pub fn entitlement_from_coderd(
+    answer: Result<Option<EntitlementValue>, &CoderdError>,
+) -> Result<ConditionUpdate, Blocked> {
+    let failed = |reason: &'static str, message: String| {
+        Blocked::new(condition::ENTITLED, reason, message, ENTITLEMENT_WINDOW)
+    };
     match answer {
         Ok(Some(value)) if value.is_usable() => Ok(entitled()),
         Ok(_) => Err(not_entitled(ENTITLEMENT_WINDOW)),
-        Err(CoderdError::NotFound { .. }) => {
-            Err(failed(reason::NOT_SUPPORTED, "coderd has no entitlements API (not an enterprise build)".to_owned()))
-        }
+        Err(CoderdError::NotFound { .. }) => Err(failed(
+            reason::NOT_SUPPORTED,
+            "coderd has no entitlements API (not an enterprise build)".to_owned(),
+        )),
         Err(error @ (CoderdError::Unauthorized { .. } | CoderdError::Forbidden { .. })) => {
-            Err(failed(reason::FORBIDDEN, format!("reading entitlements was refused: {error}")))
+            Err(failed(
+                reason::FORBIDDEN,
+                format!("reading entitlements was refused: {error}"),
+            ))
         }
-        Err(error) => Err(failed(reason::ENTITLEMENTS_QUERY_FAILED, format!("reading entitlements failed: {error}"))),
+        Err(error) => Err(failed(
+            reason::ENTITLEMENTS_QUERY_FAILED,
+            format!("reading entitlements failed: {error}"),
+        )),
     }
 }
 
@@ -207,7 +309,13 @@ pub fn key_secret_ownership(
     secret: Option<&Secret>,
     cr_uid: &str,
 ) -> Result<(KeySecretState, ConditionUpdate), Blocked> {
-    let ready = || ConditionUpdate::ok(condition::KEY_SECRET_READY, reason::SECRET_READY, format!("Secret {secret_name:?} holds the provisioner key"));
+    let ready = || {
+        ConditionUpdate::ok(
+            condition::KEY_SECRET_READY,
+            reason::SECRET_READY,
+            format!("Secret {secret_name:?} holds the provisioner key"),
+        )
+    };
     let Some(secret) = secret else {
         return Ok((KeySecretState::Absent, ready()));
     };
@@ -215,7 +323,9 @@ pub fn key_secret_ownership(
         return Err(Blocked::new(
             condition::KEY_SECRET_READY,
             reason::KEY_SECRET_NOT_OWNED,
-            format!("Secret {secret_name:?} already exists and is not controlled by this CoderProvisioner; delete it or choose another spec.key.secretName"),
+            format!(
+                "Secret {secret_name:?} already exists and is not controlled by this CoderProvisioner; delete it or choose another spec.key.secretName"
+            ),
             NOT_OWNED_RETRY,
         ));
     }
@@ -225,7 +335,9 @@ pub fn key_secret_ownership(
         .and_then(|data| data.get(data_key))
         .and_then(|bytes| String::from_utf8(bytes.0.clone()).ok())
         .filter(|value| !value.is_empty());
-    let state = value.map_or(KeySecretState::Empty, |value| KeySecretState::Usable(SecretString::new(value)));
+    let state = value.map_or(KeySecretState::Empty, |value| {
+        KeySecretState::Usable(SecretString::new(value))
+    });
     Ok((state, ready()))
 }
 
@@ -252,9 +364,17 @@ mod tests {
     #[rstest]
     #[case::ready("ready", "codercontrolplane-sample", None)]
     #[case::pending_phase_is_not_a_gate("pending_with_url", "codercontrolplane-sample", None)]
-    #[case::no_url("no_url", "codercontrolplane-sample", Some(reason::CONTROL_PLANE_UNAVAILABLE))]
+    #[case::no_url(
+        "no_url",
+        "codercontrolplane-sample",
+        Some(reason::CONTROL_PLANE_UNAVAILABLE)
+    )]
     #[case::empty_ref("ready", "", Some(reason::CONTROL_PLANE_UNAVAILABLE))]
-    fn control_plane_gate(#[case] fixture: &str, #[case] ref_name: &str, #[case] failure: Option<&str>) {
+    fn control_plane_gate(
+        #[case] fixture: &str,
+        #[case] ref_name: &str,
+        #[case] failure: Option<&str>,
+    ) {
         let cp = control_plane_from(fixture);
         let outcome = control_plane(ref_name, Some(&cp));
         assert_eq!(outcome.as_ref().err().map(|b| b.condition.reason), failure);
@@ -266,14 +386,16 @@ mod tests {
 
     #[test]
     fn missing_control_plane_is_unavailable() {
-        let blocked = control_plane("codercontrolplane-sample", None).expect_err("no control plane");
+        let blocked =
+            control_plane("codercontrolplane-sample", None).expect_err("no control plane");
         assert_eq!(blocked.condition.reason, reason::CONTROL_PLANE_UNAVAILABLE);
     }
 
     #[test]
     fn control_plane_view_carries_url_and_image() {
         let cp = control_plane_from("ready");
-        let (view, condition) = control_plane("codercontrolplane-sample", Some(&cp)).expect("usable");
+        let (view, condition) =
+            control_plane("codercontrolplane-sample", Some(&cp)).expect("usable");
         assert_eq!(view.url, "http://coder.coder.svc.cluster.local");
         assert_eq!(view.image.as_deref(), Some("ghcr.io/coder/coder:v2.30.0"));
         assert!(condition.ok);
@@ -282,20 +404,54 @@ mod tests {
 
     fn token_secret(data_key: &str, value: &str) -> Secret {
         Secret {
-            data: Some([(data_key.to_owned(), k8s_openapi::ByteString(value.as_bytes().to_vec()))].into()),
+            data: Some(
+                [(
+                    data_key.to_owned(),
+                    k8s_openapi::ByteString(value.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
             ..Default::default()
         }
     }
 
     #[rstest]
-    #[case::ready("ready", Some(token_secret("token", "abcdefghij-0123456789012345678901\n")), None)]
-    #[case::access_not_ready("access_not_ready", Some(token_secret("token", "tok-value")), Some(reason::OPERATOR_ACCESS_NOT_READY))]
-    #[case::ref_missing("token_ref_missing", Some(token_secret("token", "tok-value")), Some(reason::TOKEN_REF_MISSING))]
-    #[case::ref_blank_name("token_ref_blank_name", Some(token_secret("token", "tok-value")), Some(reason::TOKEN_REF_INVALID))]
+    #[case::ready(
+        "ready",
+        Some(token_secret("token", "abcdefghij-0123456789012345678901\n")),
+        None
+    )]
+    #[case::access_not_ready(
+        "access_not_ready",
+        Some(token_secret("token", "tok-value")),
+        Some(reason::OPERATOR_ACCESS_NOT_READY)
+    )]
+    #[case::ref_missing(
+        "token_ref_missing",
+        Some(token_secret("token", "tok-value")),
+        Some(reason::TOKEN_REF_MISSING)
+    )]
+    #[case::ref_blank_name(
+        "token_ref_blank_name",
+        Some(token_secret("token", "tok-value")),
+        Some(reason::TOKEN_REF_INVALID)
+    )]
     #[case::secret_missing("ready", None, Some(reason::TOKEN_SECRET_UNAVAILABLE))]
-    #[case::key_missing("ready", Some(token_secret("other", "tok-value")), Some(reason::TOKEN_SECRET_UNAVAILABLE))]
-    #[case::value_empty("ready", Some(token_secret("token", " ")), Some(reason::TOKEN_SECRET_UNAVAILABLE))]
-    fn operator_access_gate(#[case] fixture: &str, #[case] secret: Option<Secret>, #[case] failure: Option<&str>) {
+    #[case::key_missing(
+        "ready",
+        Some(token_secret("other", "tok-value")),
+        Some(reason::TOKEN_SECRET_UNAVAILABLE)
+    )]
+    #[case::value_empty(
+        "ready",
+        Some(token_secret("token", " ")),
+        Some(reason::TOKEN_SECRET_UNAVAILABLE)
+    )]
+    fn operator_access_gate(
+        #[case] fixture: &str,
+        #[case] secret: Option<Secret>,
+        #[case] failure: Option<&str>,
+    ) {
         let cp = control_plane_from(fixture);
         let outcome = operator_access(&cp, secret.as_ref());
         assert_eq!(outcome.as_ref().err().map(|b| b.condition.reason), failure);
@@ -303,7 +459,10 @@ mod tests {
             Ok((token, _)) => assert_eq!(token.expose(), "abcdefghij-0123456789012345678901"),
             Err(blocked) => {
                 assert_eq!(blocked.retry_after, PREREQUISITE_RETRY);
-                assert!(!blocked.condition.message.contains("tok-value"), "no token in messages");
+                assert!(
+                    !blocked.condition.message.contains("tok-value"),
+                    "no token in messages"
+                );
             }
         }
     }
@@ -311,7 +470,10 @@ mod tests {
     #[test]
     fn blank_token_key_defaults_to_token() {
         let cp = control_plane_from("ready");
-        assert_eq!(token_secret_ref(&cp), Some(("coder-operator-token".into(), "token".into())));
+        assert_eq!(
+            token_secret_ref(&cp),
+            Some(("coder-operator-token".into(), "token".into()))
+        );
     }
 
     fn at(rfc3339: &str) -> Timestamp {
@@ -325,12 +487,18 @@ mod tests {
     #[case::stale("ready", "2026-01-01T00:02:00Z", None)]
     #[case::unknown_value("unknown_entitlement", "2026-01-01T00:00:10Z", None)]
     #[case::never_checked("no_url", "2026-01-01T00:00:10Z", None)]
-    fn entitlement_freshness(#[case] fixture: &str, #[case] now: &str, #[case] expected: Option<Result<(), u64>>) {
+    fn entitlement_freshness(
+        #[case] fixture: &str,
+        #[case] now: &str,
+        #[case] expected: Option<Result<(), u64>>,
+    ) {
         // Every fixture that has a reading was checked at 2026-01-01T00:00:00Z.
         let source = entitlement_from_control_plane(&control_plane_from(fixture), at(now));
         match (source, expected) {
             (EntitlementSource::AskCoderd, None) => {}
-            (EntitlementSource::Fresh(Ok(condition)), Some(Ok(()))) => assert_eq!(condition.reason, reason::ENTITLED),
+            (EntitlementSource::Fresh(Ok(condition)), Some(Ok(()))) => {
+                assert_eq!(condition.reason, reason::ENTITLED)
+            }
             (EntitlementSource::Fresh(Err(blocked)), Some(Err(remaining))) => {
                 assert_eq!(blocked.condition.reason, reason::NOT_ENTITLED);
                 assert_eq!(blocked.retry_after, Duration::from_secs(remaining));
@@ -350,7 +518,10 @@ mod tests {
     #[case::server_error(Err(CoderdError::Api { status: 500, message: "boom".into() }), Some(reason::ENTITLEMENTS_QUERY_FAILED))]
     #[case::rate_limited(Err(CoderdError::RateLimited { retry_after: None }), Some(reason::ENTITLEMENTS_QUERY_FAILED))]
     #[case::timeout(Err(CoderdError::Timeout), Some(reason::ENTITLEMENTS_QUERY_FAILED))]
-    fn entitlement_answers(#[case] answer: Result<Option<EntitlementValue>, CoderdError>, #[case] failure: Option<&str>) {
+    fn entitlement_answers(
+        #[case] answer: Result<Option<EntitlementValue>, CoderdError>,
+        #[case] failure: Option<&str>,
+    ) {
         let outcome = match &answer {
             Ok(value) => entitlement_from_coderd(Ok(value.clone())),
             Err(error) => entitlement_from_coderd(Err(error)),
@@ -364,10 +535,21 @@ mod tests {
     fn key_secret(owner_uid: Option<&str>, value: Option<&str>) -> Secret {
         let mut secret: Secret = fixtures::load("secrets/key_secret.yaml");
         match owner_uid {
-            Some(uid) => secret.metadata.owner_references.iter_mut().flatten().for_each(|owner| owner.uid = uid.to_owned()),
+            Some(uid) => secret
+                .metadata
+                .owner_references
+                .iter_mut()
+                .flatten()
+                .for_each(|owner| owner.uid = uid.to_owned()),
             None => secret.metadata.owner_references = None,
         }
-        secret.data = value.map(|v| [("key".to_owned(), k8s_openapi::ByteString(v.as_bytes().to_vec()))].into());
+        secret.data = value.map(|v| {
+            [(
+                "key".to_owned(),
+                k8s_openapi::ByteString(v.as_bytes().to_vec()),
+            )]
+            .into()
+        });
         secret
     }
 

@@ -72,7 +72,10 @@ pub enum KeyAction {
     /// The Secret's key (carried here) is current: no coderd call.
     Reuse(SecretString),
     /// Create a new key (after retiring `retire`, best-effort).
-    Establish { cause: KeyCause, retire: Option<RecordedKey> },
+    Establish {
+        cause: KeyCause,
+        retire: Option<RecordedKey>,
+    },
 }
 
 fn recorded(value: &Option<String>) -> Option<&str> {
@@ -84,17 +87,35 @@ pub fn recorded_key(status: &CoderProvisionerStatus, fallback_url: &str) -> Opti
     Some(RecordedKey {
         organization_id: recorded(&status.organization_id)?.to_owned(),
         key_id: recorded(&status.provisioner_key_id)?.to_owned(),
-        control_plane_url: recorded(&status.control_plane_url).unwrap_or(fallback_url).to_owned(),
+        control_plane_url: recorded(&status.control_plane_url)
+            .unwrap_or(fallback_url)
+            .to_owned(),
     })
 }
 
 /// Settings that differ from the recorded baseline; `None` when the baseline is incomplete.
 fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'static str>> {
     let pairs = [
-        ("organizationName", recorded(&status.organization_name), desired.organization_name.as_str()),
-        ("tags", recorded(&status.tags_hash), desired.tags_hash.as_str()),
-        ("controlPlaneRef", recorded(&status.control_plane_ref_name), desired.control_plane_ref.as_str()),
-        ("controlPlaneURL", recorded(&status.control_plane_url), desired.control_plane_url.as_str()),
+        (
+            "organizationName",
+            recorded(&status.organization_name),
+            desired.organization_name.as_str(),
+        ),
+        (
+            "tags",
+            recorded(&status.tags_hash),
+            desired.tags_hash.as_str(),
+        ),
+        (
+            "controlPlaneRef",
+            recorded(&status.control_plane_ref_name),
+            desired.control_plane_ref.as_str(),
+        ),
+        (
+            "controlPlaneURL",
+            recorded(&status.control_plane_url),
+            desired.control_plane_url.as_str(),
+        ),
     ];
     let mut changed = Vec::new();
     for (field, was, want) in pairs {
@@ -103,22 +124,42 @@ fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'
         }
     }
     // coderd stores names lower-cased; a recorded name differing only in case is the same key.
-    if recorded(&status.provisioner_key_name).is_some_and(|was| !was.eq_ignore_ascii_case(&desired.key_name)) {
+    if recorded(&status.provisioner_key_name)
+        .is_some_and(|was| !was.eq_ignore_ascii_case(&desired.key_name))
+    {
         changed.push("keyName");
     }
     Some(changed)
 }
 
 /// Decides what the key step must do (pure).
-pub fn decide(desired: &DesiredKey, status: &CoderProvisionerStatus, secret: &KeySecretState) -> KeyAction {
+pub fn decide(
+    desired: &DesiredKey,
+    status: &CoderProvisionerStatus,
+    secret: &KeySecretState,
+) -> KeyAction {
     let retire = recorded_key(status, &desired.control_plane_url);
     let drift = drift(desired, status);
     match (secret, drift) {
-        (KeySecretState::Usable(value), Some(changed)) if changed.is_empty() => KeyAction::Reuse(value.clone()),
-        (_, Some(changed)) if !changed.is_empty() => KeyAction::Establish { cause: KeyCause::Drift(changed), retire },
-        (KeySecretState::Usable(_), _) => KeyAction::Establish { cause: KeyCause::BaselineMissing, retire },
-        (_, _) if retire.is_some() => KeyAction::Establish { cause: KeyCause::SecretLost, retire },
-        (_, _) => KeyAction::Establish { cause: KeyCause::Initial, retire: None },
+        (KeySecretState::Usable(value), Some(changed)) if changed.is_empty() => {
+            KeyAction::Reuse(value.clone())
+        }
+        (_, Some(changed)) if !changed.is_empty() => KeyAction::Establish {
+            cause: KeyCause::Drift(changed),
+            retire,
+        },
+        (KeySecretState::Usable(_), _) => KeyAction::Establish {
+            cause: KeyCause::BaselineMissing,
+            retire,
+        },
+        (_, _) if retire.is_some() => KeyAction::Establish {
+            cause: KeyCause::SecretLost,
+            retire,
+        },
+        (_, _) => KeyAction::Establish {
+            cause: KeyCause::Initial,
+            retire: None,
+        },
     }
 }
 
@@ -131,22 +172,40 @@ pub struct Removals {
     pub unrecorded_same_name: Option<ProvisionerKey>,
 }
 
-pub fn plan_removals(listed: &[ProvisionerKey], recorded_id: Option<&str>, key_name: &str) -> Removals {
-    let recorded = recorded_id.and_then(|id| listed.iter().find(|key| key.id == id)).cloned();
+pub fn plan_removals(
+    listed: &[ProvisionerKey],
+    recorded_id: Option<&str>,
+    key_name: &str,
+) -> Removals {
+    let recorded = recorded_id
+        .and_then(|id| listed.iter().find(|key| key.id == id))
+        .cloned();
     let unrecorded_same_name = listed
         .iter()
         .find(|key| key.name.eq_ignore_ascii_case(key_name) && Some(key.id.as_str()) != recorded_id)
         .cloned();
-    Removals { recorded, unrecorded_same_name }
+    Removals {
+        recorded,
+        unrecorded_same_name,
+    }
 }
 
 /// Something the establish step did that deserves an Event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyEvent {
-    Retired { name: String },
-    RetireFailed { organization_id: String, error: String },
-    ReplacedUnrecorded { name: String },
-    Created { name: String },
+    Retired {
+        name: String,
+    },
+    RetireFailed {
+        organization_id: String,
+        error: String,
+    },
+    ReplacedUnrecorded {
+        name: String,
+    },
+    Created {
+        name: String,
+    },
 }
 
 /// A freshly created key: the plaintext for the Secret and the record for status.
@@ -167,38 +226,61 @@ pub async fn establish(
 ) -> Result<EstablishedKey, CoderdError> {
     let organization = client.organization(&desired.organization_name).await?;
     let same_coderd = |key: &RecordedKey| key.control_plane_url == desired.control_plane_url;
-    let retire_here = retire.filter(|key| same_coderd(key) && key.organization_id == organization.id);
+    let retire_here =
+        retire.filter(|key| same_coderd(key) && key.organization_id == organization.id);
 
     if let Some(elsewhere) = retire.filter(|key| retire_here.is_none() && !key.key_id.is_empty()) {
-        let remote = if same_coderd(elsewhere) { Ok(client.clone()) } else { client_for(&elsewhere.control_plane_url) };
+        let remote = if same_coderd(elsewhere) {
+            Ok(client.clone())
+        } else {
+            client_for(&elsewhere.control_plane_url)
+        };
         let outcome = match remote {
-            Ok(remote) => delete_by_id(&remote, &elsewhere.organization_id, &elsewhere.key_id).await,
+            Ok(remote) => {
+                delete_by_id(&remote, &elsewhere.organization_id, &elsewhere.key_id).await
+            }
             Err(error) => Err(error),
         };
         record_retire(outcome, &elsewhere.organization_id, events)?;
     }
 
     let listed = client.list_keys(&organization.id).await?;
-    let removals = plan_removals(&listed, retire_here.map(|key| key.key_id.as_str()), &desired.key_name);
+    let removals = plan_removals(
+        &listed,
+        retire_here.map(|key| key.key_id.as_str()),
+        &desired.key_name,
+    );
     if let Some(old) = &removals.recorded {
-        let outcome = client.delete_key(&organization.id, &old.name).await.map(|()| Some(old.name.clone()));
+        let outcome = client
+            .delete_key(&organization.id, &old.name)
+            .await
+            .map(|()| Some(old.name.clone()));
         record_retire(outcome, &organization.id, events)?;
     }
     if let Some(foreign) = &removals.unrecorded_same_name {
         // Not best-effort: creating while it exists would only answer 409.
         client.delete_key(&organization.id, &foreign.name).await?;
-        events.push(KeyEvent::ReplacedUnrecorded { name: foreign.name.clone() });
+        events.push(KeyEvent::ReplacedUnrecorded {
+            name: foreign.name.clone(),
+        });
     }
 
-    let plaintext = client.create_key(&organization.id, &desired.key_name, &desired.tags).await?;
-    events.push(KeyEvent::Created { name: desired.key_name.clone() });
+    let plaintext = client
+        .create_key(&organization.id, &desired.key_name, &desired.tags)
+        .await?;
+    events.push(KeyEvent::Created {
+        name: desired.key_name.clone(),
+    });
     let created = client
         .list_keys_after_create(&organization.id)
         .await?
         .into_iter()
         .find(|key| key.name.eq_ignore_ascii_case(&desired.key_name))
         .ok_or_else(|| CoderdError::InvalidResponse {
-            detail: format!("key {:?} was created but is missing from the key list", desired.key_name),
+            detail: format!(
+                "key {:?} was created but is missing from the key list",
+                desired.key_name
+            ),
         })?;
     let record = KeyRecord {
         organization_id: organization.id,
@@ -214,7 +296,11 @@ pub async fn establish(
 
 /// Deletes the key with `key_id` (list, match id, delete by that entry's name; D-5, R-DEL-4).
 /// Returns the deleted name, or `None` when no key has that id any more.
-pub async fn delete_by_id(client: &CoderdClient, organization_id: &str, key_id: &str) -> Result<Option<String>, CoderdError> {
+pub async fn delete_by_id(
+    client: &CoderdClient,
+    organization_id: &str,
+    key_id: &str,
+) -> Result<Option<String>, CoderdError> {
     let listed = client.list_keys(organization_id).await?;
     let Some(key) = listed.into_iter().find(|key| key.id == key_id) else {
         return Ok(None);
@@ -224,7 +310,11 @@ pub async fn delete_by_id(client: &CoderdClient, organization_id: &str, key_id: 
 }
 
 /// Retiring the old key is best-effort, except that 429 stops the pass (R-RL-1).
-fn record_retire(outcome: Result<Option<String>, CoderdError>, organization_id: &str, events: &mut Vec<KeyEvent>) -> Result<(), CoderdError> {
+fn record_retire(
+    outcome: Result<Option<String>, CoderdError>,
+    organization_id: &str,
+    events: &mut Vec<KeyEvent>,
+) -> Result<(), CoderdError> {
     match outcome {
         Ok(Some(name)) => events.push(KeyEvent::Retired { name }),
         Ok(None) => {}
@@ -272,7 +362,11 @@ mod tests {
     }
 
     fn recorded_key_1() -> Option<RecordedKey> {
-        Some(RecordedKey { organization_id: "org-1".into(), key_id: "key-1".into(), control_plane_url: "http://coder.test".into() })
+        Some(RecordedKey {
+            organization_id: "org-1".into(),
+            key_id: "key-1".into(),
+            control_plane_url: "http://coder.test".into(),
+        })
     }
 
     fn with(change: impl FnOnce(&mut DesiredKey)) -> DesiredKey {
@@ -282,7 +376,12 @@ mod tests {
     }
 
     #[rstest]
-    #[case::steady_state(desired(), applied(), usable(), KeyAction::Reuse(SecretString::new("plaintext")))]
+    #[case::steady_state(
+        desired(),
+        applied(),
+        usable(),
+        KeyAction::Reuse(SecretString::new("plaintext"))
+    )]
     #[case::name_case_only(desired(), CoderProvisionerStatus { provisioner_key_name: Some("CoderProvisioner-Sample".into()), ..applied() }, usable(), KeyAction::Reuse(SecretString::new("plaintext")))]
     #[case::first_pass(desired(), CoderProvisionerStatus::default(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Initial, retire: None })]
     #[case::secret_deleted(desired(), applied(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::SecretLost, retire: recorded_key_1() })]
@@ -294,15 +393,29 @@ mod tests {
     #[case::control_plane_ref_changed(with(|d| d.control_plane_ref = "other".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneRef"]), retire: recorded_key_1() })]
     #[case::url_changed(with(|d| d.control_plane_url = "http://new.test".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneURL"]), retire: recorded_key_1() })]
     #[case::drift_and_secret_lost(with(|d| d.tags_hash = "00000000".into()), applied(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Drift(vec!["tags"]), retire: recorded_key_1() })]
-    fn key_decisions(#[case] desired: DesiredKey, #[case] status: CoderProvisionerStatus, #[case] secret: KeySecretState, #[case] expected: KeyAction) {
+    fn key_decisions(
+        #[case] desired: DesiredKey,
+        #[case] status: CoderProvisionerStatus,
+        #[case] secret: KeySecretState,
+        #[case] expected: KeyAction,
+    ) {
         assert_eq!(decide(&desired, &status, &secret), expected);
     }
 
     #[test]
     fn recorded_key_uses_the_recorded_url() {
-        let status = CoderProvisionerStatus { control_plane_url: Some("http://old.test".into()), ..applied() };
-        assert_eq!(recorded_key(&status, "http://new.test").map(|k| k.control_plane_url), Some("http://old.test".into()));
-        assert_eq!(recorded_key(&CoderProvisionerStatus::default(), "http://new.test"), None);
+        let status = CoderProvisionerStatus {
+            control_plane_url: Some("http://old.test".into()),
+            ..applied()
+        };
+        assert_eq!(
+            recorded_key(&status, "http://new.test").map(|k| k.control_plane_url),
+            Some("http://old.test".into())
+        );
+        assert_eq!(
+            recorded_key(&CoderProvisionerStatus::default(), "http://new.test"),
+            None
+        );
     }
 
     fn key(id: &str, name: &str) -> ProvisionerKey {
@@ -314,10 +427,17 @@ mod tests {
 
     #[test]
     fn removals_target_the_recorded_id_not_the_name() {
-        let listed = [key("key-1", "old-name"), key("key-2", "coderprovisioner-sample"), key("key-3", "unrelated")];
+        let listed = [
+            key("key-1", "old-name"),
+            key("key-2", "coderprovisioner-sample"),
+            key("key-3", "unrelated"),
+        ];
         let removals = plan_removals(&listed, Some("key-1"), "coderprovisioner-sample");
         assert_eq!(removals.recorded.map(|k| k.id), Some("key-1".into()));
-        assert_eq!(removals.unrecorded_same_name.map(|k| k.id), Some("key-2".into()));
+        assert_eq!(
+            removals.unrecorded_same_name.map(|k| k.id),
+            Some("key-2".into())
+        );
     }
 
     #[test]
@@ -331,7 +451,13 @@ mod tests {
     #[test]
     fn nothing_to_remove_when_coderd_has_neither() {
         let listed = [key("key-9", "unrelated")];
-        assert_eq!(plan_removals(&listed, Some("key-1"), "coderprovisioner-sample"), Removals::default());
-        assert_eq!(plan_removals(&[], None, "coderprovisioner-sample"), Removals::default());
+        assert_eq!(
+            plan_removals(&listed, Some("key-1"), "coderprovisioner-sample"),
+            Removals::default()
+        );
+        assert_eq!(
+            plan_removals(&[], None, "coderprovisioner-sample"),
+            Removals::default()
+        );
     }
 }

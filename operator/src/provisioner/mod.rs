@@ -25,11 +25,13 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::{CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason};
+use crate::api::{
+    CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
+};
 use crate::coderd::{ClientOptions, CoderdClient, CoderdError, SecretString};
 use crate::runtime::metrics::Metrics;
 
-use self::backoff::AttemptCounters;
+use self::backoff::{AttemptCounters, HoldOff};
 use self::children::ChildInputs;
 use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
@@ -52,6 +54,8 @@ pub struct Context {
     pub rate_limits: AttemptCounters,
     /// Consecutive reconcile errors per CR (error backoff).
     pub failures: AttemptCounters,
+    /// Earliest next coderd key call per CR after a 429 or a key failure.
+    pub key_hold_off: HoldOff,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,13 +70,29 @@ pub enum Error {
 
 impl Context {
     fn coderd(&self, url: &str, token: &SecretString) -> Result<CoderdClient, CoderdError> {
-        let options = ClientOptions { timeout: self.coderd_timeout, metrics: Some(self.metrics.clone()) };
+        let options = ClientOptions {
+            timeout: self.coderd_timeout,
+            metrics: Some(self.metrics.clone()),
+        };
         CoderdClient::new(url, token.clone(), options)
     }
 
     /// Publishes an Event on the CR; failures only log (events are advisory).
-    async fn event(&self, cr: &CoderProvisioner, type_: EventType, reason: &str, action: &str, note: String) {
-        let event = Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
+    async fn event(
+        &self,
+        cr: &CoderProvisioner,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
         if let Err(error) = self.recorder.publish(&event, &cr.object_ref(&())).await {
             warn!(%error, reason, "could not publish event");
         }
@@ -97,18 +117,25 @@ pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<A
     })
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)));
-    let result = if outcome.is_ok() { "ok" } else { "error" };
-    if outcome.is_ok() {
-        ctx.failures.reset(&object_key(&cr));
-    }
-    ctx.metrics.reconcile_finished(result, started.elapsed().as_secs_f64());
+    let result = match &outcome {
+        Ok(action) if *action == Action::requeue(RESYNC) || *action == Action::await_change() => {
+            "ok"
+        }
+        Ok(_) => "requeue",
+        Err(_) => "error",
+    };
+    ctx.metrics
+        .reconcile_finished(result, started.elapsed().as_secs_f64());
     outcome
 }
 
 /// Requeue policy after an error: exponential from 5 s, capped at 2 min, per CR.
 pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>) -> Action {
     let attempt = ctx.failures.bump(&object_key(&cr));
-    let delay = backoff::exponential_delay(Duration::from_secs(5), attempt, backoff::random_jitter());
+    let delay =
+        backoff::exponential_delay(Duration::from_secs(5), attempt, backoff::random_jitter());
+    ctx.key_hold_off
+        .hold(&object_key(&cr), Instant::now() + delay);
     warn!(provisioner = %object_key(&cr), %error, attempt, ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -121,8 +148,18 @@ struct StatusWriter<'a> {
 }
 
 impl StatusWriter<'_> {
-    async fn write(&mut self, report: &PassReport, deployment: Option<&Deployment>) -> kube::Result<()> {
-        let next = status::next_status(self.current.as_ref(), self.cr.metadata.generation, report, deployment, Timestamp::now());
+    async fn write(
+        &mut self,
+        report: &PassReport,
+        deployment: Option<&Deployment>,
+    ) -> kube::Result<()> {
+        let next = status::next_status(
+            self.current.as_ref(),
+            self.cr.metadata.generation,
+            report,
+            deployment,
+            Timestamp::now(),
+        );
         if status::status_changed(self.current.as_ref(), &next) {
             apply::apply_status(&self.ctx.client, &self.ctx.field_manager, self.cr, &next).await?;
             self.current = Some(next);
@@ -136,19 +173,50 @@ async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Erro
     let names = Names::for_provisioner(cr);
     let observed = dereference::observe(&ctx.client, cr, &names).await?;
     let mut report = PassReport::default();
-    let mut writer = StatusWriter { ctx, cr, current: cr.status.clone() };
+    let mut writer = StatusWriter {
+        ctx,
+        cr,
+        current: cr.status.clone(),
+    };
     let mut deployment = observed.deployment.clone();
-    let outcome = run_pipeline(cr, ctx, &names, &observed, &mut report, &mut writer, &mut deployment).await;
-    if !matches!(outcome, Ok(Step::RateLimited(_))) {
+    let outcome = run_pipeline(
+        cr,
+        ctx,
+        &names,
+        &observed,
+        &mut report,
+        &mut writer,
+        &mut deployment,
+    )
+    .await;
+    // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
+    if !matches!(outcome, Ok(Step::RateLimited(_) | Step::HeldOff(_))) {
         ctx.rate_limits.reset(&object_key(cr));
     }
+    // Error backoff grows until a pass gets past the key step or stops at a gate; a pass that
+    // only waited out a hold-off proves nothing.
+    if matches!(outcome, Ok(Step::Done | Step::Blocked(_))) {
+        ctx.failures.reset(&object_key(cr));
+    }
+    if matches!(outcome, Ok(Step::Done)) {
+        ctx.key_hold_off.clear(&object_key(cr));
+    }
     for failure in status::newly_failed(cr.status.as_ref(), &report) {
-        ctx.event(cr, EventType::Warning, failure.reason, "Reconcile", failure.message.clone()).await;
+        ctx.event(
+            cr,
+            EventType::Warning,
+            failure.reason,
+            "Reconcile",
+            failure.message.clone(),
+        )
+        .await;
     }
     writer.write(&report, deployment.as_ref()).await?;
     match outcome? {
         Step::Done => Ok(Action::requeue(RESYNC)),
-        Step::Blocked(delay) | Step::RateLimited(delay) => Ok(Action::requeue(delay)),
+        Step::Blocked(delay) | Step::RateLimited(delay) | Step::HeldOff(delay) => {
+            Ok(Action::requeue(delay))
+        }
     }
 }
 
@@ -158,6 +226,8 @@ enum Step {
     /// A gate did not pass; look again after the delay (no reconcile error, R-PRE-5).
     Blocked(Duration),
     RateLimited(Duration),
+    /// A key call is due but an earlier 429 or failure asks to wait this long first.
+    HeldOff(Duration),
 }
 
 fn blocked(report: &mut PassReport, blocked: Blocked) -> Step {
@@ -175,19 +245,26 @@ async fn run_pipeline(
     deployment: &mut Option<Deployment>,
 ) -> Result<Step, Error> {
     // Gate 1: control plane. Gate 2: operator access.
-    let (control_plane, condition) = match gates::control_plane(&cr.spec.control_plane_ref.name, observed.control_plane.as_ref()) {
+    let (control_plane, condition) = match gates::control_plane(
+        &cr.spec.control_plane_ref.name,
+        observed.control_plane.as_ref(),
+    ) {
         Ok(passed) => passed,
         Err(failure) => return Ok(blocked(report, failure)),
     };
     report.set(condition);
-    let (token, condition) = match gates::operator_access(control_plane.object, observed.token_secret.as_ref()) {
-        Ok(passed) => passed,
-        Err(failure) => return Ok(blocked(report, failure)),
-    };
+    let (token, condition) =
+        match gates::operator_access(control_plane.object, observed.token_secret.as_ref()) {
+            Ok(passed) => passed,
+            Err(failure) => return Ok(blocked(report, failure)),
+        };
     report.set(condition);
 
     // Gate 3: credential Secrets (D-2). While False: no key call, no Deployment change.
-    let refs = credentials::credential_refs(cr.spec.extra_env.as_deref().unwrap_or_default(), &names.key_secret);
+    let refs = credentials::credential_refs(
+        cr.spec.extra_env.as_deref().unwrap_or_default(),
+        &names.key_secret,
+    );
     match credentials::check_credentials(&refs, &observed.credential_secrets, &control_plane.url) {
         Ok(()) => report.set(ConditionUpdate::ok(
             condition::CREDENTIALS_READY,
@@ -195,23 +272,29 @@ async fn run_pipeline(
             "every Secret named by spec.extraEnv is allowed for the control plane origin",
         )),
         Err((reason, message)) => {
-            let failure = Blocked { condition: ConditionUpdate::failed(condition::CREDENTIALS_READY, reason, message), retry_after: gates::CREDENTIALS_RETRY };
+            let failure = Blocked {
+                condition: ConditionUpdate::failed(condition::CREDENTIALS_READY, reason, message),
+                retry_after: gates::CREDENTIALS_RETRY,
+            };
             return Ok(blocked(report, failure));
         }
     }
 
     // Gate 4: entitlement.
     let coderd = ctx.coderd(&control_plane.url, &token);
-    let entitlement = match gates::entitlement_from_control_plane(control_plane.object, Timestamp::now()) {
-        EntitlementSource::Fresh(outcome) => outcome,
-        EntitlementSource::AskCoderd => match &coderd {
-            Ok(client) => {
-                let answer = client.entitlements().await;
-                gates::entitlement_from_coderd(answer.as_ref().map(|e| e.external_provisioner_daemons()))
-            }
-            Err(error) => gates::entitlement_from_coderd(Err(error)),
-        },
-    };
+    let entitlement =
+        match gates::entitlement_from_control_plane(control_plane.object, Timestamp::now()) {
+            EntitlementSource::Fresh(outcome) => outcome,
+            EntitlementSource::AskCoderd => match &coderd {
+                Ok(client) => {
+                    let answer = client.entitlements().await;
+                    gates::entitlement_from_coderd(
+                        answer.as_ref().map(|e| e.external_provisioner_daemons()),
+                    )
+                }
+                Err(error) => gates::entitlement_from_coderd(Err(error)),
+            },
+        };
     match entitlement {
         Ok(condition) => report.set(condition),
         Err(failure) => return Ok(blocked(report, failure)),
@@ -219,11 +302,15 @@ async fn run_pipeline(
 
     // Gate 5: the key Secret must be ours or absent (D-3), checked before any key request.
     let uid = cr.metadata.uid.as_deref().unwrap_or_default();
-    let (secret_state, condition) =
-        match gates::key_secret_ownership(&names.key_secret, &names.key_secret_data_key, observed.key_secret.as_ref(), uid) {
-            Ok(passed) => passed,
-            Err(failure) => return Ok(blocked(report, failure)),
-        };
+    let (secret_state, condition) = match gates::key_secret_ownership(
+        &names.key_secret,
+        &names.key_secret_data_key,
+        observed.key_secret.as_ref(),
+        uid,
+    ) {
+        Ok(passed) => passed,
+        Err(failure) => return Ok(blocked(report, failure)),
+    };
 
     // Gate 6: the provisioner key.
     let inputs = ChildInputs {
@@ -248,24 +335,49 @@ async fn run_pipeline(
             value
         }
         KeyAction::Establish { cause, retire } => {
+            if let Some(wait) = ctx.key_hold_off.remaining(&object_key(cr), Instant::now()) {
+                return Ok(Step::HeldOff(wait));
+            }
             let client = coderd.map_err(|error| key_failed(report, error))?;
             info!(provisioner = %object_key(cr), %cause, "establishing provisioner key");
             let mut events = Vec::new();
-            let established = keys::establish(&client, |url| ctx.coderd(url, &token), &desired, retire.as_ref(), &mut events).await;
+            let established = keys::establish(
+                &client,
+                |url| ctx.coderd(url, &token),
+                &desired,
+                retire.as_ref(),
+                &mut events,
+            )
+            .await;
             publish_key_events(ctx, cr, &events).await;
             let established = match established {
                 Ok(established) => established,
                 Err(CoderdError::RateLimited { retry_after }) => {
                     let attempt = ctx.rate_limits.bump(&object_key(cr));
-                    let delay = backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
-                    report.set(ConditionUpdate::failed(condition::KEY_READY, reason::RATE_LIMITED, RATE_LIMITED_MESSAGE));
+                    let delay =
+                        backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
+                    ctx.key_hold_off
+                        .hold(&object_key(cr), Instant::now() + delay);
+                    report.set(ConditionUpdate::failed(
+                        condition::KEY_READY,
+                        reason::RATE_LIMITED,
+                        RATE_LIMITED_MESSAGE,
+                    ));
                     return Ok(Step::RateLimited(delay));
                 }
                 Err(error) => return Err(key_failed(report, error)),
             };
-            apply::apply(&ctx.client, &ctx.field_manager, &children::key_secret(&inputs, established.plaintext.expose())).await?;
+            apply::apply(
+                &ctx.client,
+                &ctx.field_manager,
+                &children::key_secret(&inputs, established.plaintext.expose()),
+            )
+            .await?;
             report.set(condition);
-            let secret_ref = SecretKeyRef { name: names.key_secret.clone(), key: Some(names.key_secret_data_key.clone()) };
+            let secret_ref = SecretKeyRef {
+                name: names.key_secret.clone(),
+                key: Some(names.key_secret_data_key.clone()),
+            };
             report.key = Some((established.record, secret_ref));
             report.set(key_ready());
             // R-KEY-7: record the key before anything else can fail, so retries reuse it.
@@ -276,40 +388,80 @@ async fn run_pipeline(
     report.set(key_ready());
 
     // Children in fixed order; the Deployment last.
-    apply::apply(&ctx.client, &ctx.field_manager, &children::service_account(&inputs)).await?;
+    apply::apply(
+        &ctx.client,
+        &ctx.field_manager,
+        &children::service_account(&inputs),
+    )
+    .await?;
     apply::apply(&ctx.client, &ctx.field_manager, &children::role(&inputs)).await?;
-    apply::apply(&ctx.client, &ctx.field_manager, &children::role_binding(&inputs)).await?;
-    let applied = apply::apply(&ctx.client, &ctx.field_manager, &children::deployment(&inputs, key_value.expose())).await?;
+    apply::apply(
+        &ctx.client,
+        &ctx.field_manager,
+        &children::role_binding(&inputs),
+    )
+    .await?;
+    let applied = apply::apply(
+        &ctx.client,
+        &ctx.field_manager,
+        &children::deployment(&inputs, key_value.expose()),
+    )
+    .await?;
     *deployment = Some(applied);
     report.reached_deployment = true;
     Ok(Step::Done)
 }
 
 fn key_ready() -> ConditionUpdate {
-    ConditionUpdate::ok(condition::KEY_READY, reason::KEY_READY, "the provisioner key exists in coderd")
+    ConditionUpdate::ok(
+        condition::KEY_READY,
+        reason::KEY_READY,
+        "the provisioner key exists in coderd",
+    )
 }
 
 fn key_failed(report: &mut PassReport, error: CoderdError) -> Error {
-    report.set(ConditionUpdate::failed(condition::KEY_READY, reason::KEY_FAILED, format!("reconciling the provisioner key failed: {error}")));
+    report.set(ConditionUpdate::failed(
+        condition::KEY_READY,
+        reason::KEY_FAILED,
+        format!("reconciling the provisioner key failed: {error}"),
+    ));
     Error::Key(error)
 }
 
 async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyEvent]) {
     for event in events {
         let (type_, reason, action, note) = match event {
-            KeyEvent::Created { name } => (EventType::Normal, "ProvisionerKeyCreated", "CreateKey", format!("created provisioner key {name:?} in coderd")),
-            KeyEvent::Retired { name } => (EventType::Normal, "ProvisionerKeyRotated", "DeleteKey", format!("deleted previous provisioner key {name:?}")),
-            KeyEvent::RetireFailed { organization_id, error } => (
+            KeyEvent::Created { name } => (
+                EventType::Normal,
+                "ProvisionerKeyCreated",
+                "CreateKey",
+                format!("created provisioner key {name:?} in coderd"),
+            ),
+            KeyEvent::Retired { name } => (
+                EventType::Normal,
+                "ProvisionerKeyRotated",
+                "DeleteKey",
+                format!("deleted previous provisioner key {name:?}"),
+            ),
+            KeyEvent::RetireFailed {
+                organization_id,
+                error,
+            } => (
                 EventType::Warning,
                 "ProvisionerKeyDeleteFailed",
                 "DeleteKey",
-                format!("could not delete the previous provisioner key in organization {organization_id}: {error}; it may remain in coderd"),
+                format!(
+                    "could not delete the previous provisioner key in organization {organization_id}: {error}; it may remain in coderd"
+                ),
             ),
             KeyEvent::ReplacedUnrecorded { name } => (
                 EventType::Warning,
                 "ReplacedUnrecordedKey",
                 "DeleteKey",
-                format!("replaced provisioner key {name:?} that existed in coderd without a record in this CoderProvisioner's status"),
+                format!(
+                    "replaced provisioner key {name:?} that existed in coderd without a record in this CoderProvisioner's status"
+                ),
             ),
         };
         ctx.event(cr, type_, reason, action, note).await;
@@ -318,23 +470,50 @@ async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyE
 
 /// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
 async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+    let key = object_key(cr);
+    ctx.failures.reset(&key);
+    ctx.rate_limits.reset(&key);
+    ctx.key_hold_off.clear(&key);
     let status = cr.status.clone().unwrap_or_default();
     let Some(recorded) = keys::recorded_key(&status, "") else {
         info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
         return Ok(Action::await_change());
     };
-    let key_name = status.provisioner_key_name.clone().unwrap_or_else(|| "<name>".to_owned());
-    let organization = status.organization_name.clone().unwrap_or_else(|| recorded.organization_id.clone());
+    let key_name = status
+        .provisioner_key_name
+        .clone()
+        .unwrap_or_else(|| "<name>".to_owned());
+    let organization = status
+        .organization_name
+        .clone()
+        .unwrap_or_else(|| recorded.organization_id.clone());
     let manual = format!("coder provisioner keys delete {key_name} --org {organization}");
     let outcome = delete_recorded_key(cr, ctx, &status, &recorded).await;
     match outcome {
         Ok(Some(name)) => {
-            ctx.event(cr, EventType::Normal, "ProvisionerKeyDeleted", "DeleteKey", format!("deleted provisioner key {name:?} from coderd")).await;
+            ctx.event(
+                cr,
+                EventType::Normal,
+                "ProvisionerKeyDeleted",
+                "DeleteKey",
+                format!("deleted provisioner key {name:?} from coderd"),
+            )
+            .await;
         }
-        Ok(None) => info!(provisioner = %object_key(cr), "recorded provisioner key is already gone"),
+        Ok(None) => {
+            info!(provisioner = %object_key(cr), "recorded provisioner key is already gone")
+        }
         Err(why) => {
-            let note = format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
-            ctx.event(cr, EventType::Warning, "ProvisionerKeyCleanupFailed", "DeleteKey", note).await;
+            let note =
+                format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
+            ctx.event(
+                cr,
+                EventType::Warning,
+                "ProvisionerKeyCleanupFailed",
+                "DeleteKey",
+                note,
+            )
+            .await;
         }
     }
     Ok(Action::await_change())
@@ -348,7 +527,11 @@ async fn delete_recorded_key(
     recorded: &keys::RecordedKey,
 ) -> Result<Option<String>, String> {
     let namespace = cr.namespace().unwrap_or_default();
-    let control_plane_name = status.control_plane_ref_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| cr.spec.control_plane_ref.name.clone());
+    let control_plane_name = status
+        .control_plane_ref_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| cr.spec.control_plane_ref.name.clone());
     let control_plane = dereference::control_plane(&ctx.client, &namespace, &control_plane_name)
         .await
         .map_err(|e| format!("reading CoderControlPlane {control_plane_name:?} failed: {e}"))?
@@ -356,12 +539,19 @@ async fn delete_recorded_key(
     let token_secret = dereference::token_secret(&ctx.client, &namespace, Some(&control_plane))
         .await
         .map_err(|e| format!("reading the operator token Secret failed: {e}"))?;
-    let (token, _) = gates::operator_access(&control_plane, token_secret.as_ref()).map_err(|blocked| blocked.condition.message)?;
+    let (token, _) = gates::operator_access(&control_plane, token_secret.as_ref())
+        .map_err(|blocked| blocked.condition.message)?;
     let url = if recorded.control_plane_url.is_empty() {
-        control_plane.status.as_ref().and_then(|s| s.url.clone()).unwrap_or_default()
+        control_plane
+            .status
+            .as_ref()
+            .and_then(|s| s.url.clone())
+            .unwrap_or_default()
     } else {
         recorded.control_plane_url.clone()
     };
     let client = ctx.coderd(&url, &token).map_err(|e| e.to_string())?;
-    keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id).await.map_err(|e| e.to_string())
+    keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -22,7 +22,9 @@ pub const DEFAULT_ORGANIZATION: &str = "default";
 
 /// FNV-1a, 32 bit.
 pub fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193))
+    bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// 8 lowercase hex digits of FNV-1a-32.
@@ -43,7 +45,9 @@ pub fn tags_hash(tags: &BTreeMap<String, String>) -> String {
 }
 
 fn prefix(name: &str, chars: usize) -> &str {
-    name.char_indices().nth(chars).map_or(name, |(end, _)| &name[..end])
+    name.char_indices()
+        .nth(chars)
+        .map_or(name, |(end, _)| &name[..end])
 }
 
 /// `prefix(name, keep)-hash(name)`: the shared shortening shape.
@@ -73,7 +77,11 @@ pub fn service_account_name(cr_name: &str) -> String {
 
 /// Value of `app.kubernetes.io/instance` (R-RES-4): label values are limited to 63 characters.
 pub fn instance_label(cr_name: &str) -> String {
-    if cr_name.len() <= MAX_LABEL_NAME { cr_name.to_owned() } else { shortened(cr_name, 54) }
+    if cr_name.len() <= MAX_LABEL_NAME {
+        cr_name.to_owned()
+    } else {
+        shortened(cr_name, 54)
+    }
 }
 
 /// Default key Secret name `<n>-provisioner-key` (R-SEC-1).
@@ -94,7 +102,11 @@ pub fn key_name(cr_name: &str, spec_name: Option<&str>) -> String {
         Some(explicit) => explicit.to_ascii_lowercase(),
         None => cr_name.to_ascii_lowercase(),
     };
-    if name.len() <= MAX_KEY_NAME { name } else { shortened(&name, MAX_KEY_NAME - HASH_LEN - 1) }
+    if name.len() <= MAX_KEY_NAME {
+        name
+    } else {
+        shortened(&name, MAX_KEY_NAME - HASH_LEN - 1)
+    }
 }
 
 /// Every name one CoderProvisioner uses, computed once per reconcile.
@@ -114,7 +126,8 @@ impl Names {
     pub fn for_provisioner(cr: &CoderProvisioner) -> Self {
         let cr_name = cr.metadata.name.clone().unwrap_or_default();
         let key = cr.spec.key.as_ref();
-        let non_blank = |value: Option<&String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let non_blank =
+            |value: Option<&String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Self {
             workload: workload_name(&cr_name),
             service_account: service_account_name(&cr_name),
@@ -139,8 +152,14 @@ mod tests {
     #[rstest]
     #[case::empty(&[], "811c9dc5")]
     #[case::one_tag(&[("scope", "organization")], "cf1b2b92")]
-    fn tags_hash_is_fnv1a_over_sorted_entries(#[case] tags: &[(&str, &str)], #[case] expected: &str) {
-        let tags: BTreeMap<String, String> = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    fn tags_hash_is_fnv1a_over_sorted_entries(
+        #[case] tags: &[(&str, &str)],
+        #[case] expected: &str,
+    ) {
+        let tags: BTreeMap<String, String> = tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         assert_eq!(tags_hash(&tags), expected);
     }
 
@@ -171,9 +190,18 @@ mod tests {
             assert_ne!(a, name_fn(&long_b));
         }
         let hash = fnv_hex(long_a.as_bytes());
-        assert_eq!(workload_name(&long_a), format!("provisioner-{}-{hash}", "x".repeat(42)));
-        assert_eq!(service_account_name(&long_a), format!("{}-{hash}-provisioner", "x".repeat(42)));
-        assert_eq!(instance_label(&long_a), format!("{}-{hash}", "x".repeat(54)));
+        assert_eq!(
+            workload_name(&long_a),
+            format!("provisioner-{}-{hash}", "x".repeat(42))
+        );
+        assert_eq!(
+            service_account_name(&long_a),
+            format!("{}-{hash}-provisioner", "x".repeat(42))
+        );
+        assert_eq!(
+            instance_label(&long_a),
+            format!("{}-{hash}", "x".repeat(54))
+        );
     }
 
     #[rstest]
@@ -189,7 +217,10 @@ mod tests {
         let cr = "k".repeat(100);
         let name = key_name(&cr, None);
         assert_eq!(name.len(), 64);
-        assert_eq!(name, format!("{}-{}", "k".repeat(55), fnv_hex(cr.as_bytes())));
+        assert_eq!(
+            name,
+            format!("{}-{}", "k".repeat(55), fnv_hex(cr.as_bytes()))
+        );
     }
 
     #[test]

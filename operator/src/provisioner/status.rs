@@ -3,7 +3,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{CoderProvisionerStatus, PHASE_PENDING, PHASE_READY, SecretKeyRef, condition, reason};
+use crate::api::{
+    CoderProvisionerStatus, PHASE_PENDING, PHASE_READY, SecretKeyRef, condition, reason,
+};
 
 use super::gates::ConditionUpdate;
 use super::keys::KeyRecord;
@@ -35,16 +37,32 @@ pub fn next_status(
     now: Timestamp,
 ) -> CoderProvisionerStatus {
     let mut status = previous.cloned().unwrap_or_default();
-    let ready_replicas = deployment.map(|d| d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0));
-    let had_deployment_condition = status.conditions.iter().any(|c| c.type_ == condition::DEPLOYMENT_READY);
+    let ready_replicas = deployment.map(|d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0)
+    });
+    let had_deployment_condition = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition::DEPLOYMENT_READY);
 
     let mut updates = report.conditions.clone();
     if ready_replicas.is_some() || had_deployment_condition {
         let ready = ready_replicas.unwrap_or(0);
         updates.push(if ready >= 1 {
-            ConditionUpdate::ok(condition::DEPLOYMENT_READY, reason::MINIMUM_REPLICAS_READY, format!("{ready} replica(s) ready"))
+            ConditionUpdate::ok(
+                condition::DEPLOYMENT_READY,
+                reason::MINIMUM_REPLICAS_READY,
+                format!("{ready} replica(s) ready"),
+            )
         } else {
-            ConditionUpdate::failed(condition::DEPLOYMENT_READY, reason::NO_REPLICAS_READY, "no provisioner replica is ready")
+            ConditionUpdate::failed(
+                condition::DEPLOYMENT_READY,
+                reason::NO_REPLICAS_READY,
+                "no provisioner replica is ready",
+            )
         });
     }
     for update in &updates {
@@ -53,7 +71,14 @@ pub fn next_status(
 
     let ready = ready_replicas.unwrap_or(0);
     status.ready_replicas = Some(ready);
-    status.phase = Some(if ready >= 1 { PHASE_READY } else { PHASE_PENDING }.to_owned());
+    status.phase = Some(
+        if ready >= 1 {
+            PHASE_READY
+        } else {
+            PHASE_PENDING
+        }
+        .to_owned(),
+    );
     if report.reached_deployment {
         status.observed_generation = generation;
     }
@@ -71,7 +96,12 @@ pub fn next_status(
 }
 
 /// Sets one condition; `lastTransitionTime` moves only when the status flips.
-fn merge_condition(conditions: &mut Vec<Condition>, update: &ConditionUpdate, generation: Option<i64>, now: Timestamp) {
+fn merge_condition(
+    conditions: &mut Vec<Condition>,
+    update: &ConditionUpdate,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
     let status = if update.ok { "True" } else { "False" };
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
     let last_transition_time = existing
@@ -94,17 +124,29 @@ fn merge_condition(conditions: &mut Vec<Condition>, update: &ConditionUpdate, ge
 
 /// False conditions of this pass that were not already False for the same reason: each is
 /// announced once as a Warning Event (e.g. a refused key Secret), not on every retry.
-pub fn newly_failed<'a>(previous: Option<&CoderProvisionerStatus>, report: &'a PassReport) -> Vec<&'a ConditionUpdate> {
+pub fn newly_failed<'a>(
+    previous: Option<&CoderProvisionerStatus>,
+    report: &'a PassReport,
+) -> Vec<&'a ConditionUpdate> {
     let known = |update: &ConditionUpdate| {
         previous.is_some_and(|status| {
-            status.conditions.iter().any(|c| c.type_ == update.type_ && c.status == "False" && c.reason == update.reason)
+            status.conditions.iter().any(|c| {
+                c.type_ == update.type_ && c.status == "False" && c.reason == update.reason
+            })
         })
     };
-    report.conditions.iter().filter(|update| !update.ok && !known(update)).collect()
+    report
+        .conditions
+        .iter()
+        .filter(|update| !update.ok && !known(update))
+        .collect()
 }
 
 /// Whether writing `next` would change anything, ignoring condition timestamps (R-ST-7).
-pub fn status_changed(current: Option<&CoderProvisionerStatus>, next: &CoderProvisionerStatus) -> bool {
+pub fn status_changed(
+    current: Option<&CoderProvisionerStatus>,
+    next: &CoderProvisionerStatus,
+) -> bool {
     let without_times = |status: &CoderProvisionerStatus| {
         let mut status = status.clone();
         for condition in &mut status.conditions {
@@ -125,78 +167,180 @@ mod tests {
 
     fn deployment(ready: Option<i32>) -> Deployment {
         Deployment {
-            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus { ready_replicas: ready, ..Default::default() }),
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                ready_replicas: ready,
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
 
     fn report(updates: Vec<ConditionUpdate>, reached_deployment: bool) -> PassReport {
-        PassReport { conditions: updates, key: None, reached_deployment }
+        PassReport {
+            conditions: updates,
+            key: None,
+            reached_deployment,
+        }
     }
 
     fn cp_ready() -> ConditionUpdate {
-        ConditionUpdate::ok(condition::CONTROL_PLANE_READY, reason::CONTROL_PLANE_AVAILABLE, "ok")
+        ConditionUpdate::ok(
+            condition::CONTROL_PLANE_READY,
+            reason::CONTROL_PLANE_AVAILABLE,
+            "ok",
+        )
     }
 
     fn find<'a>(status: &'a CoderProvisionerStatus, type_: &str) -> &'a Condition {
-        status.conditions.iter().find(|c| c.type_ == type_).expect("condition present")
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .expect("condition present")
     }
 
     #[test]
     fn new_cr_with_failed_gate_has_only_that_condition_and_is_pending() {
-        let failed = ConditionUpdate::failed(condition::CONTROL_PLANE_READY, reason::CONTROL_PLANE_UNAVAILABLE, "missing");
-        let status = next_status(None, Some(1), &report(vec![failed], false), None, t("2026-01-01T00:00:00Z"));
+        let failed = ConditionUpdate::failed(
+            condition::CONTROL_PLANE_READY,
+            reason::CONTROL_PLANE_UNAVAILABLE,
+            "missing",
+        );
+        let status = next_status(
+            None,
+            Some(1),
+            &report(vec![failed], false),
+            None,
+            t("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(status.conditions.len(), 1);
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
         assert_eq!(status.observed_generation, None);
-        assert_eq!(find(&status, condition::CONTROL_PLANE_READY).observed_generation, Some(1));
+        assert_eq!(
+            find(&status, condition::CONTROL_PLANE_READY).observed_generation,
+            Some(1)
+        );
     }
 
     #[test]
     fn ready_deployment_makes_phase_ready_and_sets_observed_generation() {
-        let status = next_status(None, Some(4), &report(vec![cp_ready()], true), Some(&deployment(Some(1))), t("2026-01-01T00:00:00Z"));
+        let status = next_status(
+            None,
+            Some(4),
+            &report(vec![cp_ready()], true),
+            Some(&deployment(Some(1))),
+            t("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(status.ready_replicas, Some(1));
         assert_eq!(status.observed_generation, Some(4));
         let deployment_ready = find(&status, condition::DEPLOYMENT_READY);
-        assert_eq!((deployment_ready.status.as_str(), deployment_ready.reason.as_str()), ("True", reason::MINIMUM_REPLICAS_READY));
+        assert_eq!(
+            (
+                deployment_ready.status.as_str(),
+                deployment_ready.reason.as_str()
+            ),
+            ("True", reason::MINIMUM_REPLICAS_READY)
+        );
     }
 
     #[test]
     fn deployment_readiness_is_reported_even_when_an_earlier_gate_fails() {
-        let failed = ConditionUpdate::failed(condition::CREDENTIALS_READY, reason::CREDENTIAL_LABEL_MISSING, "no label");
-        let status = next_status(None, Some(2), &report(vec![failed], false), Some(&deployment(Some(2))), t("2026-01-01T00:00:00Z"));
+        let failed = ConditionUpdate::failed(
+            condition::CREDENTIALS_READY,
+            reason::CREDENTIAL_LABEL_MISSING,
+            "no label",
+        );
+        let status = next_status(
+            None,
+            Some(2),
+            &report(vec![failed], false),
+            Some(&deployment(Some(2))),
+            t("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(find(&status, condition::DEPLOYMENT_READY).status, "True");
     }
 
     #[test]
     fn unready_deployment_is_pending() {
-        let status = next_status(None, Some(1), &report(vec![], true), Some(&deployment(None)), t("2026-01-01T00:00:00Z"));
+        let status = next_status(
+            None,
+            Some(1),
+            &report(vec![], true),
+            Some(&deployment(None)),
+            t("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
         assert_eq!(status.ready_replicas, Some(0));
-        assert_eq!(find(&status, condition::DEPLOYMENT_READY).reason, reason::NO_REPLICAS_READY);
+        assert_eq!(
+            find(&status, condition::DEPLOYMENT_READY).reason,
+            reason::NO_REPLICAS_READY
+        );
     }
 
     #[test]
     fn last_transition_time_is_kept_while_status_is_unchanged_and_moves_on_flip() {
-        let first = next_status(None, Some(1), &report(vec![cp_ready()], false), None, t("2026-01-01T00:00:00Z"));
+        let first = next_status(
+            None,
+            Some(1),
+            &report(vec![cp_ready()], false),
+            None,
+            t("2026-01-01T00:00:00Z"),
+        );
         let mut reworded = cp_ready();
         reworded.message = "still ok".into();
-        let second = next_status(Some(&first), Some(2), &report(vec![reworded], false), None, t("2026-01-01T01:00:00Z"));
-        assert_eq!(find(&second, condition::CONTROL_PLANE_READY).last_transition_time, Time(t("2026-01-01T00:00:00Z")));
-        assert_eq!(find(&second, condition::CONTROL_PLANE_READY).message, "still ok");
+        let second = next_status(
+            Some(&first),
+            Some(2),
+            &report(vec![reworded], false),
+            None,
+            t("2026-01-01T01:00:00Z"),
+        );
+        assert_eq!(
+            find(&second, condition::CONTROL_PLANE_READY).last_transition_time,
+            Time(t("2026-01-01T00:00:00Z"))
+        );
+        assert_eq!(
+            find(&second, condition::CONTROL_PLANE_READY).message,
+            "still ok"
+        );
 
-        let failed = ConditionUpdate::failed(condition::CONTROL_PLANE_READY, reason::CONTROL_PLANE_UNAVAILABLE, "gone");
-        let third = next_status(Some(&second), Some(2), &report(vec![failed], false), None, t("2026-01-01T02:00:00Z"));
-        assert_eq!(find(&third, condition::CONTROL_PLANE_READY).last_transition_time, Time(t("2026-01-01T02:00:00Z")));
+        let failed = ConditionUpdate::failed(
+            condition::CONTROL_PLANE_READY,
+            reason::CONTROL_PLANE_UNAVAILABLE,
+            "gone",
+        );
+        let third = next_status(
+            Some(&second),
+            Some(2),
+            &report(vec![failed], false),
+            None,
+            t("2026-01-01T02:00:00Z"),
+        );
+        assert_eq!(
+            find(&third, condition::CONTROL_PLANE_READY).last_transition_time,
+            Time(t("2026-01-01T02:00:00Z"))
+        );
     }
 
     #[test]
     fn identical_pass_changes_nothing() {
         let pass = report(vec![cp_ready()], true);
-        let first = next_status(None, Some(1), &pass, Some(&deployment(Some(1))), t("2026-01-01T00:00:00Z"));
-        let second = next_status(Some(&first), Some(1), &pass, Some(&deployment(Some(1))), t("2026-01-01T05:00:00Z"));
+        let first = next_status(
+            None,
+            Some(1),
+            &pass,
+            Some(&deployment(Some(1))),
+            t("2026-01-01T00:00:00Z"),
+        );
+        let second = next_status(
+            Some(&first),
+            Some(1),
+            &pass,
+            Some(&deployment(Some(1))),
+            t("2026-01-01T05:00:00Z"),
+        );
         assert!(!status_changed(Some(&first), &second));
         assert_eq!(first, second);
         assert!(status_changed(None, &second));
@@ -205,21 +349,45 @@ mod tests {
     #[test]
     fn later_conditions_are_left_as_they_were() {
         let key_ready = ConditionUpdate::ok(condition::KEY_READY, reason::KEY_READY, "ok");
-        let first = next_status(None, Some(1), &report(vec![cp_ready(), key_ready], false), None, t("2026-01-01T00:00:00Z"));
-        let failed = ConditionUpdate::failed(condition::CONTROL_PLANE_READY, reason::CONTROL_PLANE_UNAVAILABLE, "gone");
-        let second = next_status(Some(&first), Some(1), &report(vec![failed], false), None, t("2026-01-01T01:00:00Z"));
-        assert_eq!(find(&second, condition::KEY_READY), find(&first, condition::KEY_READY));
+        let first = next_status(
+            None,
+            Some(1),
+            &report(vec![cp_ready(), key_ready], false),
+            None,
+            t("2026-01-01T00:00:00Z"),
+        );
+        let failed = ConditionUpdate::failed(
+            condition::CONTROL_PLANE_READY,
+            reason::CONTROL_PLANE_UNAVAILABLE,
+            "gone",
+        );
+        let second = next_status(
+            Some(&first),
+            Some(1),
+            &report(vec![failed], false),
+            None,
+            t("2026-01-01T01:00:00Z"),
+        );
+        assert_eq!(
+            find(&second, condition::KEY_READY),
+            find(&first, condition::KEY_READY)
+        );
         assert!(status_changed(Some(&first), &second));
     }
 
     #[test]
     fn failures_are_announced_once_per_reason() {
-        let refused = ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_SECRET_NOT_OWNED, "taken");
+        let refused = ConditionUpdate::failed(
+            condition::KEY_SECRET_READY,
+            reason::KEY_SECRET_NOT_OWNED,
+            "taken",
+        );
         let pass = report(vec![cp_ready(), refused.clone()], false);
         assert_eq!(newly_failed(None, &pass), vec![&refused]);
         let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert!(newly_failed(Some(&status), &pass).is_empty());
-        let other_reason = ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
+        let other_reason =
+            ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
         let pass = report(vec![other_reason.clone()], false);
         assert_eq!(newly_failed(Some(&status), &pass), vec![&other_reason]);
     }
@@ -235,12 +403,21 @@ mod tests {
             control_plane_ref: "cp".into(),
             control_plane_url: "http://coder.test".into(),
         };
-        let secret_ref = SecretKeyRef { name: "sample-provisioner-key".into(), key: Some("key".into()) };
-        let pass = PassReport { key: Some((record, secret_ref.clone())), ..Default::default() };
+        let secret_ref = SecretKeyRef {
+            name: "sample-provisioner-key".into(),
+            key: Some("key".into()),
+        };
+        let pass = PassReport {
+            key: Some((record, secret_ref.clone())),
+            ..Default::default()
+        };
         let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert_eq!(status.organization_id.as_deref(), Some("org-1"));
         assert_eq!(status.provisioner_key_id.as_deref(), Some("key-1"));
-        assert_eq!(status.control_plane_url.as_deref(), Some("http://coder.test"));
+        assert_eq!(
+            status.control_plane_url.as_deref(),
+            Some("http://coder.test")
+        );
         assert_eq!(status.secret_ref, Some(secret_ref));
     }
 }

@@ -29,8 +29,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use crate::api::{CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY};
-use crate::provisioner::backoff::AttemptCounters;
+use crate::api::{
+    CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY,
+};
+use crate::provisioner::backoff::{AttemptCounters, HoldOff};
 use crate::provisioner::credentials::credential_refs;
 use crate::provisioner::names::Names;
 use crate::provisioner::{Context, error_policy, reconcile};
@@ -85,7 +87,10 @@ where
 }
 
 /// Provisioners in the store that reference the control plane `control_plane`.
-fn referencing_control_plane(store: &Store<CoderProvisioner>, control_plane: &CoderControlPlane) -> Vec<ObjectRef<CoderProvisioner>> {
+fn referencing_control_plane(
+    store: &Store<CoderProvisioner>,
+    control_plane: &CoderControlPlane,
+) -> Vec<ObjectRef<CoderProvisioner>> {
     let namespace = control_plane.namespace();
     let name = control_plane.name_any();
     store
@@ -96,16 +101,22 @@ fn referencing_control_plane(store: &Store<CoderProvisioner>, control_plane: &Co
 }
 
 /// Provisioners in the store whose `extraEnv` names the Secret `secret`.
-fn referencing_secret(store: &Store<CoderProvisioner>, secret: &Secret) -> Vec<ObjectRef<CoderProvisioner>> {
+fn referencing_secret(
+    store: &Store<CoderProvisioner>,
+    secret: &Secret,
+) -> Vec<ObjectRef<CoderProvisioner>> {
     let namespace = secret.namespace();
     let name = secret.name_any();
     store
         .state_filter(|cr| {
             cr.namespace() == namespace && {
                 let names = Names::for_provisioner(cr);
-                credential_refs(cr.spec.extra_env.as_deref().unwrap_or_default(), &names.key_secret)
-                    .iter()
-                    .any(|credential| credential.secret == name)
+                credential_refs(
+                    cr.spec.extra_env.as_deref().unwrap_or_default(),
+                    &names.key_secret,
+                )
+                .iter()
+                .any(|credential| credential.secret == name)
             }
         })
         .iter()
@@ -134,7 +145,9 @@ pub async fn run(
         // The store's readiness signal wakes only one waiter (the controller's own runner also
         // waits on it), so re-poll with a short timeout instead of awaiting once.
         loop {
-            match tokio::time::timeout(Duration::from_millis(250), ready_store.wait_until_ready()).await {
+            match tokio::time::timeout(Duration::from_millis(250), ready_store.wait_until_ready())
+                .await
+            {
                 Ok(Ok(())) => break readiness.mark_ready(),
                 Ok(Err(_writer_dropped)) => break,
                 Err(_still_waiting) => {}
@@ -145,13 +158,20 @@ pub async fn run(
     let control_plane_store = store.clone();
     let secret_store = store.clone();
     let context = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter { controller: CONTROLLER_NAME.to_owned(), instance: None }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance: None,
+            },
+        ),
         client: client.clone(),
         field_manager: settings.field_manager.clone(),
         coderd_timeout: settings.coderd_timeout,
         metrics,
         rate_limits: AttemptCounters::default(),
         failures: AttemptCounters::default(),
+        key_hold_off: HoldOff::default(),
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -159,17 +179,26 @@ pub async fn run(
         shutdown.await;
         let _ = shutdown_tx.send(());
     });
-    info!(namespace = namespace.unwrap_or("<all>"), "starting CoderProvisioner controller");
+    info!(
+        namespace = namespace.unwrap_or("<all>"),
+        "starting CoderProvisioner controller"
+    );
     controller
         .owns(api::<Deployment>(&client, namespace), owned.clone())
         .owns(api::<Secret>(&client, namespace), owned.clone())
         .owns(api::<ServiceAccount>(&client, namespace), owned.clone())
         .owns(api::<Role>(&client, namespace), owned.clone())
         .owns(api::<RoleBinding>(&client, namespace), owned)
-        .watches(api::<CoderControlPlane>(&client, namespace), watcher::Config::default(), move |control_plane| {
-            referencing_control_plane(&control_plane_store, &control_plane)
-        })
-        .watches(api::<Secret>(&client, namespace), credentials, move |secret| referencing_secret(&secret_store, &secret))
+        .watches(
+            api::<CoderControlPlane>(&client, namespace),
+            watcher::Config::default(),
+            move |control_plane| referencing_control_plane(&control_plane_store, &control_plane),
+        )
+        .watches(
+            api::<Secret>(&client, namespace),
+            credentials,
+            move |secret| referencing_secret(&secret_store, &secret),
+        )
         .graceful_shutdown_on(shutdown_rx.map(|_| ()))
         .run(reconcile, error_policy, context)
         .for_each(|outcome| async move {
@@ -179,7 +208,11 @@ pub async fn run(
                 Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
                     tracing::debug!(%object, "object is gone; nothing to reconcile")
                 }
-                Err(error) => warn!(%error, "reconcile failed"),
+                // Already logged with its backoff by the error policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::debug!(%object, %error, "reconcile failed")
+                }
+                Err(error) => warn!(%error, "controller error"),
             }
         })
         .await;
@@ -193,7 +226,12 @@ mod tests {
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
 
-    fn provisioner(namespace: &str, name: &str, control_plane: &str, credential: Option<&str>) -> CoderProvisioner {
+    fn provisioner(
+        namespace: &str,
+        name: &str,
+        control_plane: &str,
+        credential: Option<&str>,
+    ) -> CoderProvisioner {
         let mut value = serde_json::json!({
             "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
             "metadata": {"name": name, "namespace": namespace},
@@ -217,7 +255,9 @@ mod tests {
 
     fn names(mut refs: Vec<ObjectRef<CoderProvisioner>>) -> Vec<String> {
         refs.sort_by(|a, b| a.name.cmp(&b.name));
-        refs.into_iter().map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name)).collect()
+        refs.into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect()
     }
 
     #[test]
@@ -233,7 +273,10 @@ mod tests {
             "metadata": {"name": "cp", "namespace": "coder"}, "spec": {}
         }))
         .expect("valid control plane");
-        assert_eq!(names(referencing_control_plane(&store, &control_plane)), ["coder/a", "coder/b"]);
+        assert_eq!(
+            names(referencing_control_plane(&store, &control_plane)),
+            ["coder/a", "coder/b"]
+        );
     }
 
     #[test]

@@ -29,6 +29,20 @@ const POLL: Duration = Duration::from_millis(250);
 /// slow each other down on a small machine. A tokio mutex works across the tests' runtimes.
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
+/// How the operator under test is run.
+pub struct Options {
+    /// Appended to the reference command line (a repeated flag overrides the earlier one).
+    pub extra_args: Vec<String>,
+    pub rbac_dir: PathBuf,
+    pub rust_log: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { extra_args: Vec::new(), rbac_dir: repo_path("config/rbac"), rust_log: "info".into() }
+    }
+}
+
 /// Just a local control plane (no CRDs, no operator), held exclusively.
 pub struct Cluster {
     pub admin: kube::Client,
@@ -67,12 +81,10 @@ impl Harness {
     /// Everything up to a running operator watching [`NAMESPACE`], with the control plane object
     /// (and its operator-token Secret) in place.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with(&[], &repo_path("config/rbac")).await
+        Self::start_with(Options::default()).await
     }
 
-    /// As [`Harness::start`], with `extra_args` appended to the operator's command line and the
-    /// operator's RBAC taken from `rbac_dir`.
-    pub async fn start_with(extra_args: &[&str], rbac_dir: &Path) -> anyhow::Result<Self> {
+    pub async fn start_with(options: Options) -> anyhow::Result<Self> {
         let Cluster { cluster, admin, serial } = Cluster::start().await?;
         let crds = conformance::manifests::install_crds(&admin, &repo_path("config/crd")).await?;
         conformance::manifests::wait_crds_established(&admin, &crds, EVENTUALLY).await?;
@@ -89,13 +101,12 @@ impl Harness {
 
         let kubelet = ReadinessSimulator::for_local(&cluster, WatchScope::Namespaces(vec![NAMESPACE.into()])).await?;
         let binary = env!("CARGO_BIN_EXE_coder-provisioner-operator");
-        let argv = std::iter::once(binary).chain(REFERENCE_ARGS).chain(extra_args.iter().copied());
+        let argv = std::iter::once(binary).chain(REFERENCE_ARGS).chain(options.extra_args.iter().map(String::as_str));
         let command = OperatorCommand::from_argv(argv)?;
         let mut spec = OperatorUnderTest::new(command);
-        spec.rbac_dir = rbac_dir.to_path_buf();
+        spec.rbac_dir = options.rbac_dir;
         spec.watch_namespace = Some(NAMESPACE.into());
-        // Debug level for the operator's own modules, so the secret-leak test sees the most text.
-        spec.extra_env.push(("RUST_LOG".into(), "info,operator=debug,coder_provisioner_operator=debug".into()));
+        spec.extra_env.push(("RUST_LOG".into(), options.rust_log));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
         Ok(Self { _kubelet: kubelet, operator, fake, admin, _cluster: cluster, _serial: serial })
     }
@@ -186,6 +197,18 @@ impl Harness {
             .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
             .filter(|key| !key.is_empty()))
     }
+}
+
+/// Polls a local condition (no API calls) every 100 ms until it holds.
+pub async fn until(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + EVENTUALLY;
+    while !done() {
+        if Instant::now() >= deadline {
+            bail!("{what} not reached within {EVENTUALLY:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// The operator's `/healthz` `/readyz` `/metrics` base URL, from its (text) start-up log line.
