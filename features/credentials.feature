@@ -136,3 +136,42 @@ Feature: Credential Secrets referenced by extraEnv
     Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialSecretNotFound"
     And the provisioner Deployment stays unchanged during the observation window
     And the provisioner is still Ready
+
+  @R-CRED-12 @R-KEY-15 @D-1 @extended
+  Scenario: A control plane that moves to another origin needs the Secrets cleared again
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels:
+        coder.com/credential: "true"
+      annotations:
+        coder.com/credential-destinations: "{origin}"
+      """
+    And the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: proxy-credentials
+              key: value
+      """
+    Then the provisioner becomes Ready
+    And the provisioner pod template is remembered
+    When the control plane status is changed to:
+      """
+      url: "{other origin}"
+      """
+    Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialDestinationMismatch"
+    And the provisioner Deployment stays unchanged during the observation window
+    When the credential Secret "proxy-credentials" metadata is changed to:
+      """
+      annotations:
+        coder.com/credential-destinations: "{origin}, {other origin}"
+      """
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner container's env is:
+      | name                         | value           | secret                            |
+      | CODER_URL                    | {other origin}  |                                   |
+      | CODER_PROVISIONER_DAEMON_KEY |                 | {provisioner}-provisioner-key/key |
+      | PROXY_PASSWORD               |                 | proxy-credentials/value           |
+    And coderd saw exactly 2 POST on "provisionerkeys"

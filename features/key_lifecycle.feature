@@ -40,7 +40,6 @@ Feature: The provisioner key in coderd
     And coderd saw exactly 2 POST on "provisionerkeys"
     And coderd saw exactly 1 DELETE on "provisionerkey"
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
-    And a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner
     And the provisioner pod template changes
     And the provisioner becomes Ready
 

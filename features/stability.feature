@@ -12,6 +12,8 @@ Feature: No churn against coderd
     Then the provisioner status records its provisioner key
     And coderd saw exactly 1 POST on "provisionerkeys"
     And coderd sees no provisioner key requests from now on during the observation window
+    When the provisioner and its control plane receive unrelated updates
+    Then coderd sees no provisioner key requests since the last action during the observation window
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
     When the namespace accepts new Roles again
     Then the provisioner becomes Ready

@@ -39,6 +39,24 @@ pub fn mask(text: &str, secrets: &[String]) -> String {
         .fold(text.to_owned(), |acc, secret| acc.replace(secret.as_str(), MASK))
 }
 
+/// Removes terminal colour sequences (`ESC [ … m`) that some loggers write even to files.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Secret data replaced by sizes (pure, so the redaction is unit-tested).
 pub fn redact_secret(mut secret: Value) -> Value {
     for field in ["data", "stringData"] {
@@ -124,13 +142,21 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     let events = match events_api.list(&ListParams::default()).await {
         Ok(list) => {
             let mut events = list.items;
-            events.sort_by_key(|e| e.last_timestamp.clone().or(e.first_timestamp.clone()).map(|t| t.0));
+            // core/v1 recorders set lastTimestamp, events.k8s.io/v1 recorders set eventTime.
+            let when = |e: &Event| {
+                e.last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+                    .unwrap_or_default()
+            };
+            events.sort_by_key(when);
             events
                 .iter()
                 .map(|e| {
                     format!(
                         "{} {} {}/{}: {} {}",
-                        e.last_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                        when(e),
                         e.type_.as_deref().unwrap_or(""),
                         e.involved_object.kind.as_deref().unwrap_or(""),
                         e.involved_object.name.as_deref().unwrap_or(""),
@@ -149,7 +175,7 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
         .operator_log_tail(LOG_LINES)
         .await
         .unwrap_or_else(|| "the operator is installed in the cluster; its log is not available to the suite".to_owned());
-    parts.push(("operator.log", log));
+    parts.push(("operator.log", strip_ansi(&log)));
 
     let journal = if world.env.coderd.admin.is_none() {
         "a real coderd has no journal".to_owned()
@@ -181,6 +207,11 @@ mod tests {
     #[case("a.feature", "--x--", 1, "a-1-x")]
     fn folder_names_are_safe(#[case] feature: &str, #[case] scenario: &str, #[case] line: usize, #[case] expected: &str) {
         assert_eq!(folder_name(feature, scenario, line), expected);
+    }
+
+    #[test]
+    fn colour_codes_are_stripped() {
+        assert_eq!(strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m done"), "2026  WARN done");
     }
 
     #[test]

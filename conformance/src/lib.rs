@@ -3,7 +3,8 @@
 //! Infrastructure: `cluster` (control-plane binaries, the local control plane, other tiers),
 //! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
-//! (polling with deadlines), `report` and `diagnostics`, `cli`.
+//! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
+//! deliberately broken builds of the reference operator to prove it can fail.
 pub mod bench;
 pub mod cli;
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod implementation;
 pub mod kubelet;
 pub mod manifests;
 pub mod report;
+pub mod seeded;
 pub mod steps;
 pub mod wait;
 pub mod world;

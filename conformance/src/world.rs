@@ -70,8 +70,6 @@ pub struct Environment {
     pub repo_root: PathBuf,
     pub report_dir: PathBuf,
     pub keep_on_failure: bool,
-    /// Whether a readiness simulator plays the kubelet's part (contract D-8).
-    pub readiness_simulated: bool,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
@@ -115,6 +113,7 @@ pub fn environment() -> anyhow::Result<Arc<Environment>> {
 /// The coderd identity a scenario uses: its own organization and owner user.
 pub struct ScenarioCoderd {
     pub organization: String,
+    /// Empty when the scenario uses an organization it did not create (the tutorial's `default`).
     pub organization_id: String,
     /// The user's session token; written only to the operator token Secret, never printed.
     token: String,

@@ -16,7 +16,11 @@ use operator::runtime::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(name = "coder-provisioner-operator", version, about = "Kubernetes operator for Coder external provisioners (CoderProvisioner, coder.com/v1alpha1)")]
+#[command(
+    name = "coder-provisioner-operator",
+    version,
+    about = "Kubernetes operator for Coder external provisioners (CoderProvisioner, coder.com/v1alpha1)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +42,12 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
     /// Namespace to watch, or `all` for every namespace.
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "all", value_name = "NS|all")]
+    #[arg(
+        long,
+        env = "WATCH_NAMESPACE",
+        default_value = "all",
+        value_name = "NS|all"
+    )]
     namespace: String,
     /// Address of the /healthz, /readyz and /metrics endpoints.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
@@ -86,7 +95,10 @@ fn main() -> ExitCode {
                 eprintln!("error: {e:#}");
                 return ExitCode::FAILURE;
             }
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(runtime) => runtime,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the async runtime");
@@ -126,29 +138,62 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the metrics address {}", args.metrics_addr))?;
     // Log the bound address: with port 0 (tests) it is the only way to learn the real port.
-    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| args.metrics_addr.to_string());
+    let bound = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| args.metrics_addr.to_string());
     tracing::info!(metrics_addr = %bound, namespace = %args.namespace, leader_election = args.leader_election,
         "starting");
     let probe = readiness_probe(args.leader_election, readiness.clone(), leadership.clone());
-    let server = tokio::spawn(http::serve(listener, metrics.clone(), probe, shutdown.clone()));
+    let server = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        probe,
+        shutdown.clone(),
+    ));
 
     let outcome = if args.leader_election {
         let election = LeaderElectionSettings {
-            namespace: args.leader_election_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()),
+            namespace: args
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned()),
             lease_name: args.leader_election_lease_name.clone(),
-            identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
+            identity: args
+                .leader_election_identity
+                .clone()
+                .unwrap_or_else(default_identity),
             lease_duration_secs: args.leader_election_lease_duration,
             renew_grace_secs: args.leader_election_renew_grace,
         };
-        leader::run_with_leader_election(client.clone(), election, leadership, shutdown.clone(), |term| {
-            let term_readiness = Readiness::default();
-            *lock(&readiness) = term_readiness.clone();
-            controller::run(client.clone(), settings.clone(), metrics.clone(), term_readiness, term.cancelled_owned())
-        })
+        leader::run_with_leader_election(
+            client.clone(),
+            election,
+            leadership,
+            shutdown.clone(),
+            |term| {
+                let term_readiness = Readiness::default();
+                *lock(&readiness) = term_readiness.clone();
+                controller::run(
+                    client.clone(),
+                    settings.clone(),
+                    metrics.clone(),
+                    term_readiness,
+                    term.cancelled_owned(),
+                )
+            },
+        )
         .await
     } else {
         let only_run = lock(&readiness).clone();
-        controller::run(client, settings, metrics, only_run, shutdown.clone().cancelled_owned()).await
+        controller::run(
+            client,
+            settings,
+            metrics,
+            only_run,
+            shutdown.clone().cancelled_owned(),
+        )
+        .await
     };
 
     // Whatever ended the controller ends the process; stop serving probes too.
@@ -163,7 +208,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// Standby replicas are ready (they are healthy and waiting); the leader, or the only replica
 /// without leader election, is ready once the controller's watches are initialised.
-fn readiness_probe(leader_election: bool, readiness: Arc<Mutex<Readiness>>, leadership: LeadershipFlag) -> ReadinessProbe {
+fn readiness_probe(
+    leader_election: bool,
+    readiness: Arc<Mutex<Readiness>>,
+    leadership: LeadershipFlag,
+) -> ReadinessProbe {
     Arc::new(move || {
         if leader_election && !leadership.is_leader() {
             Ok("standby, waiting for the lease".to_owned())
@@ -188,7 +237,9 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer().await.context("finding a Kubernetes configuration (KUBECONFIG, ~/.kube/config, in-cluster)")?,
+        None => kube::Config::infer().await.context(
+            "finding a Kubernetes configuration (KUBECONFIG, ~/.kube/config, in-cluster)",
+        )?,
     };
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
@@ -231,8 +282,10 @@ mod tests {
     use super::*;
 
     fn run_args(argv: &[&str]) -> RunArgs {
-        let cli = Cli::try_parse_from(std::iter::once("coder-provisioner-operator").chain(argv.iter().copied()))
-            .expect("valid command line");
+        let cli = Cli::try_parse_from(
+            std::iter::once("coder-provisioner-operator").chain(argv.iter().copied()),
+        )
+        .expect("valid command line");
         match cli.command {
             Command::Run(args) => *args,
             Command::Crd => panic!("expected run"),
@@ -244,13 +297,24 @@ mod tests {
         assert!(!run_args(&["run"]).leader_election);
         assert!(run_args(&["run", "--leader-election"]).leader_election);
         assert!(run_args(&["run", "--leader-election=true"]).leader_election);
-        assert!(!run_args(&["run", "--leader-election=true", "--leader-election=false"]).leader_election);
+        assert!(
+            !run_args(&["run", "--leader-election=true", "--leader-election=false"])
+                .leader_election
+        );
         assert!(Cli::try_parse_from(["x", "run", "--leader-election=maybe"]).is_err());
     }
 
     #[test]
     fn log_format_and_metrics_address_are_validated() {
-        let args = run_args(&["run", "--log-format", "json", "--metrics-addr", "127.0.0.1:0", "--namespace", "coder"]);
+        let args = run_args(&[
+            "run",
+            "--log-format",
+            "json",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--namespace",
+            "coder",
+        ]);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.metrics_addr.port(), 0);
         assert_eq!(args.namespace, "coder");

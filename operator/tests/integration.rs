@@ -15,13 +15,17 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use serde_json::json;
 use operator::runtime::leader::{LeaderElectionSettings, LeadershipFlag, run_with_leader_election};
-use support::{Cluster, Harness, NAMESPACE, Options, SAMPLE, condition, has_condition, key_calls, phase};
+use serde_json::json;
+use support::{
+    Cluster, Harness, NAMESPACE, Options, SAMPLE, condition, has_condition, key_calls, phase,
+};
 use tokio_util::sync::CancellationToken;
 
 fn is_ready(cr: &operator::api::CoderProvisioner) -> bool {
-    phase(cr) == Some("Ready") && has_condition(cr, "CredentialsReady", "True") && has_condition(cr, "DeploymentReady", "True")
+    phase(cr) == Some("Ready")
+        && has_condition(cr, "CredentialsReady", "True")
+        && has_condition(cr, "DeploymentReady", "True")
 }
 
 #[tokio::test]
@@ -29,31 +33,74 @@ async fn the_sample_becomes_ready_with_exactly_one_key_create() -> anyhow::Resul
     let harness = Harness::start().await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
 
-    let ready = harness.wait_for(SAMPLE, "phase Ready with CredentialsReady and DeploymentReady True", is_ready).await?;
+    let ready = harness
+        .wait_for(
+            SAMPLE,
+            "phase Ready with CredentialsReady and DeploymentReady True",
+            is_ready,
+        )
+        .await?;
     let status = ready.status.clone().unwrap_or_default();
     assert_eq!(status.ready_replicas, Some(1));
-    for condition_type in ["ControlPlaneReady", "OperatorAccessReady", "ExternalProvisionersEntitled", "ProvisionerKeySecretReady", "ProvisionerKeyReady"] {
-        assert_eq!(condition(&ready, condition_type).map(|c| c.0), Some("True".to_owned()), "{condition_type}");
+    for condition_type in [
+        "ControlPlaneReady",
+        "OperatorAccessReady",
+        "ExternalProvisionersEntitled",
+        "ProvisionerKeySecretReady",
+        "ProvisionerKeyReady",
+    ] {
+        assert_eq!(
+            condition(&ready, condition_type).map(|c| c.0),
+            Some("True".to_owned()),
+            "{condition_type}"
+        );
     }
     let journal = harness.fake.journal();
-    assert_eq!(journal.count("POST", routes::CREATE_KEY), 1, "{:#?}", journal.counts());
+    assert_eq!(
+        journal.count("POST", routes::CREATE_KEY),
+        1,
+        "{:#?}",
+        journal.counts()
+    );
     assert_eq!(journal.count("DELETE", routes::DELETE_KEY), 0);
     let org_id = status.organization_id.clone().unwrap_or_default();
     let keys = harness.fake.keys(&org_id)?;
-    assert_eq!(keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), [SAMPLE]);
-    assert_eq!(status.provisioner_key_id.as_deref(), Some(keys[0].id.as_str()));
+    assert_eq!(
+        keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        [SAMPLE]
+    );
+    assert_eq!(
+        status.provisioner_key_id.as_deref(),
+        Some(keys[0].id.as_str())
+    );
     let plaintext = harness.key_plaintext(SAMPLE).await?.unwrap_or_default();
-    assert_eq!(plaintext.len(), 43, "the Secret holds coderd's plaintext key");
+    assert_eq!(
+        plaintext.len(),
+        43,
+        "the Secret holds coderd's plaintext key"
+    );
     let deployment = Api::<Deployment>::namespaced(harness.admin.clone(), NAMESPACE)
         .get(&format!("provisioner-{SAMPLE}"))
         .await?;
     assert!(deployment.spec.is_some(), "the Deployment exists");
 
-    let base = support::metrics_url(&harness.operator.full_log()).expect("the operator logs its metrics address");
+    let base = support::metrics_url(&harness.operator.full_log())
+        .expect("the operator logs its metrics address");
     let http = reqwest::Client::new();
-    assert_eq!(http.get(format!("{base}/healthz")).send().await?.status(), 200);
-    assert_eq!(http.get(format!("{base}/readyz")).send().await?.status(), 200);
-    let metrics = http.get(format!("{base}/metrics")).send().await?.text().await?;
+    assert_eq!(
+        http.get(format!("{base}/healthz")).send().await?.status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{base}/readyz")).send().await?.status(),
+        200
+    );
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
     for series in [
         r#"coder_provisioner_operator_coderd_requests_total{route="/api/v2/organizations/{organization}/provisionerkeys",status="201"} 1"#,
         "coder_provisioner_operator_provisioner_keys_created_total 1",
@@ -65,53 +112,105 @@ async fn the_sample_becomes_ready_with_exactly_one_key_create() -> anyhow::Resul
 }
 
 #[tokio::test]
-async fn a_key_secret_the_provisioner_does_not_own_is_refused_and_left_alone() -> anyhow::Result<()> {
+async fn a_key_secret_the_provisioner_does_not_own_is_refused_and_left_alone() -> anyhow::Result<()>
+{
     let harness = Harness::start().await?;
     let foreign = Secret {
         metadata: ObjectMeta {
             name: Some(format!("{SAMPLE}-provisioner-key")),
-            labels: Some(BTreeMap::from([("owner".to_owned(), "someone-else".to_owned())])),
+            labels: Some(BTreeMap::from([(
+                "owner".to_owned(),
+                "someone-else".to_owned(),
+            )])),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([("key".to_owned(), ByteString(b"not-yours".to_vec()))])),
+        data: Some(BTreeMap::from([(
+            "key".to_owned(),
+            ByteString(b"not-yours".to_vec()),
+        )])),
         ..Secret::default()
     };
-    let before = harness.secrets().create(&PostParams::default(), &foreign).await?;
+    let before = harness
+        .secrets()
+        .create(&PostParams::default(), &foreign)
+        .await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
 
     let refused = harness
-        .wait_for(SAMPLE, "ProvisionerKeySecretReady=False", |cr| has_condition(cr, "ProvisionerKeySecretReady", "False"))
+        .wait_for(SAMPLE, "ProvisionerKeySecretReady=False", |cr| {
+            has_condition(cr, "ProvisionerKeySecretReady", "False")
+        })
         .await?;
-    assert_eq!(condition(&refused, "ProvisionerKeySecretReady").map(|c| c.1), Some("KeySecretNotOwned".to_owned()));
-    let after = harness.secrets().get(&format!("{SAMPLE}-provisioner-key")).await?;
-    assert_eq!(after.metadata.resource_version, before.metadata.resource_version, "the refused Secret is untouched");
+    assert_eq!(
+        condition(&refused, "ProvisionerKeySecretReady").map(|c| c.1),
+        Some("KeySecretNotOwned".to_owned())
+    );
+    let after = harness
+        .secrets()
+        .get(&format!("{SAMPLE}-provisioner-key"))
+        .await?;
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "the refused Secret is untouched"
+    );
     assert_eq!(after.data, before.data);
-    assert!(key_calls(&harness.fake.journal()).iter().all(|e| e.method != "POST"), "no key is created");
+    assert!(
+        key_calls(&harness.fake.journal())
+            .iter()
+            .all(|e| e.method != "POST"),
+        "no key is created"
+    );
     let deployments = Api::<Deployment>::namespaced(harness.admin.clone(), NAMESPACE);
-    assert!(deployments.get_opt(&format!("provisioner-{SAMPLE}")).await?.is_none());
+    assert!(
+        deployments
+            .get_opt(&format!("provisioner-{SAMPLE}"))
+            .await?
+            .is_none()
+    );
     Ok(())
 }
 
 #[tokio::test]
-async fn an_unlabelled_credential_secret_keeps_credentials_false_and_creates_nothing() -> anyhow::Result<()> {
+async fn an_unlabelled_credential_secret_keeps_credentials_false_and_creates_nothing()
+-> anyhow::Result<()> {
     let harness = Harness::start().await?;
     let credential = Secret {
-        metadata: ObjectMeta { name: Some("proxy-credentials".into()), ..ObjectMeta::default() },
-        string_data: Some(BTreeMap::from([("password".to_owned(), "hunter2".to_owned())])),
+        metadata: ObjectMeta {
+            name: Some("proxy-credentials".into()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "password".to_owned(),
+            "hunter2".to_owned(),
+        )])),
         ..Secret::default()
     };
-    harness.secrets().create(&PostParams::default(), &credential).await?;
+    harness
+        .secrets()
+        .create(&PostParams::default(), &credential)
+        .await?;
     let extra_env = json!({"extraEnv": [{"name": "HTTPS_PROXY_PASSWORD",
         "valueFrom": {"secretKeyRef": {"name": "proxy-credentials", "key": "password"}}}]});
     harness.create_provisioner(SAMPLE, extra_env).await?;
 
     let blocked = harness
-        .wait_for(SAMPLE, "CredentialsReady=False", |cr| has_condition(cr, "CredentialsReady", "False"))
+        .wait_for(SAMPLE, "CredentialsReady=False", |cr| {
+            has_condition(cr, "CredentialsReady", "False")
+        })
         .await?;
     assert_ne!(phase(&blocked), Some("Ready"));
-    assert!(key_calls(&harness.fake.journal()).is_empty(), "no key request while credentials are refused");
+    assert!(
+        key_calls(&harness.fake.journal()).is_empty(),
+        "no key request while credentials are refused"
+    );
     let deployments = Api::<Deployment>::namespaced(harness.admin.clone(), NAMESPACE);
-    assert!(deployments.get_opt(&format!("provisioner-{SAMPLE}")).await?.is_none(), "no Deployment");
+    assert!(
+        deployments
+            .get_opt(&format!("provisioner-{SAMPLE}"))
+            .await?
+            .is_none(),
+        "no Deployment"
+    );
     Ok(())
 }
 
@@ -120,13 +219,23 @@ async fn deletion_with_coderd_down_still_removes_the_finalizer() -> anyhow::Resu
     let harness = Harness::start().await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     let ready = harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
-    let org_id = ready.status.and_then(|s| s.organization_id).unwrap_or_default();
+    let org_id = ready
+        .status
+        .and_then(|s| s.organization_id)
+        .unwrap_or_default();
 
     harness.fake.set_unreachable(true).await?;
-    harness.provisioners().delete(SAMPLE, &DeleteParams::default()).await?;
+    harness
+        .provisioners()
+        .delete(SAMPLE, &DeleteParams::default())
+        .await?;
     harness.wait_gone(SAMPLE).await?;
     harness.fake.set_unreachable(false).await?;
-    assert_eq!(harness.fake.keys(&org_id)?.len(), 1, "the key stays in coderd when cleanup cannot reach it");
+    assert_eq!(
+        harness.fake.keys(&org_id)?.len(),
+        1,
+        "the key stays in coderd when cleanup cannot reach it"
+    );
     Ok(())
 }
 
@@ -141,74 +250,123 @@ async fn a_restart_with_ready_provisioners_makes_no_key_calls() -> anyhow::Resul
     for name in &names {
         harness.wait_for(name, "phase Ready", is_ready).await?;
     }
-    assert_eq!(harness.fake.journal().count("POST", routes::CREATE_KEY), COUNT);
+    assert_eq!(
+        harness.fake.journal().count("POST", routes::CREATE_KEY),
+        COUNT
+    );
 
     harness.operator.stop().await;
     let log = harness.operator.full_log();
-    assert!(log.contains("SIGTERM received") && log.contains("stopped"), "a graceful stop on SIGTERM:\n{log}");
+    assert!(
+        log.contains("SIGTERM received") && log.contains("stopped"),
+        "a graceful stop on SIGTERM:\n{log}"
+    );
     harness.fake.clear_journal();
     // Deleting a child while the operator is down proves below that the restarted operator did
     // reconcile every provisioner (it recreates the ServiceAccounts).
     let service_accounts = Api::<ServiceAccount>::namespaced(harness.admin.clone(), NAMESPACE);
     for name in &names {
-        service_accounts.delete(&format!("{name}-provisioner"), &DeleteParams::default()).await?;
+        service_accounts
+            .delete(&format!("{name}-provisioner"), &DeleteParams::default())
+            .await?;
     }
     harness.operator.restart().await?;
     for name in &names {
         let account = format!("{name}-provisioner");
         harness
-            .eventually(&format!("{account} recreated after the restart"), || async {
-                Ok(service_accounts.get_opt(&account).await?.map(|_| ()))
-            })
+            .eventually(
+                &format!("{account} recreated after the restart"),
+                || async { Ok(service_accounts.get_opt(&account).await?.map(|_| ())) },
+            )
             .await?;
     }
     let journal = harness.fake.journal();
-    assert!(key_calls(&journal).is_empty(), "key calls after the restart: {:#?}", key_calls(&journal));
+    assert!(
+        key_calls(&journal).is_empty(),
+        "key calls after the restart: {:#?}",
+        key_calls(&journal)
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn the_operator_log_never_contains_the_key_or_the_session_token() -> anyhow::Result<()> {
     // Every crate at debug level, so the log holds as much as the operator can ever write.
-    let harness = Harness::start_with(Options { rust_log: "debug".into(), ..Options::default() }).await?;
+    let harness = Harness::start_with(Options {
+        rust_log: "debug".into(),
+        ..Options::default()
+    })
+    .await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
     let first_key = harness.key_plaintext(SAMPLE).await?.unwrap_or_default();
 
     // Losing the Secret makes the operator rotate the key (a second plaintext passes through it).
-    harness.secrets().delete(&format!("{SAMPLE}-provisioner-key"), &DeleteParams::default()).await?;
+    harness
+        .secrets()
+        .delete(
+            &format!("{SAMPLE}-provisioner-key"),
+            &DeleteParams::default(),
+        )
+        .await?;
     let second_key = harness
         .eventually("a rotated key in a new Secret", || async {
-            Ok(harness.key_plaintext(SAMPLE).await?.filter(|key| *key != first_key))
+            Ok(harness
+                .key_plaintext(SAMPLE)
+                .await?
+                .filter(|key| *key != first_key))
         })
         .await?;
-    harness.provisioners().delete(SAMPLE, &DeleteParams::default()).await?;
+    harness
+        .provisioners()
+        .delete(SAMPLE, &DeleteParams::default())
+        .await?;
     harness.wait_gone(SAMPLE).await?;
 
     let log = harness.operator.full_log();
-    assert!(log.contains("coderd request") && log.contains("DEBUG"), "the debug log was captured:\n{log}");
-    for (what, secret) in [("first key", &first_key), ("rotated key", &second_key), ("session token", &harness.fake.operator_token())] {
+    assert!(
+        log.contains("coderd request") && log.contains("DEBUG"),
+        "the debug log was captured:\n{log}"
+    );
+    for (what, secret) in [
+        ("first key", &first_key),
+        ("rotated key", &second_key),
+        ("session token", &harness.fake.operator_token()),
+    ] {
         assert!(!secret.is_empty(), "{what} is known");
-        assert!(!log.contains(secret.as_str()), "the operator log contains the {what}");
+        assert!(
+            !log.contains(secret.as_str()),
+            "the operator log contains the {what}"
+        );
     }
     Ok(())
 }
 
 #[tokio::test]
 async fn with_leader_election_the_operator_holds_its_lease_and_reconciles() -> anyhow::Result<()> {
-    let options = Options { extra_args: vec!["--leader-election=true".into()], ..Options::default() };
+    let options = Options {
+        extra_args: vec!["--leader-election=true".into()],
+        ..Options::default()
+    };
     let mut harness = Harness::start_with(options).await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
     // The Lease lives in the operator's namespace (POD_NAMESPACE), granted by config/rbac's Role.
     let leases = Api::<Lease>::namespaced(harness.admin.clone(), "coder-system");
     let lease = leases.get("coder-provisioner-operator").await?;
-    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
     assert!(!holder.is_empty(), "the running operator holds the Lease");
 
     harness.operator.stop().await;
     let released = leases.get("coder-provisioner-operator").await?;
-    assert_eq!(released.spec.and_then(|s| s.holder_identity), None, "SIGTERM releases the Lease");
+    assert_eq!(
+        released.spec.and_then(|s| s.holder_identity),
+        None,
+        "SIGTERM releases the Lease"
+    );
     assert!(harness.operator.full_log().contains("released the lease"));
     Ok(())
 }
@@ -232,34 +390,56 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
         };
         let (flag, shutdown) = (LeadershipFlag::default(), CancellationToken::new());
         let (running, most_at_once) = (running.clone(), most_at_once.clone());
-        let task = tokio::spawn(run_with_leader_election(admin.clone(), settings, flag.clone(), shutdown.clone(), move |term| {
-            let (running, most_at_once) = (running.clone(), most_at_once.clone());
-            async move {
-                most_at_once.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                term.cancelled().await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
-            }
-        }));
+        let task = tokio::spawn(run_with_leader_election(
+            admin.clone(),
+            settings,
+            flag.clone(),
+            shutdown.clone(),
+            move |term| {
+                let (running, most_at_once) = (running.clone(), most_at_once.clone());
+                async move {
+                    most_at_once
+                        .fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    term.cancelled().await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        ));
         (flag, shutdown, task)
     };
     let (flag_a, stop_a, task_a) = candidate("candidate-a");
     let (flag_b, stop_b, task_b) = candidate("candidate-b");
 
     support::until("a leader", || flag_a.is_leader() || flag_b.is_leader()).await?;
-    let (leader_stop, leader_task, standby_flag, standby_stop, standby_task) =
-        if flag_a.is_leader() { (stop_a, task_a, flag_b, stop_b, task_b) } else { (stop_b, task_b, flag_a, stop_a, task_a) };
+    let (leader_stop, leader_task, standby_flag, standby_stop, standby_task) = if flag_a.is_leader()
+    {
+        (stop_a, task_a, flag_b, stop_b, task_b)
+    } else {
+        (stop_b, task_b, flag_a, stop_a, task_a)
+    };
     assert!(!standby_flag.is_leader());
 
     let handed_over_at = Instant::now();
     leader_stop.cancel();
     leader_task.await??;
     support::until("the standby taking over", || standby_flag.is_leader()).await?;
-    assert!(handed_over_at.elapsed() < Duration::from_secs(30), "took over after a release, not an expiry");
+    assert!(
+        handed_over_at.elapsed() < Duration::from_secs(30),
+        "took over after a release, not an expiry"
+    );
     standby_stop.cancel();
     standby_task.await??;
-    assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "never two controllers at once");
-    assert_eq!(running.load(Ordering::SeqCst), 0, "every controller stopped");
+    assert_eq!(
+        most_at_once.load(Ordering::SeqCst),
+        1,
+        "never two controllers at once"
+    );
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        0,
+        "every controller stopped"
+    );
     Ok(())
 }
 
@@ -267,20 +447,31 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
 /// create the provisioner Role (Kubernetes refuses it as privilege escalation), and the retries of
 /// that failing step must not call coderd's key routes again (R-KEY-7, R-KEY-8).
 #[tokio::test]
-async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alone() -> anyhow::Result<()> {
+async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alone()
+-> anyhow::Result<()> {
     const ESCALATION: &str = "attempting to grant RBAC permissions not currently held";
     let rbac = tempfile::tempdir()?;
     for entry in std::fs::read_dir(support::repo_path("config/rbac"))? {
         let path = entry?.path();
-        std::fs::copy(&path, rbac.path().join(path.file_name().unwrap_or_default()))?;
+        std::fs::copy(
+            &path,
+            rbac.path().join(path.file_name().unwrap_or_default()),
+        )?;
     }
     let role_path = rbac.path().join("role.yaml");
     let role = std::fs::read_to_string(&role_path)?;
     let pod_rule = "  - apiGroups: [\"\"]\n    resources: [\"pods\", \"persistentvolumeclaims\"]\n    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]\n";
-    assert!(role.contains(pod_rule), "config/rbac/role.yaml no longer has the pod rule in the expected form");
+    assert!(
+        role.contains(pod_rule),
+        "config/rbac/role.yaml no longer has the pod rule in the expected form"
+    );
     std::fs::write(&role_path, role.replace(pod_rule, ""))?;
 
-    let harness = Harness::start_with(Options { rbac_dir: rbac.path().to_path_buf(), ..Options::default() }).await?;
+    let harness = Harness::start_with(Options {
+        rbac_dir: rbac.path().to_path_buf(),
+        ..Options::default()
+    })
+    .await?;
     harness.create_provisioner(SAMPLE, json!({})).await?;
     let first_failures = harness
         .eventually("the Role refused as escalation", || async {
@@ -290,17 +481,27 @@ async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alon
         .await?;
     let cr = harness.provisioners().get(SAMPLE).await?;
     let status = cr.status.clone().unwrap_or_default();
-    assert!(status.provisioner_key_id.is_some(), "key status is persisted before the Role step (R-KEY-7)");
+    assert!(
+        status.provisioner_key_id.is_some(),
+        "key status is persisted before the Role step (R-KEY-7)"
+    );
     assert_ne!(phase(&cr), Some("Ready"));
 
     harness.fake.clear_journal();
     harness
         .eventually("another failed attempt", || async {
-            Ok((harness.operator.full_log().matches(ESCALATION).count() > first_failures).then_some(()))
+            Ok(
+                (harness.operator.full_log().matches(ESCALATION).count() > first_failures)
+                    .then_some(()),
+            )
         })
         .await?;
     let journal = harness.fake.journal();
-    assert!(key_calls(&journal).is_empty(), "retries called the key routes: {:#?}", key_calls(&journal));
+    assert!(
+        key_calls(&journal).is_empty(),
+        "retries called the key routes: {:#?}",
+        key_calls(&journal)
+    );
     Ok(())
 }
 
@@ -309,37 +510,89 @@ async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alon
 #[tokio::test]
 async fn the_install_manifests_apply_as_shipped() -> anyhow::Result<()> {
     let cluster = Cluster::start().await?;
-    let manager = conformance::manifests::apply_dir(&cluster.admin, &support::repo_path("config/manager"), None).await?;
-    let rbac = conformance::manifests::apply_dir(&cluster.admin, &support::repo_path("config/rbac"), None).await?;
-    let kinds: Vec<String> = manager.iter().chain(&rbac).map(|o| o.kind.clone()).collect();
-    for kind in ["Namespace", "Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
-        assert!(kinds.iter().any(|k| k == kind), "{kind} missing from {kinds:?}");
+    let manager = conformance::manifests::apply_dir(
+        &cluster.admin,
+        &support::repo_path("config/manager"),
+        None,
+    )
+    .await?;
+    let rbac =
+        conformance::manifests::apply_dir(&cluster.admin, &support::repo_path("config/rbac"), None)
+            .await?;
+    let kinds: Vec<String> = manager
+        .iter()
+        .chain(&rbac)
+        .map(|o| o.kind.clone())
+        .collect();
+    for kind in [
+        "Namespace",
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "{kind} missing from {kinds:?}"
+        );
     }
 
-    let deployment = Api::<Deployment>::namespaced(cluster.admin.clone(), "coder-system").get("coder-provisioner-operator").await?;
-    let pod = deployment.spec.and_then(|s| s.template.spec).unwrap_or_default();
-    assert_eq!(pod.service_account_name.as_deref(), Some("coder-provisioner-operator"));
-    Api::<ServiceAccount>::namespaced(cluster.admin.clone(), "coder-system").get("coder-provisioner-operator").await?;
-    assert_eq!(pod.security_context.and_then(|s| s.run_as_non_root), Some(true));
+    let deployment = Api::<Deployment>::namespaced(cluster.admin.clone(), "coder-system")
+        .get("coder-provisioner-operator")
+        .await?;
+    let pod = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .unwrap_or_default();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("coder-provisioner-operator")
+    );
+    Api::<ServiceAccount>::namespaced(cluster.admin.clone(), "coder-system")
+        .get("coder-provisioner-operator")
+        .await?;
+    assert_eq!(
+        pod.security_context.and_then(|s| s.run_as_non_root),
+        Some(true)
+    );
     let container = pod.containers.first().cloned().unwrap_or_default();
     let args = container.args.unwrap_or_default();
     for expected in ["run", "--leader-election=true", "--log-format=json"] {
-        assert!(args.iter().any(|a| a == expected), "{expected} missing from {args:?}");
+        assert!(
+            args.iter().any(|a| a == expected),
+            "{expected} missing from {args:?}"
+        );
     }
-    let probe_path = |probe: Option<k8s_openapi::api::core::v1::Probe>| probe.and_then(|p| p.http_get).and_then(|h| h.path);
-    assert_eq!(probe_path(container.liveness_probe).as_deref(), Some("/healthz"));
-    assert_eq!(probe_path(container.readiness_probe).as_deref(), Some("/readyz"));
+    let probe_path = |probe: Option<k8s_openapi::api::core::v1::Probe>| {
+        probe.and_then(|p| p.http_get).and_then(|h| h.path)
+    };
+    assert_eq!(
+        probe_path(container.liveness_probe).as_deref(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        probe_path(container.readiness_probe).as_deref(),
+        Some("/readyz")
+    );
     let security = container.security_context.unwrap_or_default();
     assert_eq!(security.read_only_root_filesystem, Some(true));
     assert_eq!(security.allow_privilege_escalation, Some(false));
-    assert!(container.resources.and_then(|r| r.limits).is_some_and(|l| l.contains_key("memory")));
+    assert!(
+        container
+            .resources
+            .and_then(|r| r.limits)
+            .is_some_and(|l| l.contains_key("memory"))
+    );
     Ok(())
 }
 
 /// A leader whose Lease is taken over stops its controller at its next renewal, goes back to
 /// standby, and leads again (a second term) once the Lease is free.
 #[tokio::test]
-async fn a_leader_that_loses_its_lease_stops_its_controller_and_competes_again() -> anyhow::Result<()> {
+async fn a_leader_that_loses_its_lease_stops_its_controller_and_competes_again()
+-> anyhow::Result<()> {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use kube::api::{Patch, PatchParams};
 
@@ -355,24 +608,43 @@ async fn a_leader_that_loses_its_lease_stops_its_controller_and_competes_again()
     let (terms, running) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (flag, shutdown) = (LeadershipFlag::default(), CancellationToken::new());
     let (terms_in, running_in) = (terms.clone(), running.clone());
-    let task = tokio::spawn(run_with_leader_election(cluster.admin.clone(), settings, flag.clone(), shutdown.clone(), move |term| {
-        let (terms, running) = (terms_in.clone(), running_in.clone());
-        async move {
-            terms.fetch_add(1, Ordering::SeqCst);
-            running.fetch_add(1, Ordering::SeqCst);
-            term.cancelled().await;
-            running.fetch_sub(1, Ordering::SeqCst);
-            Ok(())
-        }
-    }));
-    support::until("a first term", || flag.is_leader() && running.load(Ordering::SeqCst) == 1).await?;
+    let task = tokio::spawn(run_with_leader_election(
+        cluster.admin.clone(),
+        settings,
+        flag.clone(),
+        shutdown.clone(),
+        move |term| {
+            let (terms, running) = (terms_in.clone(), running_in.clone());
+            async move {
+                terms.fetch_add(1, Ordering::SeqCst);
+                running.fetch_add(1, Ordering::SeqCst);
+                term.cancelled().await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+    ));
+    support::until("a first term", || {
+        flag.is_leader() && running.load(Ordering::SeqCst) == 1
+    })
+    .await?;
 
     let intruder = json!({"spec": {"holderIdentity": "intruder", "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()), "leaseDurationSeconds": 30}});
     Api::<Lease>::namespaced(cluster.admin.clone(), "leases")
-        .patch("it-lease", &PatchParams::default(), &Patch::Merge(&intruder))
+        .patch(
+            "it-lease",
+            &PatchParams::default(),
+            &Patch::Merge(&intruder),
+        )
         .await?;
-    support::until("the controller stopped after the loss", || !flag.is_leader() && running.load(Ordering::SeqCst) == 0).await?;
-    support::until("a second term", || flag.is_leader() && terms.load(Ordering::SeqCst) == 2).await?;
+    support::until("the controller stopped after the loss", || {
+        !flag.is_leader() && running.load(Ordering::SeqCst) == 0
+    })
+    .await?;
+    support::until("a second term", || {
+        flag.is_leader() && terms.load(Ordering::SeqCst) == 2
+    })
+    .await?;
 
     shutdown.cancel();
     task.await??;

@@ -38,10 +38,6 @@ impl WriteKind {
     pub fn label(&self) -> String {
         format!("{} {}", self.verb, self.resource)
     }
-
-    pub fn is_status(&self) -> bool {
-        self.resource.ends_with("/status")
-    }
 }
 
 /// Who made a write, judged from its kind (see the module docs).
@@ -180,8 +176,23 @@ fn parse_labels(mut text: &str) -> Option<(BTreeMap<String, String>, &str)> {
     }
 }
 
+/// What one `/metrics` scrape tells the bench.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApiScrape {
+    pub writes: WriteCounts,
+    /// Every request any client made (all verbs), for the load on the API server.
+    pub requests: u64,
+}
+
+pub fn parse_scrape(metrics_text: &str) -> ApiScrape {
+    ApiScrape {
+        writes: parse_write_counts(metrics_text),
+        requests: counter_sum(metrics_text, REQUEST_COUNTER).unwrap_or(0.0) as u64,
+    }
+}
+
 /// Scrapes kube-apiserver's `/metrics` with `client` (needs the `/metrics` non-resource right).
-pub async fn scrape_writes(client: &kube::Client) -> anyhow::Result<WriteCounts> {
+pub async fn scrape(client: &kube::Client) -> anyhow::Result<ApiScrape> {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .context("building the /metrics request")?;
@@ -189,7 +200,7 @@ pub async fn scrape_writes(client: &kube::Client) -> anyhow::Result<WriteCounts>
         .request_text(request)
         .await
         .context("scraping kube-apiserver /metrics")?;
-    Ok(parse_write_counts(&text))
+    Ok(parse_scrape(&text))
 }
 
 #[cfg(test)]
@@ -229,6 +240,13 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
         );
         assert!(!counts.keys().any(|k| k.verb == "GET"));
         assert_eq!(counts.len(), 6);
+    }
+
+    #[test]
+    fn a_scrape_counts_every_request_too() {
+        let scrape = parse_scrape(SCRAPE);
+        assert_eq!(scrape.requests, 10 + 7 + 1 + 5 + 4 + 9 + 99 + 3 + 2);
+        assert_eq!(scrape.writes, parse_write_counts(SCRAPE));
     }
 
     #[test]

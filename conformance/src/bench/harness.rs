@@ -2,7 +2,7 @@
 //! "control planes" on the coderd side), a CoderControlPlane for each of them in every namespace,
 //! the readiness stand-in (contract D-8), a watch on CoderProvisioners and the operator as a
 //! child process under `config/rbac`.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::apimetrics::{self, WriteCounts, WriteKind};
+use super::apimetrics::{self, ApiScrape, WriteCounts, WriteKind};
 use super::model::{ApiWrites, CoderdTraffic, OperatorUse, ScaleResult};
 use super::procfs::Footprint;
 use super::stats::{Latency, millis};
@@ -94,7 +94,7 @@ fn token_secret_name(index: usize) -> String {
 
 /// A point in time to measure a phase from.
 pub struct Mark {
-    writes: WriteCounts,
+    api: ApiScrape,
     footprint: Footprint,
     modifications: u64,
     at: Instant,
@@ -105,6 +105,8 @@ pub struct Delta {
     pub coderd: CoderdTraffic,
     pub journal: Vec<JournalEntry>,
     pub writes: ApiWrites,
+    /// kube-apiserver requests from every client (operator, simulator, bench, controllers).
+    pub api_requests: u64,
     pub operator: OperatorUse,
     pub footprint: Footprint,
     pub modifications: u64,
@@ -180,14 +182,6 @@ impl BenchRun {
         Ok(run)
     }
 
-    pub fn operator_log(&self) -> &Path {
-        self.operator.log_path()
-    }
-
-    pub fn readiness_patches(&self) -> u64 {
-        self.simulator.patches()
-    }
-
     pub fn ready_now(&self) -> usize {
         self.watch.ready_now()
     }
@@ -197,7 +191,7 @@ impl BenchRun {
             fake.clear_journal();
         }
         Ok(Mark {
-            writes: apimetrics::scrape_writes(&self.admin).await?,
+            api: apimetrics::scrape(&self.admin).await?,
             footprint: self.footprint()?,
             modifications: self.watch.modifications(),
             at: Instant::now(),
@@ -212,15 +206,16 @@ impl BenchRun {
         crs: usize,
     ) -> anyhow::Result<Delta> {
         let journal: Vec<JournalEntry> = self.fakes.iter().flat_map(FakeCoderd::journal).collect();
-        let after = apimetrics::scrape_writes(&self.admin).await?;
+        let after = apimetrics::scrape(&self.admin).await?;
         let footprint = self.footprint()?;
         Ok(Delta {
             coderd: CoderdTraffic::from_journal(&journal, crs),
             journal,
             writes: ApiWrites::from_counts(
-                &apimetrics::operator_writes(&mark.writes, &after, bench_writes),
+                &apimetrics::operator_writes(&mark.api.writes, &after.writes, bench_writes),
                 crs,
             ),
+            api_requests: after.requests.saturating_sub(mark.api.requests),
             operator: OperatorUse::between(mark.footprint, footprint),
             footprint,
             modifications: self
@@ -251,7 +246,13 @@ impl BenchRun {
             ))
         });
         let started = Instant::now();
-        let sent = self.create_provisioners(size).await?;
+        let sent = match self.create_provisioners(size).await {
+            Ok(sent) => sent,
+            Err(e) => {
+                toggler.iter().for_each(tokio::task::JoinHandle::abort);
+                return Err(e);
+            }
+        };
         let submit = started.elapsed();
         let keys: Vec<Key> = sent.iter().map(|(k, _)| k.clone()).collect();
         let deadline = started + self.setup.ready_timeout;
@@ -294,6 +295,7 @@ impl BenchRun {
             latency: Latency::of(&latencies),
             coderd: delta.coderd.clone(),
             writes: delta.writes.clone(),
+            api_requests_all_clients: delta.api_requests,
             operator: OperatorUse {
                 peak_rss_kib: delta.footprint.peak_rss_kib,
                 cpu_seconds: delta.operator.cpu_seconds,

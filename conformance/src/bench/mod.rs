@@ -343,6 +343,7 @@ async fn steady_and_restart(
             idle_ms: millis(delta.elapsed),
             coderd: delta.coderd,
             writes: delta.writes,
+            api_requests_all_clients: delta.api_requests,
             cr_modifications: delta.modifications,
             ready_at_end: run.ready_now(),
             entitlement_allowance: model::entitlement_allowance(
@@ -360,6 +361,7 @@ async fn steady_and_restart(
             settle_ms: millis(setup.settle),
             coderd: delta.coderd,
             writes: delta.writes,
+            api_requests_all_clients: delta.api_requests,
             cr_modifications: delta.modifications,
             ready_at_end: run.ready_now(),
             operator: delta.operator,

@@ -155,13 +155,9 @@ pub struct ScaleResult {
     pub latency: Latency,
     pub coderd: CoderdTraffic,
     pub writes: ApiWrites,
+    /// kube-apiserver requests from all clients (operator, readiness simulator, bench) in the phase.
+    pub api_requests_all_clients: u64,
     pub operator: OperatorUse,
-}
-
-impl ScaleResult {
-    pub fn all_ready(&self) -> bool {
-        self.ready == self.size
-    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -170,6 +166,8 @@ pub struct SteadyResult {
     pub idle_ms: u64,
     pub coderd: CoderdTraffic,
     pub writes: ApiWrites,
+    /// kube-apiserver requests from all clients in the phase.
+    pub api_requests_all_clients: u64,
     /// CoderProvisioner resourceVersion changes seen by the watch.
     pub cr_modifications: u64,
     pub ready_at_end: usize,
@@ -186,6 +184,8 @@ pub struct RestartResult {
     pub settle_ms: u64,
     pub coderd: CoderdTraffic,
     pub writes: ApiWrites,
+    /// kube-apiserver requests from all clients in the phase.
+    pub api_requests_all_clients: u64,
     pub cr_modifications: u64,
     pub ready_at_end: usize,
     pub operator: OperatorUse,
@@ -251,6 +251,8 @@ pub struct SuiteResult {
     /// installed); `None` if the line never came.
     pub setup_ms: Option<u64>,
     pub without_setup_ms: Option<u64>,
+    /// `CUCUMBER_FILTER_TAGS` the suite inherited: set means not the full suite.
+    pub tag_filter: Option<String>,
     pub report_dir: String,
 }
 
@@ -411,6 +413,7 @@ pub(crate) mod tests {
                 )]),
             },
             writes: ApiWrites::default(),
+            api_requests_all_clients: 1000,
             operator: OperatorUse {
                 peak_rss_kib: rss_kib,
                 cpu_seconds: 1.5,

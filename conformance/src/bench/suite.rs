@@ -13,6 +13,9 @@ use super::stats::millis;
 /// What `conformance run` prints once the control plane is up and the CRDs are installed.
 pub const SETUP_DONE_LINE: &str = "conformance: fake coderd at";
 
+/// The suite's `--tags` default; inherited by the subprocess, so it is reported.
+const TAG_FILTER_ENV: &str = "CUCUMBER_FILTER_TAGS";
+
 /// Runs this executable's `run` subcommand with its report in `out/suite-report` and its output in
 /// `out/suite.log`; `setup_ms` is the time until [`SETUP_DONE_LINE`] appeared on stderr.
 pub async fn measure(out: &Path) -> anyhow::Result<SuiteResult> {
@@ -54,6 +57,9 @@ pub async fn measure(out: &Path) -> anyhow::Result<SuiteResult> {
         wall_ms: millis(wall),
         setup_ms: setup.map(millis),
         without_setup_ms: setup.map(|s| millis(wall.saturating_sub(s))),
+        tag_filter: std::env::var(TAG_FILTER_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
         report_dir: report_dir.display().to_string(),
     })
 }

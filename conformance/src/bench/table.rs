@@ -74,6 +74,15 @@ fn writes_by_kind(writes: &super::model::ApiWrites) -> String {
     format!("  writes by kind: {}\n", kinds.join(", "))
 }
 
+/// kube-apiserver load from every client, which the operator shares the API server with.
+fn api_load(requests: u64, over_ms: u64) -> String {
+    let rate = (over_ms > 0).then(|| requests as f64 * 1000.0 / over_ms as f64);
+    format!(
+        "  kube-apiserver requests from all clients (operator, readiness simulator, bench): {requests} ({}/s)\n",
+        ratio(rate)
+    )
+}
+
 fn traffic_line(traffic: &CoderdTraffic) -> String {
     format!(
         "{} coderd requests ({} per CR; key calls {}, entitlements {}, 429 answers {})",
@@ -116,6 +125,7 @@ pub fn render(report: &BenchReport) -> String {
                     seconds(s.latency.max_ms),
                     ratio(s.coderd.per_cr),
                     ratio(s.writes.per_cr),
+                    s.api_requests_all_clients.to_string(),
                     mib(s.operator.peak_rss_kib),
                     format!("{:.2}", s.operator.cpu_seconds),
                 ]
@@ -131,6 +141,7 @@ pub fn render(report: &BenchReport) -> String {
                 "max",
                 "coderd/CR",
                 "API writes/CR",
+                "API req (all)",
                 "peak RSS",
                 "CPU s",
             ],
@@ -202,6 +213,7 @@ pub fn render(report: &BenchReport) -> String {
             steady.size
         );
         out += &writes_by_kind(&steady.writes);
+        out += &api_load(steady.api_requests_all_clients, steady.idle_ms);
     }
     if let Some(restart) = &report.restart {
         let _ = writeln!(
@@ -225,6 +237,10 @@ pub fn render(report: &BenchReport) -> String {
             restart.operator.cpu_seconds
         );
         out += &writes_by_kind(&restart.writes);
+        out += &api_load(
+            restart.api_requests_all_clients,
+            restart.reconciled_ms.unwrap_or(0) + restart.settle_ms,
+        );
     }
     if let Some(churn) = &report.churn {
         let _ = writeln!(
@@ -271,10 +287,14 @@ pub fn render(report: &BenchReport) -> String {
         );
     }
     if let Some(suite) = &report.suite {
+        let scope = suite.tag_filter.as_ref().map_or_else(
+            || "full suite".to_owned(),
+            |tags| format!("only scenarios matching {tags}"),
+        );
         let _ = writeln!(
             out,
-            "\nSuite cost: `conformance run` on the local tier took {} including control-plane start, {} without \
-             (setup {}), exit code {}",
+            "\nSuite cost ({scope}): `conformance run` on the local tier took {} including control-plane start, {} \
+             without (setup {}), exit code {}",
             seconds(Some(suite.wall_ms)),
             seconds(suite.without_setup_ms),
             seconds(suite.setup_ms),
@@ -351,6 +371,79 @@ mod tests {
         assert!(
             !text.contains("Steady state"),
             "no steady phase was measured"
+        );
+    }
+
+    #[test]
+    fn follow_up_phases_have_their_own_sections() {
+        use crate::bench::model::{
+            ApiWrites, ChurnResult, ChurnRun, RestartResult, SteadyResult, SuiteResult,
+        };
+        let mut report = sample_report();
+        let writes = ApiWrites {
+            total: 4,
+            per_cr: Some(0.4),
+            cr_status_writes: 0,
+            by_kind: [("APPLY deployments".to_owned(), 4)].into(),
+        };
+        let base = &report.scale[0];
+        report.steady = Some(SteadyResult {
+            size: 10,
+            idle_ms: 60_000,
+            coderd: Default::default(),
+            writes: ApiWrites::default(),
+            api_requests_all_clients: 600,
+            cr_modifications: 0,
+            ready_at_end: 10,
+            entitlement_allowance: 20,
+        });
+        report.restart = Some(RestartResult {
+            size: 10,
+            reconciled_ms: Some(1_100),
+            settle_ms: 5_000,
+            coderd: Default::default(),
+            writes,
+            api_requests_all_clients: 100,
+            cr_modifications: 0,
+            ready_at_end: 10,
+            operator: base.operator,
+        });
+        let run = ChurnRun::from(base);
+        report.churn = Some(ChurnResult {
+            size: 1,
+            fault_window_ms: 30_000,
+            toggle_ms: 500,
+            rate_limited_share: Some(0.5),
+            faulted: run.clone(),
+            healthy: run,
+            requests_ratio: Some(1.0),
+            time_ratio: Some(1.0),
+        });
+        report.suite = Some(SuiteResult {
+            exit_code: Some(0),
+            wall_ms: 60_000,
+            setup_ms: Some(4_000),
+            without_setup_ms: Some(56_000),
+            tag_filter: Some("@tutorial".to_owned()),
+            report_dir: "r".to_owned(),
+        });
+        report.targets = evaluate_targets(&report);
+        let text = render(&report);
+        for needle in [
+            "Steady state: N = 10, idle 60.00 s",
+            "reconciled again after 1.10 s",
+            "writes by kind: APPLY deployments 4",
+            "50 % of key requests answered 429",
+            "only scenarios matching @tutorial",
+            "all clients (operator, readiness simulator, bench): 600 (10.00/s)",
+            "56.00 s",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert_eq!(
+            text.matches("writes by kind").count(),
+            1,
+            "no line for a phase without writes"
         );
     }
 

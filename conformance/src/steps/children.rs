@@ -31,7 +31,8 @@ fn key_secret_name(world: &ProvisionerWorld) -> String {
 
 /// Replaces the run-time placeholders of feature-file text: `{provisioner}` (the CR name),
 /// `{url}` and `{origin}` (the coderd URL the control plane publishes), `{authority}` (its
-/// host and port).
+/// host and port), `{other origin}` (the same coderd under another origin: `localhost`
+/// instead of `127.0.0.1`).
 pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
     let url = &world.env.coderd.url;
     let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
@@ -39,6 +40,7 @@ pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
         .replace("{url}", url)
         .replace("{origin}", url)
         .replace("{authority}", authority)
+        .replace("{other origin}", &url.replace("127.0.0.1", "localhost"))
 }
 
 fn resource_for(kind: &str) -> anyhow::Result<ApiResource> {

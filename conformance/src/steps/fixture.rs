@@ -88,7 +88,8 @@ async fn a_ready_control_plane_for(world: &mut ProvisionerWorld, organization: S
 #[when("the control plane status is changed to:")]
 async fn control_plane_status_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     world.mark_action().await?;
-    let patch = docstring_yaml(step)?;
+    let text = super::children::expand(world, step.docstring.as_deref().unwrap_or_default());
+    let patch: Value = serde_saphyr::from_str(&text).context("the docstring is not valid YAML")?;
     patch_control_plane_status(world, &json!({ "status": patch })).await
 }
 

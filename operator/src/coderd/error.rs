@@ -31,7 +31,9 @@ pub enum CoderdError {
 }
 
 fn retry_after_suffix(retry_after: &Option<Duration>) -> String {
-    retry_after.map(|d| format!(" (retry after {}s)", d.as_secs())).unwrap_or_default()
+    retry_after
+        .map(|d| format!(" (retry after {}s)", d.as_secs()))
+        .unwrap_or_default()
 }
 
 impl CoderdError {
@@ -57,7 +59,9 @@ const MAX_EXCERPT: usize = 200;
 /// short excerpt of a non-JSON body (e.g. the plain-text 428). `secret` is replaced by
 /// `<redacted>` wherever it appears.
 pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
-    let first = serde_json::Deserializer::from_slice(body).into_iter::<ErrorBody>().next();
+    let first = serde_json::Deserializer::from_slice(body)
+        .into_iter::<ErrorBody>()
+        .next();
     let message = match first {
         Some(Ok(parsed)) if !parsed.message.is_empty() => {
             if parsed.detail.is_empty() {
@@ -76,7 +80,11 @@ pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
             }
         }
     };
-    if secret.is_empty() { message } else { message.replace(secret, "<redacted>") }
+    if secret.is_empty() {
+        message
+    } else {
+        message.replace(secret, "<redacted>")
+    }
 }
 
 /// `Retry-After` in delta-seconds (what coderd's limiter sends); HTTP-date values are ignored.
@@ -85,9 +93,16 @@ pub(crate) fn parse_retry_after(value: Option<&str>) -> Option<Duration> {
 }
 
 /// Maps a non-success status to an error.
-pub(crate) fn error_for_status(status: u16, retry_after: Option<&str>, body: &[u8], secret: &str) -> CoderdError {
+pub(crate) fn error_for_status(
+    status: u16,
+    retry_after: Option<&str>,
+    body: &[u8],
+    secret: &str,
+) -> CoderdError {
     if status == 429 {
-        return CoderdError::RateLimited { retry_after: parse_retry_after(retry_after) };
+        return CoderdError::RateLimited {
+            retry_after: parse_retry_after(retry_after),
+        };
     }
     let message = error_message(body, secret);
     match status {
@@ -126,9 +141,15 @@ mod tests {
     #[test]
     fn long_bodies_are_cut_and_the_token_is_scrubbed() {
         let body = format!("{{\"message\":\"bad token {TOKEN}\"}}");
-        assert_eq!(error_message(body.as_bytes(), TOKEN), "bad token <redacted>");
+        assert_eq!(
+            error_message(body.as_bytes(), TOKEN),
+            "bad token <redacted>"
+        );
         let long = "x".repeat(1000);
-        assert_eq!(error_message(long.as_bytes(), TOKEN).chars().count(), MAX_EXCERPT + 1);
+        assert_eq!(
+            error_message(long.as_bytes(), TOKEN).chars().count(),
+            MAX_EXCERPT + 1
+        );
     }
 
     #[rstest]
@@ -140,13 +161,25 @@ mod tests {
     #[case(404, None, CoderdError::NotFound { message: "m".into() })]
     #[case(409, None, CoderdError::Conflict { message: "m".into() })]
     #[case(500, None, CoderdError::Api { status: 500, message: "m".into() })]
-    fn statuses(#[case] status: u16, #[case] retry_after: Option<&str>, #[case] expected: CoderdError) {
-        assert_eq!(error_for_status(status, retry_after, br#"{"message":"m"}"#, TOKEN), expected);
+    fn statuses(
+        #[case] status: u16,
+        #[case] retry_after: Option<&str>,
+        #[case] expected: CoderdError,
+    ) {
+        assert_eq!(
+            error_for_status(status, retry_after, br#"{"message":"m"}"#, TOKEN),
+            expected
+        );
     }
 
     #[test]
     fn display_mentions_retry_after() {
-        let error = CoderdError::RateLimited { retry_after: Some(Duration::from_secs(60)) };
-        assert_eq!(error.to_string(), "coderd rate limited the request (retry after 60s)");
+        let error = CoderdError::RateLimited {
+            retry_after: Some(Duration::from_secs(60)),
+        };
+        assert_eq!(
+            error.to_string(),
+            "coderd rate limited the request (retry after 60s)"
+        );
     }
 }

@@ -25,7 +25,10 @@ use url::Url;
 
 pub use error::CoderdError;
 pub use secret::SecretString;
-pub use types::{EXTERNAL_PROVISIONER_DAEMONS, EntitlementValue, Entitlements, Feature, Organization, ProvisionerKey};
+pub use types::{
+    EXTERNAL_PROVISIONER_DAEMONS, EntitlementValue, Entitlements, Feature, Organization,
+    ProvisionerKey,
+};
 
 use crate::runtime::metrics::Metrics;
 
@@ -33,7 +36,8 @@ use crate::runtime::metrics::Metrics;
 pub mod routes {
     pub const ORGANIZATION: &str = "/api/v2/organizations/{organization}";
     pub const PROVISIONER_KEYS: &str = "/api/v2/organizations/{organization}/provisionerkeys";
-    pub const PROVISIONER_KEY: &str = "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
+    pub const PROVISIONER_KEY: &str =
+        "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
     pub const ENTITLEMENTS: &str = "/api/v2/entitlements";
 }
 
@@ -49,7 +53,10 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(30), metrics: None }
+        Self {
+            timeout: Duration::from_secs(30),
+            metrics: None,
+        }
     }
 }
 
@@ -91,9 +98,14 @@ struct Answer {
 }
 
 impl CoderdClient {
-    pub fn new(base_url: &str, session_token: SecretString, opts: ClientOptions) -> Result<Self, CoderdError> {
-        let base = Url::parse(base_url.trim())
-            .map_err(|e| CoderdError::InvalidConfiguration { detail: format!("coderd URL {base_url:?}: {e}") })?;
+    pub fn new(
+        base_url: &str,
+        session_token: SecretString,
+        opts: ClientOptions,
+    ) -> Result<Self, CoderdError> {
+        let base = Url::parse(base_url.trim()).map_err(|e| CoderdError::InvalidConfiguration {
+            detail: format!("coderd URL {base_url:?}: {e}"),
+        })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(CoderdError::InvalidConfiguration {
                 detail: format!("coderd URL {base_url:?} must be an http(s) URL"),
@@ -101,7 +113,9 @@ impl CoderdClient {
         }
         let mut token_value = HeaderValue::from_str(session_token.expose()).map_err(|_| {
             CoderdError::InvalidConfiguration {
-                detail: "the session token contains characters that cannot be sent in an HTTP header".to_owned(),
+                detail:
+                    "the session token contains characters that cannot be sent in an HTTP header"
+                        .to_owned(),
             }
         })?;
         token_value.set_sensitive(true);
@@ -114,9 +128,14 @@ impl CoderdClient {
             .default_headers(headers)
             .timeout(opts.timeout)
             .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("coder-provisioner-operator/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!(
+                "coder-provisioner-operator/",
+                env!("CARGO_PKG_VERSION")
+            ))
             .build()
-            .map_err(|e| CoderdError::InvalidConfiguration { detail: error_chain(&e) })?;
+            .map_err(|e| CoderdError::InvalidConfiguration {
+                detail: error_chain(&e),
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -142,8 +161,11 @@ impl CoderdClient {
             return Ok(hit.clone());
         }
         let url = self.url(&["organizations", name_or_id]);
-        let answer = self.send(routes::ORGANIZATION, Method::GET, url, None, Bypass::No).await?;
-        let organization: Organization = self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)?;
+        let answer = self
+            .send(routes::ORGANIZATION, Method::GET, url, None, Bypass::No)
+            .await?;
+        let organization: Organization =
+            self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)?;
         let by_id = self.cache_key(&organization.id);
         let mut cache = organizations();
         cache.insert(cache_key, organization.clone());
@@ -157,16 +179,26 @@ impl CoderdClient {
     }
 
     /// The list that follows a create (R-KEY-23): same as [`Self::list_keys`] with the bypass header.
-    pub async fn list_keys_after_create(&self, org_id: &str) -> Result<Vec<ProvisionerKey>, CoderdError> {
+    pub async fn list_keys_after_create(
+        &self,
+        org_id: &str,
+    ) -> Result<Vec<ProvisionerKey>, CoderdError> {
         self.list_keys_with(org_id, Bypass::WithFallback).await
     }
 
-    async fn list_keys_with(&self, org_id: &str, bypass: Bypass) -> Result<Vec<ProvisionerKey>, CoderdError> {
+    async fn list_keys_with(
+        &self,
+        org_id: &str,
+        bypass: Bypass,
+    ) -> Result<Vec<ProvisionerKey>, CoderdError> {
         let url = self.url(&["organizations", org_id, "provisionerkeys"]);
-        let answer = self.send(routes::PROVISIONER_KEYS, Method::GET, url, None, bypass).await;
+        let answer = self
+            .send(routes::PROVISIONER_KEYS, Method::GET, url, None, bypass)
+            .await;
         let answer = self.forget_organization_on_not_found(org_id, answer)?;
         // coderd always sends an array; tolerate `null` as "no keys".
-        let keys: Option<Vec<ProvisionerKey>> = self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)?;
+        let keys: Option<Vec<ProvisionerKey>> =
+            self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)?;
         Ok(keys.unwrap_or_default())
     }
 
@@ -178,13 +210,27 @@ impl CoderdClient {
         tags: &BTreeMap<String, String>,
     ) -> Result<SecretString, CoderdError> {
         let url = self.url(&["organizations", org_id, "provisionerkeys"]);
-        let body = serde_json::to_vec(&types::CreateKeyRequest { name, tags })
-            .map_err(|e| CoderdError::InvalidConfiguration { detail: format!("encoding the create request: {e}") })?;
-        let answer = self.send(routes::PROVISIONER_KEYS, Method::POST, url, Some(body), Bypass::WithFallback).await;
+        let body = serde_json::to_vec(&types::CreateKeyRequest { name, tags }).map_err(|e| {
+            CoderdError::InvalidConfiguration {
+                detail: format!("encoding the create request: {e}"),
+            }
+        })?;
+        let answer = self
+            .send(
+                routes::PROVISIONER_KEYS,
+                Method::POST,
+                url,
+                Some(body),
+                Bypass::WithFallback,
+            )
+            .await;
         let answer = self.forget_organization_on_not_found(org_id, answer)?;
-        let created: types::CreateKeyResponse = self.decode(expect(answer, StatusCode::CREATED, &self.inner.token)?)?;
+        let created: types::CreateKeyResponse =
+            self.decode(expect(answer, StatusCode::CREATED, &self.inner.token)?)?;
         if created.key.is_empty() {
-            return Err(CoderdError::InvalidResponse { detail: "create answered 201 without a key".to_owned() });
+            return Err(CoderdError::InvalidResponse {
+                detail: "create answered 201 without a key".to_owned(),
+            });
         }
         if let Some(metrics) = &self.inner.metrics {
             metrics.key_created();
@@ -195,7 +241,15 @@ impl CoderdClient {
     /// `DELETE /api/v2/organizations/{org_id}/provisionerkeys/{name}`; 204 and 404 (already gone) are `Ok`.
     pub async fn delete_key(&self, org_id: &str, name: &str) -> Result<(), CoderdError> {
         let url = self.url(&["organizations", org_id, "provisionerkeys", name]);
-        let answer = self.send(routes::PROVISIONER_KEY, Method::DELETE, url, None, Bypass::WithFallback).await;
+        let answer = self
+            .send(
+                routes::PROVISIONER_KEY,
+                Method::DELETE,
+                url,
+                None,
+                Bypass::WithFallback,
+            )
+            .await;
         let answer = self.forget_organization_on_not_found(org_id, answer)?;
         match expect(answer, StatusCode::NO_CONTENT, &self.inner.token) {
             Ok(_) => {
@@ -213,12 +267,23 @@ impl CoderdClient {
     /// `GET /api/v2/entitlements` (bypass header). Never cached: licences change at runtime.
     pub async fn entitlements(&self) -> Result<Entitlements, CoderdError> {
         let url = self.url(&["entitlements"]);
-        let answer = self.send(routes::ENTITLEMENTS, Method::GET, url, None, Bypass::WithFallback).await?;
+        let answer = self
+            .send(
+                routes::ENTITLEMENTS,
+                Method::GET,
+                url,
+                None,
+                Bypass::WithFallback,
+            )
+            .await?;
         self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)
     }
 
     fn cache_key(&self, name_or_id: &str) -> (String, String) {
-        (self.inner.base.as_str().to_owned(), name_or_id.to_lowercase())
+        (
+            self.inner.base.as_str().to_owned(),
+            name_or_id.to_lowercase(),
+        )
     }
 
     fn forget_organization_on_not_found(
@@ -229,7 +294,9 @@ impl CoderdClient {
         let answer = answer?;
         if answer.status == StatusCode::NOT_FOUND {
             let base = self.inner.base.as_str();
-            organizations().retain(|(url, _), organization| url != base || !organization.id.eq_ignore_ascii_case(org_id));
+            organizations().retain(|(url, _), organization| {
+                url != base || !organization.id.eq_ignore_ascii_case(org_id)
+            });
         }
         Ok(answer)
     }
@@ -255,7 +322,9 @@ impl CoderdClient {
         let request = |with_bypass: bool| {
             let mut request = self.inner.http.request(method.clone(), url.clone());
             if let Some(body) = &body {
-                request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone());
+                request = request
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone());
             }
             if with_bypass {
                 request = request.header(BYPASS_RATELIMIT_HEADER, "true");
@@ -267,19 +336,33 @@ impl CoderdClient {
             if answer.status != StatusCode::PRECONDITION_REQUIRED {
                 return Ok(answer);
             }
-            tracing::debug!(route, "coderd refused the rate-limit bypass (428); repeating without it");
+            tracing::debug!(
+                route,
+                "coderd refused the rate-limit bypass (428); repeating without it"
+            );
         }
         self.execute(route, request(false)).await
     }
 
-    async fn execute(&self, route: &'static str, request: RequestBuilder) -> Result<Answer, CoderdError> {
+    async fn execute(
+        &self,
+        route: &'static str,
+        request: RequestBuilder,
+    ) -> Result<Answer, CoderdError> {
         let result = async {
             let response = request.send().await?;
             let status = response.status();
-            let retry_after =
-                response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body = response.bytes().await?.to_vec();
-            Ok::<_, reqwest::Error>(Answer { status, retry_after, body })
+            Ok::<_, reqwest::Error>(Answer {
+                status,
+                retry_after,
+                body,
+            })
         }
         .await;
         let outcome = match &result {
@@ -295,14 +378,19 @@ impl CoderdClient {
             if e.is_timeout() {
                 CoderdError::Timeout
             } else {
-                CoderdError::Unreachable { detail: error_chain(&e) }
+                CoderdError::Unreachable {
+                    detail: error_chain(&e),
+                }
             }
         })
     }
 
     fn decode<T: DeserializeOwned>(&self, body: Vec<u8>) -> Result<T, CoderdError> {
         serde_json::from_slice(&body).map_err(|e| CoderdError::InvalidResponse {
-            detail: format!("undecodable JSON ({e}): {}", error::error_message(&body, self.inner.token.expose())),
+            detail: format!(
+                "undecodable JSON ({e}): {}",
+                error::error_message(&body, self.inner.token.expose())
+            ),
         })
     }
 }
@@ -313,16 +401,29 @@ fn organizations() -> MutexGuard<'static, OrganizationCache> {
 }
 
 /// The body of an answer with the `success` status, or the typed error for any other status.
-fn expect(answer: Answer, success: StatusCode, token: &SecretString) -> Result<Vec<u8>, CoderdError> {
+fn expect(
+    answer: Answer,
+    success: StatusCode,
+    token: &SecretString,
+) -> Result<Vec<u8>, CoderdError> {
     if answer.status == success {
         return Ok(answer.body);
     }
     if answer.status.is_success() {
         return Err(CoderdError::InvalidResponse {
-            detail: format!("expected status {}, got {}", success.as_u16(), answer.status.as_u16()),
+            detail: format!(
+                "expected status {}, got {}",
+                success.as_u16(),
+                answer.status.as_u16()
+            ),
         });
     }
-    Err(error::error_for_status(answer.status.as_u16(), answer.retry_after.as_deref(), &answer.body, token.expose()))
+    Err(error::error_for_status(
+        answer.status.as_u16(),
+        answer.retry_after.as_deref(),
+        &answer.body,
+        token.expose(),
+    ))
 }
 
 /// An error and its sources on one line (reqwest hides the useful cause, e.g. "connection refused").
@@ -342,29 +443,46 @@ mod unit_tests {
     use super::*;
 
     fn client(base: &str) -> CoderdClient {
-        CoderdClient::new(base, SecretString::new("abcdefghij-0123456789012345678901"), ClientOptions::default())
-            .unwrap()
+        CoderdClient::new(
+            base,
+            SecretString::new("abcdefghij-0123456789012345678901"),
+            ClientOptions::default(),
+        )
+        .unwrap()
     }
 
     #[test]
     fn urls_keep_a_base_path_and_encode_segments() {
         assert_eq!(
-            client("https://coder.example.com/").url(&["organizations", "a b/c"]).as_str(),
+            client("https://coder.example.com/")
+                .url(&["organizations", "a b/c"])
+                .as_str(),
             "https://coder.example.com/api/v2/organizations/a%20b%2Fc"
         );
         assert_eq!(
-            client("https://example.com/coder").url(&["entitlements"]).as_str(),
+            client("https://example.com/coder")
+                .url(&["entitlements"])
+                .as_str(),
             "https://example.com/coder/api/v2/entitlements"
         );
     }
 
     #[test]
     fn bad_configuration_is_an_error_without_the_token() {
-        let bad_url = CoderdClient::new("not a url", SecretString::new("t"), ClientOptions::default()).unwrap_err();
+        let bad_url = CoderdClient::new(
+            "not a url",
+            SecretString::new("t"),
+            ClientOptions::default(),
+        )
+        .unwrap_err();
         assert!(matches!(bad_url, CoderdError::InvalidConfiguration { .. }));
         let secret = "abc\ndef-secret";
-        let bad_token =
-            CoderdClient::new("http://127.0.0.1:1", SecretString::new(secret), ClientOptions::default()).unwrap_err();
+        let bad_token = CoderdClient::new(
+            "http://127.0.0.1:1",
+            SecretString::new(secret),
+            ClientOptions::default(),
+        )
+        .unwrap_err();
         assert!(!bad_token.to_string().contains("def-secret"), "{bad_token}");
     }
 

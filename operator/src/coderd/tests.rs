@@ -4,18 +4,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fake_coderd::journal::JournalQuery;
-use fake_coderd::{Entitlement, FakeCoderd, FaultSpec, JournalEntry, RateLimitSpec, UserRole, fingerprint, routes as fake_routes};
+use fake_coderd::{
+    Entitlement, FakeCoderd, FakeConfig, FaultSpec, JournalEntry, RateLimitSpec, Seed, UserRole,
+    fingerprint, routes as fake_routes,
+};
 
 use super::*;
 use crate::runtime::metrics::Metrics;
 
+/// A fake whose default organization always has the same id. The organization cache is
+/// process-wide and keyed by URL, and a later test's fake may get an earlier one's port; with a
+/// fixed id a cached entry stays true across fakes.
 async fn fake() -> FakeCoderd {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    FakeCoderd::start().await.expect("fake coderd starts")
+    let seed: Seed = serde_json::from_value(
+        serde_json::json!({"default_organization_id": "5eed0000-0000-4000-8000-000000000001"}),
+    )
+    .expect("valid seed");
+    FakeCoderd::start_with(FakeConfig {
+        seed,
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("fake coderd starts")
 }
 
-fn client_with(fake: &FakeCoderd, token: &str, timeout: Duration, metrics: Option<Arc<Metrics>>) -> CoderdClient {
-    CoderdClient::new(&fake.url(), SecretString::new(token), ClientOptions { timeout, metrics }).expect("valid client")
+fn client_with(
+    fake: &FakeCoderd,
+    token: &str,
+    timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
+) -> CoderdClient {
+    CoderdClient::new(
+        &fake.url(),
+        SecretString::new(token),
+        ClientOptions { timeout, metrics },
+    )
+    .expect("valid client")
 }
 
 fn client(fake: &FakeCoderd) -> CoderdClient {
@@ -23,51 +48,104 @@ fn client(fake: &FakeCoderd) -> CoderdClient {
 }
 
 fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 fn entries(journal: &[JournalEntry], method: &str, route: &str) -> Vec<JournalEntry> {
-    journal.iter().filter(|e| e.method.eq_ignore_ascii_case(method) && e.route.as_deref() == Some(route)).cloned().collect()
+    journal
+        .iter()
+        .filter(|e| e.method.eq_ignore_ascii_case(method) && e.route.as_deref() == Some(route))
+        .cloned()
+        .collect()
 }
 
 #[tokio::test]
 async fn key_lifecycle_uses_the_documented_requests_and_headers() {
     let fake = fake().await;
     let metrics = Arc::new(Metrics::new());
-    let coderd = client_with(&fake, &fake.operator_token(), Duration::from_secs(10), Some(metrics.clone()));
+    let coderd = client_with(
+        &fake,
+        &fake.operator_token(),
+        Duration::from_secs(10),
+        Some(metrics.clone()),
+    );
 
     let org = coderd.organization("default").await.unwrap();
     assert_eq!(org.name, "default");
     assert!(coderd.list_keys(&org.id).await.unwrap().is_empty());
-    let plaintext = coderd.create_key(&org.id, "Build-Farm", &tags(&[("env", "prod")])).await.unwrap();
+    let plaintext = coderd
+        .create_key(&org.id, "Build-Farm", &tags(&[("env", "prod")]))
+        .await
+        .unwrap();
     assert_eq!(plaintext.expose().len(), 43);
     let listed = coderd.list_keys_after_create(&org.id).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].name, "build-farm", "coderd stores names lower-cased");
+    assert_eq!(
+        listed[0].name, "build-farm",
+        "coderd stores names lower-cased"
+    );
     assert_eq!(listed[0].organization, org.id);
     assert_eq!(listed[0].tags, tags(&[("env", "prod")]));
     coderd.delete_key(&org.id, "build-farm").await.unwrap();
     assert!(fake.keys(&org.id).unwrap().is_empty());
-    coderd.delete_key(&org.id, "build-farm").await.expect("404 on delete means already gone");
+    coderd
+        .delete_key(&org.id, "build-farm")
+        .await
+        .expect("404 on delete means already gone");
     let entitlements = coderd.entitlements().await.unwrap();
-    assert_eq!(entitlements.external_provisioner_daemons(), Some(EntitlementValue::Entitled));
+    assert_eq!(
+        entitlements.external_provisioner_daemons(),
+        Some(EntitlementValue::Entitled)
+    );
 
     let journal = fake.journal();
     let token_print = fingerprint(&fake.operator_token());
-    assert!(journal.iter().all(|e| e.session_token_fingerprint.as_deref() == Some(token_print.as_str())));
+    assert!(
+        journal
+            .iter()
+            .all(|e| e.session_token_fingerprint.as_deref() == Some(token_print.as_str()))
+    );
     let lists = entries(&journal, "GET", fake_routes::LIST_KEYS);
     assert_eq!(lists.len(), 2);
-    assert_eq!(lists[0].bypass_ratelimit, None, "a plain list does not bypass");
-    assert_eq!(lists[1].bypass_ratelimit.as_deref(), Some("true"), "the list after a create bypasses");
+    assert_eq!(
+        lists[0].bypass_ratelimit, None,
+        "a plain list does not bypass"
+    );
+    assert_eq!(
+        lists[1].bypass_ratelimit.as_deref(),
+        Some("true"),
+        "the list after a create bypasses"
+    );
     let create = entries(&journal, "POST", fake_routes::CREATE_KEY);
     assert_eq!(create.len(), 1);
     assert_eq!(create[0].bypass_ratelimit.as_deref(), Some("true"));
-    assert_eq!(create[0].body, Some(serde_json::json!({"name": "Build-Farm", "tags": {"env": "prod"}})));
+    assert_eq!(
+        create[0].body,
+        Some(serde_json::json!({"name": "Build-Farm", "tags": {"env": "prod"}}))
+    );
     let deletes = entries(&journal, "DELETE", fake_routes::DELETE_KEY);
-    assert_eq!(deletes.iter().map(|e| e.status).collect::<Vec<_>>(), [204, 404]);
-    assert!(deletes.iter().all(|e| e.bypass_ratelimit.as_deref() == Some("true")));
-    assert_eq!(entries(&journal, "GET", fake_routes::ENTITLEMENTS)[0].bypass_ratelimit.as_deref(), Some("true"));
-    assert_eq!(entries(&journal, "GET", fake_routes::ORGANIZATION)[0].bypass_ratelimit, None);
+    assert_eq!(
+        deletes.iter().map(|e| e.status).collect::<Vec<_>>(),
+        [204, 404]
+    );
+    assert!(
+        deletes
+            .iter()
+            .all(|e| e.bypass_ratelimit.as_deref() == Some("true"))
+    );
+    assert_eq!(
+        entries(&journal, "GET", fake_routes::ENTITLEMENTS)[0]
+            .bypass_ratelimit
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        entries(&journal, "GET", fake_routes::ORGANIZATION)[0].bypass_ratelimit,
+        None
+    );
 
     let text = metrics.render();
     for series in [
@@ -83,19 +161,29 @@ async fn key_lifecycle_uses_the_documented_requests_and_headers() {
 #[tokio::test]
 async fn organization_lookups_are_cached_until_a_scoped_404() {
     let fake = fake().await;
+    // An organization no other test uses, so no earlier test can have cached it.
+    fake.add_organization("cache-test").unwrap();
     let coderd = client(&fake);
-    let first = coderd.organization("default").await.unwrap();
+    let first = coderd.organization("cache-test").await.unwrap();
     // A second client for the same coderd (the reconciler builds one per pass) shares the cache,
     // also when it asks by id or in another case.
     let other = client(&fake);
-    assert_eq!(other.organization("DEFAULT").await.unwrap(), first);
+    assert_eq!(other.organization("CACHE-TEST").await.unwrap(), first);
     assert_eq!(other.organization(&first.id).await.unwrap(), first);
     assert_eq!(fake.journal().count("GET", fake_routes::ORGANIZATION), 1);
 
-    fake.inject_fault(FaultSpec::status("GET", fake_routes::LIST_KEYS, 404)).unwrap();
-    assert!(matches!(coderd.list_keys(&first.id).await, Err(CoderdError::NotFound { .. })));
-    assert_eq!(coderd.organization("default").await.unwrap(), first);
-    assert_eq!(fake.journal().count("GET", fake_routes::ORGANIZATION), 2, "the 404 dropped the cached entry");
+    fake.inject_fault(FaultSpec::status("GET", fake_routes::LIST_KEYS, 404))
+        .unwrap();
+    assert!(matches!(
+        coderd.list_keys(&first.id).await,
+        Err(CoderdError::NotFound { .. })
+    ));
+    assert_eq!(coderd.organization("cache-test").await.unwrap(), first);
+    assert_eq!(
+        fake.journal().count("GET", fake_routes::ORGANIZATION),
+        2,
+        "the 404 dropped the cached entry"
+    );
 }
 
 #[tokio::test]
@@ -103,11 +191,17 @@ async fn unknown_organizations_are_not_found_and_not_cached() {
     let fake = fake().await;
     let coderd = client(&fake);
     for _ in 0..2 {
-        assert!(matches!(coderd.organization("no-such-org").await, Err(CoderdError::NotFound { .. })));
+        assert!(matches!(
+            coderd.organization("no-such-org").await,
+            Err(CoderdError::NotFound { .. })
+        ));
     }
     assert_eq!(fake.journal().count("GET", fake_routes::ORGANIZATION), 2);
     let created = fake.add_organization("no-such-org").unwrap();
-    assert_eq!(coderd.organization("no-such-org").await.unwrap().id, created.id);
+    assert_eq!(
+        coderd.organization("no-such-org").await.unwrap().id,
+        created.id
+    );
 }
 
 #[tokio::test]
@@ -116,16 +210,26 @@ async fn status_codes_map_to_typed_errors_without_the_token() {
     let coderd = client(&fake);
     let org = coderd.organization("default").await.unwrap();
     for (status, check) in [
-        (401, (|e| matches!(e, CoderdError::Unauthorized { .. })) as fn(&CoderdError) -> bool),
+        (
+            401,
+            (|e| matches!(e, CoderdError::Unauthorized { .. })) as fn(&CoderdError) -> bool,
+        ),
         (403, |e| matches!(e, CoderdError::Forbidden { .. })),
         (404, |e| matches!(e, CoderdError::NotFound { .. })),
         (409, |e| matches!(e, CoderdError::Conflict { .. })),
         (500, |e| matches!(e, CoderdError::Api { status: 500, .. })),
     ] {
-        fake.inject_fault(FaultSpec::status("POST", fake_routes::CREATE_KEY, status)).unwrap();
-        let error = coderd.create_key(&org.id, "k", &BTreeMap::new()).await.unwrap_err();
+        fake.inject_fault(FaultSpec::status("POST", fake_routes::CREATE_KEY, status))
+            .unwrap();
+        let error = coderd
+            .create_key(&org.id, "k", &BTreeMap::new())
+            .await
+            .unwrap_err();
         assert!(check(&error), "{status} gave {error:?}");
-        assert!(!error.to_string().contains(&fake.operator_token()), "{error}");
+        assert!(
+            !error.to_string().contains(&fake.operator_token()),
+            "{error}"
+        );
     }
     assert!(fake.keys(&org.id).unwrap().is_empty());
 }
@@ -135,17 +239,38 @@ async fn real_coderd_answers_map_to_typed_errors() {
     let fake = fake().await;
     let coderd = client(&fake);
     let org = coderd.organization("default").await.unwrap();
-    coderd.create_key(&org.id, "dup", &BTreeMap::new()).await.unwrap();
-    let conflict = coderd.create_key(&org.id, "DUP", &BTreeMap::new()).await.unwrap_err();
-    assert!(matches!(&conflict, CoderdError::Conflict { message } if message.contains("already exists")), "{conflict:?}");
+    coderd
+        .create_key(&org.id, "dup", &BTreeMap::new())
+        .await
+        .unwrap();
+    let conflict = coderd
+        .create_key(&org.id, "DUP", &BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&conflict, CoderdError::Conflict { message } if message.contains("already exists")),
+        "{conflict:?}"
+    );
 
     fake.set_entitlement(Entitlement::NotEntitled);
-    let gated = coderd.create_key(&org.id, "gated", &BTreeMap::new()).await.unwrap_err();
-    assert!(matches!(&gated, CoderdError::Forbidden { message } if message.contains("Enterprise feature")), "{gated:?}");
+    let gated = coderd
+        .create_key(&org.id, "gated", &BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&gated, CoderdError::Forbidden { message } if message.contains("Enterprise feature")),
+        "{gated:?}"
+    );
 
     let stranger = "abcdefghij-0123456789012345678901";
-    let unknown = client_with(&fake, stranger, Duration::from_secs(10), None).list_keys(&org.id).await.unwrap_err();
-    assert!(matches!(unknown, CoderdError::Unauthorized { .. }), "{unknown:?}");
+    let unknown = client_with(&fake, stranger, Duration::from_secs(10), None)
+        .list_keys(&org.id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, CoderdError::Unauthorized { .. }),
+        "{unknown:?}"
+    );
     assert!(!format!("{unknown} {unknown:?}").contains(stranger));
 }
 
@@ -160,7 +285,12 @@ async fn too_many_requests_carries_retry_after() {
         count: 1,
     }));
     let limited = coderd.list_keys(&org.id).await.unwrap_err();
-    assert_eq!(limited, CoderdError::RateLimited { retry_after: Some(Duration::from_secs(60)) });
+    assert_eq!(
+        limited,
+        CoderdError::RateLimited {
+            retry_after: Some(Duration::from_secs(60))
+        }
+    );
     assert!(coderd.list_keys(&org.id).await.is_ok());
 }
 
@@ -171,17 +301,38 @@ async fn a_refused_bypass_is_repeated_once_without_the_header() {
     let coderd = client_with(&fake, &member, Duration::from_secs(10), None);
 
     let entitlements = coderd.entitlements().await.unwrap();
-    assert_eq!(entitlements.external_provisioner_daemons(), Some(EntitlementValue::Entitled));
+    assert_eq!(
+        entitlements.external_provisioner_daemons(),
+        Some(EntitlementValue::Entitled)
+    );
     let org_id = client(&fake).organization("default").await.unwrap().id;
-    let refused = coderd.create_key(&org_id, "k", &BTreeMap::new()).await.unwrap_err();
-    assert!(matches!(refused, CoderdError::Forbidden { .. }), "a member may not create keys: {refused:?}");
+    let refused = coderd
+        .create_key(&org_id, "k", &BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, CoderdError::Forbidden { .. }),
+        "a member may not create keys: {refused:?}"
+    );
 
     let journal = fake.journal();
-    for (method, route) in [("GET", fake_routes::ENTITLEMENTS), ("POST", fake_routes::CREATE_KEY)] {
-        let attempts: Vec<_> =
-            entries(&journal, method, route).into_iter().map(|e| (e.bypass_ratelimit, e.status)).collect();
-        assert_eq!(attempts[0], (Some("true".to_owned()), 428), "{method} {route}");
-        assert_eq!(attempts[1].0, None, "{method} {route}: the repeat drops the header");
+    for (method, route) in [
+        ("GET", fake_routes::ENTITLEMENTS),
+        ("POST", fake_routes::CREATE_KEY),
+    ] {
+        let attempts: Vec<_> = entries(&journal, method, route)
+            .into_iter()
+            .map(|e| (e.bypass_ratelimit, e.status))
+            .collect();
+        assert_eq!(
+            attempts[0],
+            (Some("true".to_owned()), 428),
+            "{method} {route}"
+        );
+        assert_eq!(
+            attempts[1].0, None,
+            "{method} {route}: the repeat drops the header"
+        );
         assert_eq!(attempts.len(), 2, "{method} {route}: exactly one repeat");
     }
 }
@@ -190,10 +341,27 @@ async fn a_refused_bypass_is_repeated_once_without_the_header() {
 async fn a_slow_answer_is_a_timeout() {
     let fake = fake().await;
     let metrics = Arc::new(Metrics::new());
-    let coderd = client_with(&fake, &fake.operator_token(), Duration::from_millis(300), Some(metrics.clone()));
-    fake.inject_fault(FaultSpec::delay("GET", fake_routes::ENTITLEMENTS, Duration::from_secs(3))).unwrap();
-    assert_eq!(coderd.entitlements().await.unwrap_err(), CoderdError::Timeout);
-    assert!(metrics.render().contains(r#"coderd_requests_total{route="/api/v2/entitlements",status="timeout"} 1"#));
+    let coderd = client_with(
+        &fake,
+        &fake.operator_token(),
+        Duration::from_millis(300),
+        Some(metrics.clone()),
+    );
+    fake.inject_fault(FaultSpec::delay(
+        "GET",
+        fake_routes::ENTITLEMENTS,
+        Duration::from_secs(3),
+    ))
+    .unwrap();
+    assert_eq!(
+        coderd.entitlements().await.unwrap_err(),
+        CoderdError::Timeout
+    );
+    assert!(
+        metrics
+            .render()
+            .contains(r#"coderd_requests_total{route="/api/v2/entitlements",status="timeout"} 1"#)
+    );
 }
 
 #[tokio::test]
@@ -202,7 +370,10 @@ async fn a_closed_listener_is_unreachable() {
     let coderd = client(&fake);
     fake.set_unreachable(true).await.unwrap();
     let error = coderd.organization("default").await.unwrap_err();
-    assert!(matches!(&error, CoderdError::Unreachable { detail } if !detail.is_empty()), "{error:?}");
+    assert!(
+        matches!(&error, CoderdError::Unreachable { detail } if !detail.is_empty()),
+        "{error:?}"
+    );
     fake.set_unreachable(false).await.unwrap();
     assert!(coderd.organization("default").await.is_ok());
 }
@@ -211,6 +382,10 @@ async fn a_closed_listener_is_unreachable() {
 async fn a_reset_connection_is_unreachable_not_a_panic() {
     let fake = fake().await;
     let coderd = client(&fake);
-    fake.inject_fault(FaultSpec::reset("GET", fake_routes::ENTITLEMENTS)).unwrap();
-    assert!(matches!(coderd.entitlements().await, Err(CoderdError::Unreachable { .. })));
+    fake.inject_fault(FaultSpec::reset("GET", fake_routes::ENTITLEMENTS))
+        .unwrap();
+    assert!(matches!(
+        coderd.entitlements().await,
+        Err(CoderdError::Unreachable { .. })
+    ));
 }

@@ -84,7 +84,9 @@ impl Entitlements {
     /// The entitlement of `external_provisioner_daemons`; `None` when the feature is absent
     /// (the caller treats that as not entitled).
     pub fn external_provisioner_daemons(&self) -> Option<EntitlementValue> {
-        self.features.get(EXTERNAL_PROVISIONER_DAEMONS).map(|feature| feature.entitlement.clone())
+        self.features
+            .get(EXTERNAL_PROVISIONER_DAEMONS)
+            .map(|feature| feature.entitlement.clone())
     }
 }
 
@@ -117,7 +119,11 @@ mod tests {
     #[case("grace_period", Some(EntitlementValue::GracePeriod), true)]
     #[case("not_entitled", Some(EntitlementValue::NotEntitled), false)]
     #[case("bogus", Some(EntitlementValue::Unknown("bogus".into())), false)]
-    fn entitlement_values(#[case] raw: &str, #[case] expected: Option<EntitlementValue>, #[case] usable: bool) {
+    fn entitlement_values(
+        #[case] raw: &str,
+        #[case] expected: Option<EntitlementValue>,
+        #[case] usable: bool,
+    ) {
         let body = format!(
             r#"{{"features":{{"external_provisioner_daemons":{{"entitlement":"{raw}","enabled":true}},"audit_log":{{"entitlement":"entitled","enabled":true}}}},"has_license":true,"warnings":[]}}"#
         );
@@ -129,7 +135,8 @@ mod tests {
 
     #[test]
     fn absent_feature_is_none_and_null_features_is_rejected() {
-        let entitlements: Entitlements = serde_json::from_str(r#"{"features":{},"has_license":false}"#).unwrap();
+        let entitlements: Entitlements =
+            serde_json::from_str(r#"{"features":{},"has_license":false}"#).unwrap();
         assert_eq!(entitlements.external_provisioner_daemons(), None);
         assert!(serde_json::from_str::<Entitlements>(r#"{"features":null}"#).is_err());
     }

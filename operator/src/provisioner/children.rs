@@ -15,6 +15,7 @@ use crate::api::{
     APP_NAME, CoderProvisioner, KEY_CHECKSUM_ANNOTATION, LABEL_INSTANCE, LABEL_MANAGED_BY,
     LABEL_NAME, MANAGED_BY,
 };
+use crate::seeded::{self, Bug};
 
 use super::names::{Names, fnv_hex};
 
@@ -153,6 +154,13 @@ fn env(inputs: &ChildInputs<'_>) -> Vec<EnvVar> {
             ..Default::default()
         },
     ];
+    if seeded::active(Bug::DaemonWithOrganizationEnv) {
+        env.push(EnvVar {
+            name: "CODER_ORGANIZATION".to_owned(),
+            value: Some(inputs.names.organization.clone()),
+            ..Default::default()
+        });
+    }
     env.extend(inputs.cr.spec.extra_env.iter().flatten().cloned());
     env
 }
@@ -167,7 +175,8 @@ pub fn deployment(inputs: &ChildInputs<'_>, key_value: &str) -> Deployment {
     let container = Container {
         name: CONTAINER_NAME.to_owned(),
         image: Some(image(inputs)),
-        command: Some(vec!["coder".to_owned()]),
+        command: (!seeded::active(Bug::DaemonWithoutCoderCommand))
+            .then(|| vec!["coder".to_owned()]),
         args: Some(args),
         env: Some(env(inputs)),
         resources: spec.resources.clone(),

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use url::Url;
 
 use crate::api::{CREDENTIAL_DESTINATIONS_ANNOTATION, CREDENTIAL_LABEL, reason};
+use crate::seeded::{self, Bug};
 
 /// What the check needs to know about one referenced Secret (never its data).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,6 +59,9 @@ pub fn check_credentials(
     secrets: &BTreeMap<String, Option<SecretMeta>>,
     control_plane_url: &str,
 ) -> CredentialCheck {
+    if seeded::active(Bug::CredentialSecretsUnchecked) {
+        return Ok(());
+    }
     for credential in refs {
         let Some(meta) = secrets.get(&credential.secret).and_then(Option::as_ref) else {
             if credential.optional {
@@ -163,6 +167,15 @@ pub fn destinations_allow(destinations: &str, control_plane_url: &str) -> bool {
     let Some(wanted) = origin_of(control_plane_url) else {
         return false;
     };
+    if seeded::active(Bug::CredentialOriginPrefixMatch) {
+        let prefix = control_plane_url
+            .trim()
+            .trim_end_matches('/')
+            .to_ascii_lowercase();
+        return destinations
+            .split(',')
+            .any(|entry| entry.trim().to_ascii_lowercase().starts_with(&prefix));
+    }
     destinations
         .split(',')
         .map(str::trim)
@@ -204,7 +217,11 @@ mod tests {
     #[case::non_default_port("http://127.0.0.1:3000", "http://127.0.0.1:3000", true)]
     #[case::port_missing("http://127.0.0.1:3000", "http://127.0.0.1", false)]
     #[case::invalid_control_plane("not a url", "http://127.0.0.1", false)]
-    #[case::authority_as_userinfo("http://127.0.0.1:3000", "http://127.0.0.1:3000@evil.test", false)]
+    #[case::authority_as_userinfo(
+        "http://127.0.0.1:3000",
+        "http://127.0.0.1:3000@evil.test",
+        false
+    )]
     #[case::bare_wildcard("http://127.0.0.1:3000", "*", false)]
     fn control_plane_origin(#[case] cp: &str, #[case] annotation: &str, #[case] allowed: bool) {
         assert_eq!(destinations_allow(annotation, cp), allowed);

@@ -6,6 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{CoderControlPlane, condition, reason};
 use crate::coderd::{CoderdError, EntitlementValue, SecretString};
+use crate::seeded::{self, Bug};
 
 /// Retry interval while a prerequisite on the control plane is missing (R-PRE-5).
 pub const PREREQUISITE_RETRY: Duration = Duration::from_secs(15);
@@ -319,7 +320,7 @@ pub fn key_secret_ownership(
     let Some(secret) = secret else {
         return Ok((KeySecretState::Absent, ready()));
     };
-    if !is_controlled_by(secret, cr_uid) {
+    if !is_controlled_by(secret, cr_uid) && !seeded::active(Bug::UnownedKeySecretAdopted) {
         return Err(Blocked::new(
             condition::KEY_SECRET_READY,
             reason::KEY_SECRET_NOT_OWNED,

@@ -30,6 +30,7 @@ use crate::api::{
 };
 use crate::coderd::{ClientOptions, CoderdClient, CoderdError, SecretString};
 use crate::runtime::metrics::Metrics;
+use crate::seeded::{self, Bug};
 
 use self::backoff::{AttemptCounters, HoldOff};
 use self::children::ChildInputs;
@@ -189,6 +190,9 @@ async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Erro
         &mut deployment,
     )
     .await;
+    if seeded::active(Bug::KeyStatusNotPersistedEarly) && outcome.is_err() {
+        report.key = None;
+    }
     // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
     if !matches!(outcome, Ok(Step::RateLimited(_) | Step::HeldOff(_))) {
         ctx.rate_limits.reset(&object_key(cr));
@@ -276,7 +280,10 @@ async fn run_pipeline(
                 condition: ConditionUpdate::failed(condition::CREDENTIALS_READY, reason, message),
                 retry_after: gates::CREDENTIALS_RETRY,
             };
-            return Ok(blocked(report, failure));
+            if !seeded::active(Bug::DeploymentUpdatedDespiteInvalidCredentials) {
+                return Ok(blocked(report, failure));
+            }
+            report.set(failure.condition);
         }
     }
 
@@ -297,6 +304,12 @@ async fn run_pipeline(
         };
     match entitlement {
         Ok(condition) => report.set(condition),
+        Err(failure)
+            if seeded::active(Bug::NotEntitledIgnored)
+                && failure.condition.reason == reason::NOT_ENTITLED =>
+        {
+            report.set(failure.condition)
+        }
         Err(failure) => return Ok(blocked(report, failure)),
     }
 
@@ -329,7 +342,11 @@ async fn run_pipeline(
         control_plane_url: control_plane.url.clone(),
     };
     let previous = cr.status.clone().unwrap_or_default();
-    let key_value = match keys::decide(&desired, &previous, &secret_state) {
+    let mut action = keys::decide(&desired, &previous, &secret_state);
+    if seeded::active(Bug::KeyRotatedOnRestart) {
+        action = seeded::rotate_on_first_sight(&object_key(cr), action, &previous, &desired);
+    }
+    let key_value = match action {
         KeyAction::Reuse(value) => {
             report.set(condition);
             value
@@ -381,7 +398,9 @@ async fn run_pipeline(
             report.key = Some((established.record, secret_ref));
             report.set(key_ready());
             // R-KEY-7: record the key before anything else can fail, so retries reuse it.
-            writer.write(report, deployment.as_ref()).await?;
+            if !seeded::active(Bug::KeyStatusNotPersistedEarly) {
+                writer.write(report, deployment.as_ref()).await?;
+            }
             established.plaintext
         }
     };
@@ -475,7 +494,14 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> 
     ctx.rate_limits.reset(&key);
     ctx.key_hold_off.clear(&key);
     let status = cr.status.clone().unwrap_or_default();
-    let Some(recorded) = keys::recorded_key(&status, "") else {
+    let recorded = keys::recorded_key(&status, "").or_else(|| {
+        seeded::active(Bug::CleanupWithoutKeyCallsCoderd).then(|| keys::RecordedKey {
+            organization_id: Names::for_provisioner(cr).organization,
+            key_id: String::new(),
+            control_plane_url: String::new(),
+        })
+    });
+    let Some(recorded) = recorded else {
         info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
         return Ok(Action::await_change());
     };
@@ -514,6 +540,9 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> 
                 note,
             )
             .await;
+            if seeded::active(Bug::FinalizerKeptWhileCoderdDown) {
+                return Err(Error::Key(CoderdError::Unreachable { detail: why }));
+            }
         }
     }
     Ok(Action::await_change())
@@ -551,6 +580,11 @@ async fn delete_recorded_key(
         recorded.control_plane_url.clone()
     };
     let client = ctx.coderd(&url, &token).map_err(|e| e.to_string())?;
+    if seeded::active(Bug::CleanupBySpecKeyName) {
+        let name = Names::for_provisioner(cr).key_name;
+        let deleted = client.delete_key(&recorded.organization_id, &name).await;
+        return deleted.map(|()| Some(name)).map_err(|e| e.to_string());
+    }
     keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id)
         .await
         .map_err(|e| e.to_string())

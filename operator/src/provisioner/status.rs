@@ -6,6 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::{
     CoderProvisionerStatus, PHASE_PENDING, PHASE_READY, SecretKeyRef, condition, reason,
 };
+use crate::seeded::{self, Bug};
 
 use super::gates::ConditionUpdate;
 use super::keys::KeyRecord;
@@ -106,7 +107,7 @@ fn merge_condition(
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
     let last_transition_time = existing
         .map(|i| &conditions[i])
-        .filter(|c| c.status == status)
+        .filter(|c| c.status == status && !seeded::active(Bug::StatusRewrittenEveryReconcile))
         .map_or(Time(now), |c| c.last_transition_time.clone());
     let condition = Condition {
         type_: update.type_.to_owned(),
@@ -147,6 +148,9 @@ pub fn status_changed(
     current: Option<&CoderProvisionerStatus>,
     next: &CoderProvisionerStatus,
 ) -> bool {
+    if seeded::active(Bug::StatusRewrittenEveryReconcile) {
+        return true;
+    }
     let without_times = |status: &CoderProvisionerStatus| {
         let mut status = status.clone();
         for condition in &mut status.conditions {

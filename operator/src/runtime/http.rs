@@ -34,12 +34,18 @@ pub fn router(metrics: Arc<Metrics>, readiness: ReadinessProbe) -> Router {
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match (state.readiness)() {
         Ok(what) => (StatusCode::OK, format!("ok: {what}\n")),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], state.metrics.render())
+    (
+        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+        state.metrics.render(),
+    )
 }
 
 /// Serves the endpoints on `listener` until `shutdown` is cancelled.
@@ -49,7 +55,9 @@ pub async fn serve(
     readiness: ReadinessProbe,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics, readiness)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    axum::serve(listener, router(metrics, readiness))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
 }
 
 #[cfg(test)]
@@ -66,7 +74,11 @@ mod tests {
         let ready = Arc::new(AtomicBool::new(false));
         let probe_flag = ready.clone();
         let probe: ReadinessProbe = Arc::new(move || {
-            if probe_flag.load(Ordering::SeqCst) { Ok("controller ready".into()) } else { Err("watches starting".into()) }
+            if probe_flag.load(Ordering::SeqCst) {
+                Ok("controller ready".into())
+            } else {
+                Err("watches starting".into())
+            }
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -78,13 +90,27 @@ mod tests {
         assert_eq!(health.status(), 200);
         let not_ready = http.get(format!("{base}/readyz")).send().await.unwrap();
         assert_eq!(not_ready.status(), 503);
-        assert_eq!(not_ready.text().await.unwrap(), "not ready: watches starting\n");
+        assert_eq!(
+            not_ready.text().await.unwrap(),
+            "not ready: watches starting\n"
+        );
         ready.store(true, Ordering::SeqCst);
         let now_ready = http.get(format!("{base}/readyz")).send().await.unwrap();
         assert_eq!(now_ready.status(), 200);
         let scraped = http.get(format!("{base}/metrics")).send().await.unwrap();
-        assert!(scraped.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("application/openmetrics-text"));
-        assert!(scraped.text().await.unwrap().contains("coder_provisioner_operator_provisioner_keys_created_total 1"));
+        assert!(
+            scraped.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("application/openmetrics-text")
+        );
+        assert!(
+            scraped
+                .text()
+                .await
+                .unwrap()
+                .contains("coder_provisioner_operator_provisioner_keys_created_total 1")
+        );
 
         shutdown.cancel();
         server.await.unwrap().unwrap();

@@ -60,7 +60,12 @@ where
         .with_grace(settings.renew_grace_secs)
         .build()
         .await
-        .with_context(|| format!("preparing Lease {}/{}", settings.namespace, settings.lease_name))?;
+        .with_context(|| {
+            format!(
+                "preparing Lease {}/{}",
+                settings.namespace, settings.lease_name
+            )
+        })?;
     tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity,
         "waiting for leadership");
     let (mut leading, lease_task) = manager.watch().await;
@@ -98,13 +103,20 @@ where
             None => (&mut controller).await,
         };
         flag.set(false);
-        let outcome = joined.context("the controller task panicked").and_then(|run| run);
+        let outcome = joined
+            .context("the controller task panicked")
+            .and_then(|run| run);
         if outcome.is_err() || shutdown.is_cancelled() {
             break outcome;
         }
+        if leading.has_changed().is_err() {
+            break Err(anyhow::anyhow!("the lease manager stopped unexpectedly"));
+        }
         if *leading.borrow() {
             // The controller ended on its own while still leading: nothing would restart it.
-            break Err(anyhow::anyhow!("the controller stopped while this process still held the lease"));
+            break Err(anyhow::anyhow!(
+                "the controller stopped while this process still held the lease"
+            ));
         }
         tracing::info!("back to standby");
     };
@@ -113,7 +125,9 @@ where
     drop(leading);
     match lease_task.await {
         Ok(Ok(_)) => tracing::info!(lease = %settings.lease_name, "released the lease"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed; it will expire on its own"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "releasing the lease failed; it will expire on its own")
+        }
         Err(e) => tracing::warn!(error = %e, "the lease task panicked"),
     }
     result

@@ -24,7 +24,11 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal());
     let installed = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
     };
     installed.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
 }

@@ -57,8 +57,9 @@ impl Metrics {
             "CoderProvisioner reconciles by result (ok, requeue, error)",
             reconciles.clone(),
         );
-        let reconcile_duration =
-            Family::<ResultLabels, Histogram>::new_with_constructor(reconcile_histogram as fn() -> Histogram);
+        let reconcile_duration = Family::<ResultLabels, Histogram>::new_with_constructor(
+            reconcile_histogram as fn() -> Histogram,
+        );
         registry.register(
             "reconcile_duration_seconds",
             "Duration of CoderProvisioner reconciles by result",
@@ -82,7 +83,14 @@ impl Metrics {
             "Provisioner keys deleted in coderd (a delete answered 404, key already gone, is not counted)",
             keys_deleted.clone(),
         );
-        Self { registry, reconciles, reconcile_duration, coderd_requests, keys_created, keys_deleted }
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            coderd_requests,
+            keys_created,
+            keys_deleted,
+        }
     }
 
     pub fn registry(&self) -> &Registry {
@@ -91,7 +99,9 @@ impl Metrics {
 
     /// Records one finished reconcile; `result` is `"ok"`, `"requeue"` or `"error"`.
     pub fn reconcile_finished(&self, result: &str, secs: f64) {
-        let labels = ResultLabels { result: result.to_owned() };
+        let labels = ResultLabels {
+            result: result.to_owned(),
+        };
         self.reconciles.get_or_create(&labels).inc();
         self.reconcile_duration.get_or_create(&labels).observe(secs);
     }
@@ -99,7 +109,10 @@ impl Metrics {
     /// Records one coderd request; `route` is a route template, `status` a status code or an
     /// outcome without one (`timeout`, `unreachable`).
     pub fn coderd_request(&self, route: &str, status: &str) {
-        let labels = CoderdRequestLabels { route: route.to_owned(), status: status.to_owned() };
+        let labels = CoderdRequestLabels {
+            route: route.to_owned(),
+            status: status.to_owned(),
+        };
         self.coderd_requests.get_or_create(&labels).inc();
     }
 

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use conformance::cluster::local::{LocalControlPlane, LocalOptions};
-use conformance::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest, REFERENCE_ARGS};
+use conformance::implementation::{
+    OperatorCommand, OperatorProcess, OperatorUnderTest, REFERENCE_ARGS,
+};
 use conformance::kubelet::{ReadinessSimulator, WatchScope};
 use fake_coderd::{FakeCoderd, JournalEntry};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -39,7 +41,11 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { extra_args: Vec::new(), rbac_dir: repo_path("config/rbac"), rust_log: "info".into() }
+        Self {
+            extra_args: Vec::new(),
+            rbac_dir: repo_path("config/rbac"),
+            rust_log: "info".into(),
+        }
     }
 }
 
@@ -54,11 +60,18 @@ impl Cluster {
     pub async fn start() -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let serial = SERIAL.lock().await;
-        let cluster = LocalControlPlane::start(LocalOptions { controller_manager: false, ..LocalOptions::default() })
-            .await
-            .context("starting the local control plane")?;
+        let cluster = LocalControlPlane::start(LocalOptions {
+            controller_manager: false,
+            ..LocalOptions::default()
+        })
+        .await
+        .context("starting the local control plane")?;
         let admin = cluster.admin_client().await?;
-        Ok(Self { admin, cluster, serial })
+        Ok(Self {
+            admin,
+            cluster,
+            serial,
+        })
     }
 }
 
@@ -74,7 +87,9 @@ pub struct Harness {
 }
 
 pub fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
 }
 
 impl Harness {
@@ -85,30 +100,50 @@ impl Harness {
     }
 
     pub async fn start_with(options: Options) -> anyhow::Result<Self> {
-        let Cluster { cluster, admin, serial } = Cluster::start().await?;
+        let Cluster {
+            cluster,
+            admin,
+            serial,
+        } = Cluster::start().await?;
         let crds = conformance::manifests::install_crds(&admin, &repo_path("config/crd")).await?;
         conformance::manifests::wait_crds_established(&admin, &crds, EVENTUALLY).await?;
         create_namespace(&admin, NAMESPACE).await?;
 
         let fake = FakeCoderd::start().await?;
         let token_secret = Secret {
-            metadata: ObjectMeta { name: Some(TOKEN_SECRET.into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(TOKEN_SECRET.into()),
+                ..ObjectMeta::default()
+            },
             string_data: Some([("token".to_owned(), fake.operator_token())].into()),
             ..Secret::default()
         };
-        Api::<Secret>::namespaced(admin.clone(), NAMESPACE).create(&PostParams::default(), &token_secret).await?;
+        Api::<Secret>::namespaced(admin.clone(), NAMESPACE)
+            .create(&PostParams::default(), &token_secret)
+            .await?;
         create_control_plane(&admin, &fake.url()).await?;
 
-        let kubelet = ReadinessSimulator::for_local(&cluster, WatchScope::Namespaces(vec![NAMESPACE.into()])).await?;
+        let kubelet =
+            ReadinessSimulator::for_local(&cluster, WatchScope::Namespaces(vec![NAMESPACE.into()]))
+                .await?;
         let binary = env!("CARGO_BIN_EXE_coder-provisioner-operator");
-        let argv = std::iter::once(binary).chain(REFERENCE_ARGS).chain(options.extra_args.iter().map(String::as_str));
+        let argv = std::iter::once(binary)
+            .chain(REFERENCE_ARGS)
+            .chain(options.extra_args.iter().map(String::as_str));
         let command = OperatorCommand::from_argv(argv)?;
         let mut spec = OperatorUnderTest::new(command);
         spec.rbac_dir = options.rbac_dir;
         spec.watch_namespace = Some(NAMESPACE.into());
         spec.extra_env.push(("RUST_LOG".into(), options.rust_log));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
-        Ok(Self { _kubelet: kubelet, operator, fake, admin, _cluster: cluster, _serial: serial })
+        Ok(Self {
+            _kubelet: kubelet,
+            operator,
+            fake,
+            admin,
+            _cluster: cluster,
+            _serial: serial,
+        })
     }
 
     pub fn provisioners(&self) -> Api<CoderProvisioner> {
@@ -120,7 +155,11 @@ impl Harness {
     }
 
     /// Creates a CoderProvisioner from the sample's spec with `name` and extra spec fields.
-    pub async fn create_provisioner(&self, name: &str, extra_spec: serde_json::Value) -> anyhow::Result<()> {
+    pub async fn create_provisioner(
+        &self,
+        name: &str,
+        extra_spec: serde_json::Value,
+    ) -> anyhow::Result<()> {
         let mut spec = json!({"controlPlaneRef": {"name": CONTROL_PLANE}, "replicas": 1, "tags": {"scope": "organization"}});
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
             spec.extend(extra.clone());
@@ -129,7 +168,9 @@ impl Harness {
             "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
             "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec,
         }))?;
-        self.provisioners().create(&PostParams::default(), &cr).await?;
+        self.provisioners()
+            .create(&PostParams::default(), &cr)
+            .await?;
         Ok(())
     }
 
@@ -163,7 +204,10 @@ impl Harness {
         let deadline = Instant::now() + EVENTUALLY;
         while self.provisioners().get_opt(name).await?.is_some() {
             if Instant::now() >= deadline {
-                bail!("{name} still exists after {EVENTUALLY:?}\noperator log tail:\n{}", self.operator.log_tail(40));
+                bail!(
+                    "{name} still exists after {EVENTUALLY:?}\noperator log tail:\n{}",
+                    self.operator.log_tail(40)
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -182,7 +226,10 @@ impl Harness {
                 return Ok(found);
             }
             if Instant::now() >= deadline {
-                bail!("{what} not reached within {EVENTUALLY:?}\noperator log tail:\n{}", self.operator.log_tail(40));
+                bail!(
+                    "{what} not reached within {EVENTUALLY:?}\noperator log tail:\n{}",
+                    self.operator.log_tail(40)
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -190,7 +237,10 @@ impl Harness {
 
     /// The key plaintext stored in the provisioner's key Secret, if any.
     pub async fn key_plaintext(&self, provisioner: &str) -> anyhow::Result<Option<String>> {
-        let secret = self.secrets().get_opt(&format!("{provisioner}-provisioner-key")).await?;
+        let secret = self
+            .secrets()
+            .get_opt(&format!("{provisioner}-provisioner-key"))
+            .await?;
         Ok(secret
             .and_then(|s| s.data)
             .and_then(|mut data| data.remove("key"))
@@ -223,14 +273,22 @@ pub fn key_calls(journal: &[JournalEntry]) -> Vec<&JournalEntry> {
     journal
         .iter()
         .filter(|e| {
-            matches!(e.route.as_deref(), Some(fake_coderd::routes::PROVISIONER_KEYS | fake_coderd::routes::DELETE_KEY))
+            matches!(
+                e.route.as_deref(),
+                Some(fake_coderd::routes::PROVISIONER_KEYS | fake_coderd::routes::DELETE_KEY)
+            )
         })
         .collect()
 }
 
 /// `(status, reason)` of the condition `type_`.
 pub fn condition(cr: &CoderProvisioner, type_: &str) -> Option<(String, String)> {
-    cr.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone()))
+    cr.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 pub fn has_condition(cr: &CoderProvisioner, type_: &str, status: &str) -> bool {
@@ -242,8 +300,16 @@ pub fn phase(cr: &CoderProvisioner) -> Option<&str> {
 }
 
 pub async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let namespace = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Namespace::default() };
-    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await?;
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await?;
     Ok(())
 }
 
@@ -261,6 +327,11 @@ async fn create_control_plane(admin: &kube::Client, url: &str) -> anyhow::Result
         "phase": "Ready", "url": url, "operatorAccessReady": true,
         "operatorTokenSecretRef": {"name": TOKEN_SECRET, "key": "token"},
     }});
-    api.patch_status(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    api.patch_status(
+        CONTROL_PLANE,
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await?;
     Ok(())
 }

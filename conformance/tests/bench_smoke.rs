@@ -1,0 +1,76 @@
+//! `conformance bench` end to end at the smallest size: every phase but the suite runs on a real
+//! local control plane with the reference operator, and the results folder holds figures that
+//! could only come from real measurements.
+use std::time::Duration;
+
+use conformance::bench::model::BenchReport;
+use conformance::bench::{BenchArgs, Phase};
+use fake_coderd::routes;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let out = tempfile::tempdir()?;
+    let args = BenchArgs {
+        sizes: vec![1],
+        phases: vec![Phase::Scale, Phase::Steady, Phase::Restart, Phase::Churn],
+        namespaces: 1,
+        control_planes: 1,
+        steady_size: 1,
+        idle: Duration::from_secs(2),
+        settle: Duration::from_secs(1),
+        churn_size: 1,
+        fault_window: Duration::from_secs(3),
+        fault_toggle: Duration::from_millis(500),
+        ready_timeout: Duration::from_secs(120),
+        out: out.path().to_path_buf(),
+    };
+    conformance::bench::run(args).await?;
+
+    let report: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("bench.json"))?)?;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let scale = &report.scale[0];
+    assert_eq!((scale.size, scale.ready), (1, 1));
+    assert!(scale.all_ready_ms.is_some() && scale.latency.max_ms.is_some());
+    let creates = scale
+        .coderd
+        .by_route
+        .get(&format!("POST {}", routes::CREATE_KEY));
+    assert_eq!(
+        creates,
+        Some(&1),
+        "one key created for one CR: {:?}",
+        scale.coderd.by_route
+    );
+    assert!(
+        scale
+            .writes
+            .by_kind
+            .keys()
+            .any(|k| k.ends_with(" deployments")),
+        "{:?}",
+        scale.writes
+    );
+    assert!(scale.operator.peak_rss_kib > 0 && scale.operator.cpu_seconds > 0.0);
+    let steady = report.steady.as_ref().expect("steady phase");
+    assert_eq!(steady.ready_at_end, 1);
+    let restart = report.restart.as_ref().expect("restart phase");
+    assert!(
+        restart.reconciled_ms.is_some(),
+        "the restarted operator reconciled the CR"
+    );
+    let churn = report.churn.as_ref().expect("churn phase");
+    assert_eq!(churn.faulted.ready, 1);
+    assert_eq!(
+        churn.healthy,
+        conformance::bench::model::ChurnRun::from(scale)
+    );
+    assert!(!report.targets.is_empty());
+
+    let svg = std::fs::read_to_string(out.path().join("bench.svg"))?;
+    assert!(svg.starts_with("<svg") && svg.contains(">1</text>"));
+    let text = std::fs::read_to_string(out.path().join("bench.txt"))?;
+    assert!(text.contains("Targets") && text.contains("Churn under faults"));
+    Ok(())
+}

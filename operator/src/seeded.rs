@@ -1,0 +1,247 @@
+//! Seeded bugs: deliberately broken variants of this operator that prove the conformance suite
+//! can fail. Each [`Bug`] re-creates one mistake the contract forbids (the PR's bugs, the
+//! tutorial's rules, stability rules) at one small decision point, marked by an
+//! `if seeded::active(Bug::…)` hook.
+//!
+//! The variants exist only in builds with the cargo feature `seeded-bugs`, which release builds
+//! never enable, and even there only the one named by [`ENV_VAR`] is active. Without the feature
+//! [`active`] is a `const fn` returning `false`, so every hook is dead code the compiler removes
+//! and the environment variable is never read.
+//!
+//! The PR's RBAC bug (the operator's ClusterRole without the pod verbs) is not a code hook: it is
+//! an RBAC folder variant produced by the runner (`conformance::seeded`).
+
+use crate::api::CoderProvisionerStatus;
+use crate::provisioner::keys::{DesiredKey, KeyAction, KeyCause, recorded_key};
+
+/// Names the active variant (kebab-case, see [`Bug::name`]) in a `seeded-bugs` build.
+pub const ENV_VAR: &str = "CODER_OPERATOR_SEEDED_BUG";
+
+/// One seeded bug, named after what it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// The key status is written only when a whole pass succeeds, so a failure after the key
+    /// step (e.g. a refused Role) makes every retry call coderd again (R-KEY-7, R-KEY-8; the PR).
+    KeyStatusNotPersistedEarly,
+    /// The daemon container has no `command: ["coder"]` (R-POD-9; the PR).
+    DaemonWithoutCoderCommand,
+    /// The daemon container gets `CODER_ORGANIZATION`, which `--key` rejects (R-POD-14; the PR).
+    DaemonWithOrganizationEnv,
+    /// An existing key Secret the CR does not control is adopted instead of refused
+    /// (R-SEC-8, R-SEC-10, R-SEC-11, D-3).
+    UnownedKeySecretAdopted,
+    /// Secrets named by `extraEnv` secretKeyRefs are not checked at all (R-CRED-3…7, D-2).
+    CredentialSecretsUnchecked,
+    /// A destination "matches" when it starts with the control plane's origin, so lookalike
+    /// hosts pass (R-CRED-6, R-CRED-10, D-2).
+    CredentialOriginPrefixMatch,
+    /// Clean-up deletes the key named by `spec.key.name` instead of the recorded id
+    /// (R-DEL-3, D-5).
+    CleanupBySpecKeyName,
+    /// Clean-up calls coderd even when the status records no key (R-DEL-5).
+    CleanupWithoutKeyCallsCoderd,
+    /// When the key delete fails the finalizer is kept and the delete retried (R-DEL-8).
+    FinalizerKeptWhileCoderdDown,
+    /// `CredentialsReady` is set False but the pass goes on to the key and the Deployment
+    /// (R-CRED-8, R-CRED-9, D-1).
+    DeploymentUpdatedDespiteInvalidCredentials,
+    /// `not_entitled` is reported but does not stop the pass (R-ENT-2, R-ENT-5, R-ENT-9).
+    NotEntitledIgnored,
+    /// Every reconcile stamps new condition times, so the status is rewritten each time (R-ST-7).
+    StatusRewrittenEveryReconcile,
+    /// The first reconcile of each CR after an operator start rotates its key (R-KEY-4).
+    KeyRotatedOnRestart,
+    /// A change of `spec.tags` is not seen as drift, so the key keeps the old tags (R-KEY-13).
+    TagsIgnoredOnDrift,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 14] = [
+        Bug::KeyStatusNotPersistedEarly,
+        Bug::DaemonWithoutCoderCommand,
+        Bug::DaemonWithOrganizationEnv,
+        Bug::UnownedKeySecretAdopted,
+        Bug::CredentialSecretsUnchecked,
+        Bug::CredentialOriginPrefixMatch,
+        Bug::CleanupBySpecKeyName,
+        Bug::CleanupWithoutKeyCallsCoderd,
+        Bug::FinalizerKeptWhileCoderdDown,
+        Bug::DeploymentUpdatedDespiteInvalidCredentials,
+        Bug::NotEntitledIgnored,
+        Bug::StatusRewrittenEveryReconcile,
+        Bug::KeyRotatedOnRestart,
+        Bug::TagsIgnoredOnDrift,
+    ];
+
+    /// The value of [`ENV_VAR`] that selects this bug.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Bug::KeyStatusNotPersistedEarly => "key-status-not-persisted-early",
+            Bug::DaemonWithoutCoderCommand => "daemon-without-coder-command",
+            Bug::DaemonWithOrganizationEnv => "daemon-with-organization-env",
+            Bug::UnownedKeySecretAdopted => "unowned-key-secret-adopted",
+            Bug::CredentialSecretsUnchecked => "credential-secrets-unchecked",
+            Bug::CredentialOriginPrefixMatch => "credential-origin-prefix-match",
+            Bug::CleanupBySpecKeyName => "cleanup-by-spec-key-name",
+            Bug::CleanupWithoutKeyCallsCoderd => "cleanup-without-key-calls-coderd",
+            Bug::FinalizerKeptWhileCoderdDown => "finalizer-kept-while-coderd-down",
+            Bug::DeploymentUpdatedDespiteInvalidCredentials => {
+                "deployment-updated-despite-invalid-credentials"
+            }
+            Bug::NotEntitledIgnored => "not-entitled-ignored",
+            Bug::StatusRewrittenEveryReconcile => "status-rewritten-every-reconcile",
+            Bug::KeyRotatedOnRestart => "key-rotated-on-restart",
+            Bug::TagsIgnoredOnDrift => "tags-ignored-on-drift",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|bug| bug.name() == name)
+    }
+}
+
+/// Whether `bug` is the variant selected by [`ENV_VAR`] (read once per process).
+#[cfg(feature = "seeded-bugs")]
+pub fn active(bug: Bug) -> bool {
+    selected() == Some(bug)
+}
+
+/// Without the `seeded-bugs` feature no bug is ever active, whatever the environment says.
+#[cfg(not(feature = "seeded-bugs"))]
+#[inline(always)]
+pub const fn active(_bug: Bug) -> bool {
+    false
+}
+
+#[cfg(feature = "seeded-bugs")]
+fn selected() -> Option<Bug> {
+    static SELECTED: std::sync::OnceLock<Option<Bug>> = std::sync::OnceLock::new();
+    *SELECTED.get_or_init(|| {
+        let name = std::env::var(ENV_VAR).ok()?;
+        let name = name.trim();
+        let bug = Bug::from_name(name);
+        match bug {
+            Some(bug) => tracing::warn!(
+                bug = bug.name(),
+                "SEEDED BUG ACTIVE: this operator is deliberately broken for a conformance check"
+            ),
+            None if name.is_empty() => {}
+            None => tracing::error!(
+                value = name,
+                known = ?Bug::ALL.map(Bug::name),
+                "{ENV_VAR} names no seeded bug; running the reference behaviour"
+            ),
+        }
+        bug
+    })
+}
+
+/// For [`Bug::KeyRotatedOnRestart`]: the first key decision this process makes for a CR (by its
+/// `namespace/name`) rotates a key that could be reused, as if a key were only trusted when an
+/// in-memory cache, empty after every start, knew it.
+pub fn rotate_on_first_sight(
+    cr: &str,
+    action: KeyAction,
+    status: &CoderProvisionerStatus,
+    desired: &DesiredKey,
+) -> KeyAction {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first_sight = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(cr.to_owned());
+    match action {
+        KeyAction::Reuse(_) if first_sight => KeyAction::Establish {
+            cause: KeyCause::BaselineMissing,
+            retire: recorded_key(status, &desired.control_plane_url),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coderd::SecretString;
+
+    #[test]
+    fn names_are_unique_kebab_case_and_round_trip() {
+        let mut names: Vec<&str> = Bug::ALL.iter().map(|bug| bug.name()).collect();
+        for (bug, name) in Bug::ALL.iter().zip(&names) {
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{name} is not kebab-case"
+            );
+            assert_eq!(Bug::from_name(name), Some(*bug));
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Bug::ALL.len(), "duplicate names");
+        assert_eq!(Bug::from_name("no-such-bug"), None);
+    }
+
+    fn desired() -> DesiredKey {
+        DesiredKey {
+            organization_name: "default".into(),
+            key_name: "p".into(),
+            tags: Default::default(),
+            tags_hash: "811c9dc5".into(),
+            control_plane_ref: "cp".into(),
+            control_plane_url: "http://coder.test".into(),
+        }
+    }
+
+    fn recorded() -> CoderProvisionerStatus {
+        CoderProvisionerStatus {
+            organization_id: Some("org-1".into()),
+            provisioner_key_id: Some("key-1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_first_decision_per_provisioner_rotates() {
+        let reuse = || KeyAction::Reuse(SecretString::new("plaintext"));
+        let rotation = KeyAction::Establish {
+            cause: KeyCause::BaselineMissing,
+            retire: recorded_key(&recorded(), "http://coder.test"),
+        };
+        let decide = |cr, action| rotate_on_first_sight(cr, action, &recorded(), &desired());
+        assert_eq!(decide("ns/restarted", reuse()), rotation);
+        assert_eq!(decide("ns/restarted", reuse()), reuse());
+        // A CR whose first decision already creates a key is not rotated afterwards.
+        let initial = KeyAction::Establish {
+            cause: KeyCause::Initial,
+            retire: None,
+        };
+        assert_eq!(decide("ns/new", initial.clone()), initial);
+        assert_eq!(decide("ns/new", reuse()), reuse());
+    }
+
+    /// The runner's table (`conformance::seeded::VARIANTS`) names exactly these code variants.
+    #[test]
+    fn the_runner_knows_every_code_variant() {
+        use conformance::seeded::{Breakage, VARIANTS};
+        let mut runner: Vec<&str> = VARIANTS
+            .iter()
+            .filter(|v| v.breakage == Breakage::Code)
+            .map(|v| v.name)
+            .collect();
+        let mut here: Vec<&str> = Bug::ALL.iter().map(|bug| bug.name()).collect();
+        runner.sort_unstable();
+        here.sort_unstable();
+        assert_eq!(runner, here);
+        assert_eq!(conformance::seeded::SEEDED_BUG_ENV, ENV_VAR);
+    }
+
+    /// Without the feature the switch is decided at compile time.
+    #[cfg(not(feature = "seeded-bugs"))]
+    const _: () = {
+        let mut i = 0;
+        while i < Bug::ALL.len() {
+            assert!(!active(Bug::ALL[i]));
+            i += 1;
+        }
+    };
+}
