@@ -173,56 +173,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         settle: args.settle,
         logs: out.join("logs"),
     };
-    let mut report = BenchReport {
-        schema: SCHEMA.to_owned(),
-        started_at: started_at
-            .round(jiff::Unit::Second)
-            .unwrap_or(started_at)
-            .to_string(),
-        duration_ms: 0,
-        environment: BenchEnvironment {
-            profile: if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            }
-            .to_owned(),
-            operator_command: setup
-                .operator_command(0)
-                .display()
-                .replace("127.0.0.1:0", "127.0.0.1:<port>"),
-            cpus: std::thread::available_parallelism()
-                .map(usize::from)
-                .unwrap_or(1),
-            load_average_at_start: std::fs::read_to_string("/proc/loadavg")
-                .ok()
-                .map(|l| l.trim().to_owned()),
-            simulated: vec![
-                "Deployment readiness (no kubelets on the local tier; contract D-8)".to_owned(),
-                "coderd (in-process fake coderds)".to_owned(),
-            ],
-        },
-        config: BenchConfig {
-            phases: args.phases.iter().map(|p| p.name()).collect(),
-            sizes: args.sizes.clone(),
-            namespaces: args.namespaces,
-            control_planes: args.control_planes,
-            idle_secs: args.idle.as_secs(),
-            settle_secs: args.settle.as_secs(),
-            steady_size: args.steady_size,
-            churn_size: args.churn_size,
-            fault_window_secs: args.fault_window.as_secs(),
-            ready_timeout_secs: args.ready_timeout.as_secs(),
-        },
-        scale: Vec::new(),
-        steady: None,
-        restart: None,
-        churn: None,
-        suite: None,
-        targets: Vec::new(),
-        methods: METHODS.map(str::to_owned).to_vec(),
-        errors: Vec::new(),
-    };
+    let mut report = empty_report(&args, &setup, started_at);
 
     let steady_wanted = args.wants(Phase::Steady) || args.wants(Phase::Restart);
     let mut steady_attempted = false;
@@ -303,6 +254,60 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("no phase could be measured: {}", report.errors.join("; "));
     }
     Ok(())
+}
+
+/// The document before any phase ran: environment, configuration and methods.
+fn empty_report(args: &BenchArgs, setup: &Setup, started_at: jiff::Timestamp) -> BenchReport {
+    BenchReport {
+        schema: SCHEMA.to_owned(),
+        started_at: started_at
+            .round(jiff::Unit::Second)
+            .unwrap_or(started_at)
+            .to_string(),
+        duration_ms: 0,
+        environment: BenchEnvironment {
+            profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+            .to_owned(),
+            operator_command: setup
+                .operator_command(0)
+                .display()
+                .replace("127.0.0.1:0", "127.0.0.1:<port>"),
+            cpus: std::thread::available_parallelism()
+                .map(usize::from)
+                .unwrap_or(1),
+            load_average_at_start: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .map(|l| l.trim().to_owned()),
+            simulated: vec![
+                "Deployment readiness (no kubelets on the local tier; contract D-8)".to_owned(),
+                "coderd (in-process fake coderds)".to_owned(),
+            ],
+        },
+        config: BenchConfig {
+            phases: args.phases.iter().map(|p| p.name()).collect(),
+            sizes: args.sizes.clone(),
+            namespaces: args.namespaces,
+            control_planes: args.control_planes,
+            idle_secs: args.idle.as_secs(),
+            settle_secs: args.settle.as_secs(),
+            steady_size: args.steady_size,
+            churn_size: args.churn_size,
+            fault_window_secs: args.fault_window.as_secs(),
+            ready_timeout_secs: args.ready_timeout.as_secs(),
+        },
+        scale: Vec::new(),
+        steady: None,
+        restart: None,
+        churn: None,
+        suite: None,
+        targets: Vec::new(),
+        methods: METHODS.map(str::to_owned).to_vec(),
+        errors: Vec::new(),
+    }
 }
 
 fn print_progress(scale: &ScaleResult) {
