@@ -16,6 +16,7 @@ Feature: Clean-up when a provisioner is deleted
     Then the provisioner is gone
     And the recorded provisioner key no longer exists in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    And the provisioner's children are removed by garbage collection
 
   @R-DEL-3 @R-DEL-10 @tutorial @core
   Scenario: The key is found by its recorded id, not by the names in the spec

@@ -51,6 +51,19 @@ Feature: Prerequisites on the referenced control plane
     And coderd saw no requests
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
+  @R-PRE-12 @D-1 @core
+  Scenario: A failing gate leaves the later conditions unset on a new provisioner
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      operatorAccessReady: false
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
+    And the provisioner has no condition "ExternalProvisionersEntitled"
+    And the provisioner has no condition "ProvisionerKeyReady"
+    And the provisioner has no condition "DeploymentReady"
+
   @R-PRE-6 @core
   Scenario: A control plane without an operator token reference blocks the provisioner
     Given a Ready control plane with operator access

@@ -20,12 +20,14 @@ Feature: No churn against coderd
     And coderd saw exactly 1 POST on "provisionerkeys"
     And coderd saw no DELETE on "provisionerkey"
 
-  @R-KEY-4 @R-KEY-9 @PR @core
+  @R-KEY-4 @R-KEY-9 @R-SEC-5 @PR @core
   Scenario: A steady provisioner makes no coderd requests
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
     When the provisioner and its control plane receive unrelated updates
     Then coderd sees no requests since the last action during the observation window
+    And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
     And the provisioner is still Ready
 
   @R-ST-7 @extended
@@ -39,7 +41,9 @@ Feature: No churn against coderd
   Scenario: A restarted operator makes no key requests
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
     When the operator is restarted
     Then coderd sees no provisioner key requests since the last action during the observation window
+    And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
     And the provisioner is still Ready
     And coderd saw exactly 1 POST on "provisionerkeys"

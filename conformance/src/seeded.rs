@@ -62,85 +62,26 @@ fn tag_expression<'a>(rules: impl Iterator<Item = &'a str>) -> String {
 
 /// Every seeded variant. The code variants match `operator::seeded::Bug` (checked by the
 /// operator's tests).
+#[rustfmt::skip]
 pub const VARIANTS: &[Variant] = &[
     // The PR's three bugs.
-    Variant {
-        name: "rbac-without-pod-verbs",
-        breakage: Breakage::RbacWithoutPodVerbs,
-        breaks: &["R-RES-6"],
-    },
-    Variant {
-        name: "key-status-not-persisted-early",
-        breakage: Breakage::Code,
-        breaks: &["R-KEY-7", "R-KEY-8"],
-    },
-    Variant {
-        name: "daemon-without-coder-command",
-        breakage: Breakage::Code,
-        breaks: &["R-POD-9"],
-    },
-    Variant {
-        name: "daemon-with-organization-env",
-        breakage: Breakage::Code,
-        breaks: &["R-POD-14"],
-    },
+    Variant { name: "rbac-without-pod-verbs", breakage: Breakage::RbacWithoutPodVerbs, breaks: &["R-RES-6"] },
+    Variant { name: "key-status-not-persisted-early", breakage: Breakage::Code, breaks: &["R-KEY-7", "R-KEY-8"] },
+    Variant { name: "daemon-without-coder-command", breakage: Breakage::Code, breaks: &["R-POD-9"] },
+    Variant { name: "daemon-with-organization-env", breakage: Breakage::Code, breaks: &["R-POD-14"] },
     // The tutorial's rules.
-    Variant {
-        name: "unowned-key-secret-adopted",
-        breakage: Breakage::Code,
-        breaks: &["R-SEC-8", "R-SEC-10", "R-SEC-11", "D-3"],
-    },
-    Variant {
-        name: "credential-secrets-unchecked",
-        breakage: Breakage::Code,
-        breaks: &["R-CRED-3", "R-CRED-5", "R-CRED-7", "D-2"],
-    },
-    Variant {
-        name: "credential-origin-prefix-match",
-        breakage: Breakage::Code,
-        breaks: &["R-CRED-6", "D-2"],
-    },
-    Variant {
-        name: "cleanup-by-spec-key-name",
-        breakage: Breakage::Code,
-        breaks: &["R-DEL-3"],
-    },
-    Variant {
-        name: "cleanup-without-key-calls-coderd",
-        breakage: Breakage::Code,
-        breaks: &["R-DEL-5"],
-    },
-    Variant {
-        name: "finalizer-kept-while-coderd-down",
-        breakage: Breakage::Code,
-        breaks: &["R-DEL-8"],
-    },
-    Variant {
-        name: "deployment-updated-despite-invalid-credentials",
-        breakage: Breakage::Code,
-        breaks: &["R-CRED-8", "R-CRED-9"],
-    },
-    Variant {
-        name: "not-entitled-ignored",
-        breakage: Breakage::Code,
-        breaks: &["R-ENT-2", "R-ENT-5", "R-ENT-9"],
-    },
+    Variant { name: "unowned-key-secret-adopted", breakage: Breakage::Code, breaks: &["R-SEC-8", "R-SEC-10", "R-SEC-11", "D-3"] },
+    Variant { name: "credential-secrets-unchecked", breakage: Breakage::Code, breaks: &["R-CRED-3", "R-CRED-5", "R-CRED-7", "D-2"] },
+    Variant { name: "credential-origin-prefix-match", breakage: Breakage::Code, breaks: &["R-CRED-6", "D-2"] },
+    Variant { name: "cleanup-by-spec-key-name", breakage: Breakage::Code, breaks: &["R-DEL-3"] },
+    Variant { name: "cleanup-without-key-calls-coderd", breakage: Breakage::Code, breaks: &["R-DEL-5"] },
+    Variant { name: "finalizer-kept-while-coderd-down", breakage: Breakage::Code, breaks: &["R-DEL-8"] },
+    Variant { name: "deployment-updated-despite-invalid-credentials", breakage: Breakage::Code, breaks: &["R-CRED-8", "R-CRED-9"] },
+    Variant { name: "not-entitled-ignored", breakage: Breakage::Code, breaks: &["R-ENT-2", "R-ENT-5", "R-ENT-9"] },
     // Stability.
-    Variant {
-        name: "status-rewritten-every-reconcile",
-        breakage: Breakage::Code,
-        breaks: &["R-ST-7"],
-    },
-    Variant {
-        name: "key-rotated-on-restart",
-        breakage: Breakage::Code,
-        breaks: &["R-KEY-4"],
-    },
-    Variant {
-        name: "tags-ignored-on-drift",
-        breakage: Breakage::Code,
-        breaks: &["R-KEY-13"],
-    },
+    Variant { name: "status-rewritten-every-reconcile", breakage: Breakage::Code, breaks: &["R-ST-7"] },
+    Variant { name: "key-rotated-on-restart", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
+    Variant { name: "tags-ignored-on-drift", breakage: Breakage::Code, breaks: &["R-KEY-13"] },
 ];
 
 #[derive(Args, Debug, Clone)]
@@ -255,9 +196,9 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
 pub enum Verdict {
     /// These scenarios failed against the variant.
     Caught(Vec<ScenarioRef>),
-    /// Every selected scenario passed: the suite does not notice this bug.
-    Missed { passed: usize },
-    /// The run itself failed or selected nothing; nothing can be concluded.
+    /// No selected scenario failed (maybe none was selected): the suite does not notice this bug.
+    Missed { passed: usize, skipped: usize },
+    /// The run itself failed; nothing can be concluded.
     Error(String),
 }
 
@@ -270,16 +211,13 @@ pub fn verdict(outcome: &RunOutcome) -> Verdict {
             failed,
             skipped,
         } => {
-            if !failed.is_empty() {
-                Verdict::Caught(failed.clone())
-            } else if passed.is_empty() && skipped.is_empty() {
-                Verdict::Error(
-                    "no scenario carries any of the rule tags of this variant".to_owned(),
-                )
-            } else {
+            if failed.is_empty() {
                 Verdict::Missed {
                     passed: passed.len(),
+                    skipped: skipped.len(),
                 }
+            } else {
+                Verdict::Caught(failed.clone())
             }
         }
     }
@@ -693,9 +631,17 @@ pub fn table(verdicts: &[(Variant, Verdict)]) -> String {
                     "caught".to_owned(),
                 ]
             }
-            Verdict::Missed { passed } => [
+            Verdict::Missed {
+                passed: 0,
+                skipped: 0,
+            } => [
                 variant.name.to_owned(),
-                format!("none ({passed} passed)"),
+                "none (no scenario carries its rule tags)".to_owned(),
+                "MISSED".to_owned(),
+            ],
+            Verdict::Missed { passed, skipped } => [
+                variant.name.to_owned(),
+                format!("none ({passed} passed, {skipped} skipped)"),
                 "MISSED".to_owned(),
             ],
             Verdict::Error(why) => [variant.name.to_owned(), why.clone(), "ERROR".to_owned()],
@@ -740,7 +686,7 @@ mod tests {
     #[case::caught(report(&[1], &[2, 3], &[]), "caught")]
     #[case::missed(report(&[1, 2], &[], &[]), "missed")]
     #[case::missed_when_only_skipped(report(&[], &[], &[4]), "missed")]
-    #[case::nothing_selected(report(&[], &[], &[]), "error")]
+    #[case::nothing_selected(report(&[], &[], &[]), "missed")]
     #[case::run_failed(RunOutcome::Error("boom".into()), "error")]
     fn verdicts(#[case] outcome: RunOutcome, #[case] expected: &str) {
         let got = match verdict(&outcome) {
@@ -881,7 +827,20 @@ mod tests {
     fn the_table_says_caught_or_missed_per_variant() {
         let verdicts = vec![
             (VARIANTS[2], Verdict::Caught(vec![scenario(11)])),
-            (VARIANTS[3], Verdict::Missed { passed: 2 }),
+            (
+                VARIANTS[3],
+                Verdict::Missed {
+                    passed: 2,
+                    skipped: 0,
+                },
+            ),
+            (
+                VARIANTS[4],
+                Verdict::Missed {
+                    passed: 0,
+                    skipped: 0,
+                },
+            ),
         ];
         let text = table(&verdicts);
         assert!(
@@ -891,8 +850,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("MISSED") && text.contains("none (2 passed)"),
+            text.contains("MISSED") && text.contains("none (2 passed, 0 skipped)"),
             "{text}"
         );
+        assert!(text.contains("no scenario carries its rule tags"), "{text}");
     }
 }

@@ -47,7 +47,8 @@ pub enum Bug {
     DeploymentUpdatedDespiteInvalidCredentials,
     /// `not_entitled` is reported but does not stop the pass (R-ENT-2, R-ENT-5, R-ENT-9).
     NotEntitledIgnored,
-    /// Every reconcile stamps new condition times, so the status is rewritten each time (R-ST-7).
+    /// Condition messages carry the time of the reconcile ("… as of <now>"), so every reconcile
+    /// rewrites the status, and each write triggers the next reconcile (R-ST-7).
     StatusRewrittenEveryReconcile,
     /// The first reconcile of each CR after an operator start rotates its key (R-KEY-4).
     KeyRotatedOnRestart,

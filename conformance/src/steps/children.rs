@@ -111,6 +111,35 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
     .await
 }
 
+/// R-DEL-12: the ownerReferences let Kubernetes' garbage collector remove the children once
+/// the CR is gone (needs a cluster with the garbage collector: the local tier runs it).
+#[then("the provisioner's children are removed by garbage collection")]
+async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let children = [
+        ("Deployment", format!("provisioner-{}", world.provisioner)),
+        ("ServiceAccount", format!("{}-provisioner", world.provisioner)),
+        ("Role", format!("provisioner-{}", world.provisioner)),
+        ("RoleBinding", format!("provisioner-{}", world.provisioner)),
+        ("Secret", key_secret_name(world)),
+    ];
+    // The garbage collector learns a new CRD's owners from discovery, which it re-reads only
+    // every 30 s, so on a freshly started cluster collection can take that long and more.
+    let mut timeouts = *world.timeouts();
+    timeouts.eventually = timeouts.eventually.max(std::time::Duration::from_secs(90));
+    let world = &*world;
+    let children = &children;
+    wait::eventually("the children to be garbage-collected", &timeouts, || async move {
+        let mut left = Vec::new();
+        for (kind, name) in children {
+            if object(world, kind, name).await?.is_some() {
+                left.push(format!("{kind} {name}"));
+            }
+        }
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still present: {}", left.join(", "))) })
+    })
+    .await
+}
+
 #[then(expr = "no {word} named {string} exists during the observation window")]
 async fn no_object(world: &mut ProvisionerWorld, kind: String, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);

@@ -78,11 +78,6 @@ async fn a_ready_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<(
     ready_control_plane(world, None).await
 }
 
-#[given(expr = "a Ready control plane with operator access to the {string} organization")]
-async fn a_ready_control_plane_for(world: &mut ProvisionerWorld, organization: String) -> anyhow::Result<()> {
-    ready_control_plane(world, Some(&organization)).await
-}
-
 /// Changes the control plane's status with a YAML merge patch (`null` removes a field).
 #[given("the control plane status is changed to:")]
 #[when("the control plane status is changed to:")]

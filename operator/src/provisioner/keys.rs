@@ -215,6 +215,13 @@ pub struct EstablishedKey {
     pub record: KeyRecord,
 }
 
+/// Whether `establish` tries the create before listing (pure). With nothing recorded to retire,
+/// coderd almost never has the key yet, so the list is paid only on 409. A usable Secret without
+/// a baseline (R-KEY-12) means the key most likely exists, so that case lists first.
+pub fn creates_first(cause: &KeyCause, retire: Option<&RecordedKey>) -> bool {
+    retire.is_none() && *cause != KeyCause::BaselineMissing
+}
+
 /// Carries out `Establish`: resolve the org, retire the recorded key (best-effort, R-KEY-16),
 /// replace a same-named unrecorded key, create, then list to learn the new id (R-KEY-6).
 /// `client_for` builds a client for another coderd URL (a recorded key may live elsewhere).
@@ -222,6 +229,7 @@ pub async fn establish(
     client: &CoderdClient,
     client_for: impl Fn(&str) -> Result<CoderdClient, CoderdError>,
     desired: &DesiredKey,
+    cause: &KeyCause,
     retire: Option<&RecordedKey>,
     events: &mut Vec<KeyEvent>,
 ) -> Result<EstablishedKey, CoderdError> {
@@ -245,30 +253,48 @@ pub async fn establish(
         record_retire(outcome, &elsewhere.organization_id, events)?;
     }
 
-    let listed = client.list_keys(&organization.id).await?;
-    let removals = plan_removals(
-        &listed,
-        retire_here.map(|key| key.key_id.as_str()),
-        &desired.key_name,
-    );
-    if let Some(old) = &removals.recorded {
-        let outcome = client
-            .delete_key(&organization.id, &old.name)
+    // A first key is created straight away; only a 409 (a same-named key this CR has no record
+    // of, D-5) costs the list and replacement below. Rotations list first: the recorded key is
+    // deleted by id, which needs the list (R-DEL-4, R-KEY-24).
+    let created_first = if creates_first(cause, retire) {
+        match client
+            .create_key(&organization.id, &desired.key_name, &desired.tags)
             .await
-            .map(|()| Some(old.name.clone()));
-        record_retire(outcome, &organization.id, events)?;
-    }
-    if let Some(foreign) = &removals.unrecorded_same_name {
-        // Not best-effort: creating while it exists would only answer 409.
-        client.delete_key(&organization.id, &foreign.name).await?;
-        events.push(KeyEvent::ReplacedUnrecorded {
-            name: foreign.name.clone(),
-        });
-    }
-
-    let plaintext = client
-        .create_key(&organization.id, &desired.key_name, &desired.tags)
-        .await?;
+        {
+            Err(CoderdError::Conflict { .. }) => None,
+            outcome => Some(outcome?),
+        }
+    } else {
+        None
+    };
+    let plaintext = match created_first {
+        Some(plaintext) => plaintext,
+        None => {
+            let listed = client.list_keys(&organization.id).await?;
+            let removals = plan_removals(
+                &listed,
+                retire_here.map(|key| key.key_id.as_str()),
+                &desired.key_name,
+            );
+            if let Some(old) = &removals.recorded {
+                let outcome = client
+                    .delete_key(&organization.id, &old.name)
+                    .await
+                    .map(|()| Some(old.name.clone()));
+                record_retire(outcome, &organization.id, events)?;
+            }
+            if let Some(foreign) = &removals.unrecorded_same_name {
+                // Not best-effort: creating while it exists would only answer 409.
+                client.delete_key(&organization.id, &foreign.name).await?;
+                events.push(KeyEvent::ReplacedUnrecorded {
+                    name: foreign.name.clone(),
+                });
+            }
+            client
+                .create_key(&organization.id, &desired.key_name, &desired.tags)
+                .await?
+        }
+    };
     events.push(KeyEvent::Created {
         name: desired.key_name.clone(),
     });
@@ -460,5 +486,178 @@ mod tests {
             plan_removals(&[], None, "coderprovisioner-sample"),
             Removals::default()
         );
+    }
+
+    #[rstest]
+    #[case::first_key(KeyCause::Initial, None, true)]
+    #[case::drift_without_a_recorded_id(KeyCause::Drift(vec!["tags"]), None, true)]
+    #[case::baseline_missing(KeyCause::BaselineMissing, None, false)]
+    #[case::secret_lost(KeyCause::SecretLost, recorded_key_1(), false)]
+    #[case::drift_rotation(KeyCause::Drift(vec!["tags"]), recorded_key_1(), false)]
+    fn only_a_key_with_nothing_to_retire_is_created_before_listing(
+        #[case] cause: KeyCause,
+        #[case] retire: Option<RecordedKey>,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(creates_first(&cause, retire.as_ref()), expected);
+    }
+
+    /// `establish` against the in-process fake coderd, seen through the fake's journal.
+    mod against_fake_coderd {
+        use std::time::Duration;
+
+        use fake_coderd::{FakeCoderd, FakeConfig, Seed};
+
+        use super::*;
+        use crate::coderd::{ClientOptions, routes};
+
+        /// Fixed default organization id: the client's organization cache is process-wide and
+        /// keyed by URL, and a fake may get an earlier test's port.
+        async fn fake() -> (FakeCoderd, CoderdClient) {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let seed: Seed = serde_json::from_value(serde_json::json!(
+                {"default_organization_id": "5eed0000-0000-4000-8000-000000000001"}
+            ))
+            .expect("valid seed");
+            let fake = FakeCoderd::start_with(FakeConfig {
+                seed,
+                ..FakeConfig::default()
+            })
+            .await
+            .expect("fake coderd starts");
+            let options = ClientOptions {
+                timeout: Duration::from_secs(10),
+                metrics: None,
+            };
+            let client =
+                CoderdClient::new(&fake.url(), SecretString::new(fake.operator_token()), options)
+                    .expect("valid client");
+            (fake, client)
+        }
+
+        fn desired_at(fake: &FakeCoderd) -> DesiredKey {
+            DesiredKey {
+                control_plane_url: fake.url(),
+                ..desired()
+            }
+        }
+
+        /// The provisioner-key requests coderd answered, as `METHOD status`, in order.
+        fn key_requests(fake: &FakeCoderd) -> Vec<String> {
+            fake.journal()
+                .into_iter()
+                .filter(|entry| {
+                    matches!(
+                        entry.route.as_deref(),
+                        Some(routes::PROVISIONER_KEYS | routes::PROVISIONER_KEY)
+                    )
+                })
+                .map(|entry| format!("{} {}", entry.method, entry.status))
+                .collect()
+        }
+
+        async fn run(
+            client: &CoderdClient,
+            desired: &DesiredKey,
+            cause: KeyCause,
+            retire: Option<&RecordedKey>,
+        ) -> (EstablishedKey, Vec<KeyEvent>) {
+            let mut events = Vec::new();
+            let established = establish(
+                client,
+                |_| panic!("no other coderd"),
+                desired,
+                &cause,
+                retire,
+                &mut events,
+            )
+            .await
+            .expect("key established");
+            (established, events)
+        }
+
+        #[tokio::test]
+        async fn a_first_key_is_created_then_listed_once() {
+            let (fake, client) = fake().await;
+            let desired = desired_at(&fake);
+            let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
+            assert_eq!(key_requests(&fake), ["POST 201", "GET 200"]);
+            let stored = fake.keys("default").expect("keys");
+            assert_eq!(stored.len(), 1);
+            assert_eq!(established.record.key_id, stored[0].id);
+            assert_eq!(
+                events,
+                [KeyEvent::Created {
+                    name: desired.key_name.clone()
+                }]
+            );
+        }
+
+        #[tokio::test]
+        async fn a_conflicting_unrecorded_key_is_listed_replaced_and_announced() {
+            let (fake, client) = fake().await;
+            let desired = desired_at(&fake);
+            fake.create_key_directly("default", &desired.key_name, Default::default())
+                .expect("seeded key");
+            let unrecorded = fake.keys("default").expect("keys")[0].id.clone();
+            let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
+            assert_eq!(
+                key_requests(&fake),
+                ["POST 409", "GET 200", "DELETE 204", "POST 201", "GET 200"]
+            );
+            let stored = fake.keys("default").expect("keys");
+            assert_eq!(stored.len(), 1);
+            assert_ne!(stored[0].id, unrecorded);
+            assert_eq!(established.record.key_id, stored[0].id);
+            assert_eq!(
+                events,
+                [
+                    KeyEvent::ReplacedUnrecorded {
+                        name: desired.key_name.clone()
+                    },
+                    KeyEvent::Created {
+                        name: desired.key_name.clone()
+                    },
+                ]
+            );
+        }
+
+        #[tokio::test]
+        async fn a_rotation_lists_first_and_deletes_the_recorded_key_by_id() {
+            let (fake, client) = fake().await;
+            let desired = desired_at(&fake);
+            fake.create_key_directly("default", "old-name", Default::default())
+                .expect("seeded key");
+            let old = fake.keys("default").expect("keys")[0].clone();
+            let recorded = RecordedKey {
+                organization_id: old.organization.clone(),
+                key_id: old.id.clone(),
+                control_plane_url: fake.url(),
+            };
+            let cause = KeyCause::Drift(vec!["keyName"]);
+            let (_, events) = run(&client, &desired, cause, Some(&recorded)).await;
+            assert_eq!(
+                key_requests(&fake),
+                ["GET 200", "DELETE 204", "POST 201", "GET 200"]
+            );
+            let names: Vec<String> = fake
+                .keys("default")
+                .expect("keys")
+                .into_iter()
+                .map(|key| key.name)
+                .collect();
+            assert_eq!(names, [desired.key_name.clone()]);
+            assert_eq!(
+                events,
+                [
+                    KeyEvent::Retired {
+                        name: "old-name".into()
+                    },
+                    KeyEvent::Created {
+                        name: desired.key_name.clone()
+                    },
+                ]
+            );
+        }
     }
 }

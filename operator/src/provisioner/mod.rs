@@ -362,6 +362,7 @@ async fn run_pipeline(
                 &client,
                 |url| ctx.coderd(url, &token),
                 &desired,
+                &cause,
                 retire.as_ref(),
                 &mut events,
             )
@@ -406,24 +407,26 @@ async fn run_pipeline(
     };
     report.set(key_ready());
 
-    // Children in fixed order; the Deployment last.
-    apply::apply(
+    // Children in fixed order; the Deployment last. Each is written only when the cluster's copy
+    // differs (the Deployment's was read at the start of the pass).
+    apply::ensure(
         &ctx.client,
         &ctx.field_manager,
         &children::service_account(&inputs),
     )
     .await?;
-    apply::apply(&ctx.client, &ctx.field_manager, &children::role(&inputs)).await?;
-    apply::apply(
+    apply::ensure(&ctx.client, &ctx.field_manager, &children::role(&inputs)).await?;
+    apply::ensure(
         &ctx.client,
         &ctx.field_manager,
         &children::role_binding(&inputs),
     )
     .await?;
-    let applied = apply::apply(
+    let applied = apply::apply_unless_current(
         &ctx.client,
         &ctx.field_manager,
         &children::deployment(&inputs, key_value.expose()),
+        observed.deployment.as_ref(),
     )
     .await?;
     *deployment = Some(applied);

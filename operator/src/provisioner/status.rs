@@ -107,13 +107,17 @@ fn merge_condition(
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
     let last_transition_time = existing
         .map(|i| &conditions[i])
-        .filter(|c| c.status == status && !seeded::active(Bug::StatusRewrittenEveryReconcile))
+        .filter(|c| c.status == status)
         .map_or(Time(now), |c| c.last_transition_time.clone());
     let condition = Condition {
         type_: update.type_.to_owned(),
         status: status.to_owned(),
         reason: update.reason.to_owned(),
-        message: update.message.clone(),
+        message: if seeded::active(Bug::StatusRewrittenEveryReconcile) {
+            format!("{} (as of {now})", update.message)
+        } else {
+            update.message.clone()
+        },
         observed_generation: generation,
         last_transition_time,
     };
@@ -148,9 +152,6 @@ pub fn status_changed(
     current: Option<&CoderProvisionerStatus>,
     next: &CoderProvisionerStatus,
 ) -> bool {
-    if seeded::active(Bug::StatusRewrittenEveryReconcile) {
-        return true;
-    }
     let without_times = |status: &CoderProvisionerStatus| {
         let mut status = status.clone();
         for condition in &mut status.conditions {
