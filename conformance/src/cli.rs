@@ -1,4 +1,5 @@
-//! The `conformance` command line: `run` (the suite, with its reports) and `verify-report`.
+//! The `conformance` command line: `run` (the suite, with its reports), `verify-report`,
+//! `local-cluster` (a local control plane for other tools), `bench` and `seeded-bugs`.
 //!
 //! `run` starts the shared environment once (control plane, fake coderd, operator under test,
 //! readiness simulator), publishes it for the Worlds, runs cucumber with the terminal, JUnit,
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cucumber::gherkin::tagexpr::TagOperation;
 use cucumber::tag::Ext as _;
@@ -19,6 +20,8 @@ use futures::FutureExt as _;
 use regex::Regex;
 
 use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
+use crate::cluster::k3s::{K3sCluster, K3sOptions};
+use crate::cluster::kind::{KindCluster, KindOptions, StartedCluster};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
 use crate::report::collector::{Collector, Outcomes, ScenarioKey, feature_file, key};
@@ -42,6 +45,21 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Check a conformance report: schema, digest, feature hashes, and the Core claim.
     VerifyReport(VerifyArgs),
+    /// Start a local control plane (etcd + kube-apiserver + controller manager), write its
+    /// admin kubeconfig and keep it running until Ctrl-C or SIGTERM (for `--cluster kubeconfig`).
+    LocalCluster(LocalClusterArgs),
+    /// Measure the reference operator at scale on the local tier (prints a table, writes JSON and SVG).
+    Bench(Box<crate::bench::BenchArgs>),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LocalClusterArgs {
+    /// Where to write the admin kubeconfig (written last, so its presence means "ready").
+    #[arg(long)]
+    pub kubeconfig_out: PathBuf,
+    /// Also install the CRDs of config/crd.
+    #[arg(long)]
+    pub install_crds: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -50,9 +68,11 @@ pub enum ClusterTier {
     Local,
     /// Use an existing cluster from --kubeconfig / --context.
     Kubeconfig,
-    /// A kind cluster (not implemented in this build).
+    /// Create a kind cluster, build and load the images, install the operator and an in-cluster
+    /// fake coderd (needs Docker and kind; not exercised by this repository's CI).
     Kind,
-    /// A k3s cluster (not implemented in this build).
+    /// Start k3s in a container through testcontainers, then as kind (needs Docker; not
+    /// exercised by this repository's CI).
     K3s,
 }
 
@@ -75,6 +95,9 @@ pub struct RunArgs {
     /// Context in the kubeconfig.
     #[arg(long)]
     pub context: Option<String>,
+    /// Keep the kind cluster or k3s container after the run (a later run reuses a kept kind cluster).
+    #[arg(long)]
+    pub keep_cluster: bool,
     /// Cucumber tag expression selecting scenarios, e.g. "@core and not @serial".
     #[arg(long, short = 't', env = "CUCUMBER_FILTER_TAGS")]
     pub tags: Option<String>,
@@ -161,6 +184,8 @@ pub async fn main_with(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
         Command::VerifyReport(args) => verify_report(&args),
+        Command::LocalCluster(args) => local_cluster(&args).await,
+        Command::Bench(args) => crate::bench::run(*args).await.map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| {
         eprintln!("conformance: {error:#}");
@@ -276,6 +301,8 @@ fn list(features: &[gherkin::Feature], selection: &Selection) {
 /// What `run` owns and stops at the end (the Worlds only see the [`Environment`]).
 struct Owned {
     control_plane: Option<LocalControlPlane>,
+    /// A kind cluster or k3s container; dropping it closes its port-forwards and deletes it unless kept.
+    started_cluster: Option<StartedCluster>,
     fake: Option<fake_coderd::FakeCoderd>,
     simulator: Option<crate::kubelet::ReadinessSimulator>,
 }
@@ -289,12 +316,19 @@ struct Prepared {
 }
 
 async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Result<Prepared> {
+    let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
-        ClusterTier::Kind | ClusterTier::K3s => bail!(
-            "--cluster {} is not implemented in this build (the suite is not wired to provision it yet); \
-             use --cluster local, or --cluster kubeconfig with the kubeconfig of such a cluster",
-            format!("{:?}", args.cluster).to_lowercase()
-        ),
+        ClusterTier::Kind | ClusterTier::K3s => {
+            let started = provision_cluster(args.cluster, repo, args.keep_cluster).await?;
+            let cluster = started.provisioned();
+            let config = load_config(&cluster.kubeconfig).await?;
+            let endpoint = ClusterEndpoint::from_config(&config);
+            let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
+            let kubeconfig = cluster.kubeconfig.clone();
+            let tier = if args.cluster == ClusterTier::Kind { "kind" } else { "k3s" };
+            started_cluster = Some(started);
+            (client, kubeconfig, endpoint, find_on_path("kubectl"), None, TimeoutProfile::RealCluster, tier)
+        }
         ClusterTier::Local => {
             eprintln!("conformance: starting a local control plane (etcd + kube-apiserver + controller manager)");
             // With --keep-on-failure the control plane's files (etcd data, certificates, admin
@@ -338,23 +372,36 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
     }
 
+    let in_cluster_fake = started_cluster.as_ref().map(|c: &StartedCluster| &c.provisioned().fake_coderd);
+    let daemon_image = started_cluster.as_ref().map(|c| c.provisioned().images.coder_stub.clone());
     let (coderd, fake, existing_control_plane) = match (&args.coderd, &args.control_plane) {
         (Some(url), Some(reference)) => {
             let (namespace, name) = reference
                 .split_once('/')
                 .ok_or_else(|| anyhow!("--control-plane must be NAMESPACE/NAME, got {reference:?}"))?;
             let existing = ExistingControlPlane { namespace: namespace.to_owned(), name: name.to_owned() };
-            (Coderd { url: url.trim_end_matches('/').to_owned(), admin: None }, None, Some(existing))
+            let url = url.trim_end_matches('/').to_owned();
+            (Coderd { runner_url: url.clone(), url, admin: None }, None, Some(existing))
+        }
+        _ if let Some(in_cluster) = in_cluster_fake => {
+            let coderd = Coderd {
+                url: in_cluster.in_cluster_url.clone(),
+                runner_url: in_cluster.local_url(),
+                admin: Some(in_cluster.admin()),
+            };
+            (coderd, None, None)
         }
         _ => {
             let fake = fake_coderd::FakeCoderd::start().await.context("starting the fake coderd")?;
             eprintln!("conformance: fake coderd at {}", fake.url());
-            (Coderd { url: fake.url(), admin: Some(fake.admin()) }, Some(fake), None)
+            (Coderd { url: fake.url(), runner_url: fake.url(), admin: Some(fake.admin()) }, Some(fake), None)
         }
     };
 
     let (operator, mode) = match (&args.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
+        // kind and k3s run the reference operator in the cluster, from config/manager.
+        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
         (command, OperatorMode::Reference) => {
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),
@@ -397,6 +444,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         coderd,
         operator,
         existing_control_plane,
+        daemon_image,
         timeouts,
         repo_root: repo.to_path_buf(),
         report_dir: report_dir.to_path_buf(),
@@ -404,11 +452,54 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
     });
     Ok(Prepared {
         environment,
-        owned: Owned { control_plane, fake, simulator },
+        owned: Owned { control_plane, started_cluster, fake, simulator },
         tier: tier.to_owned(),
         simulated,
         mode: mode.to_owned(),
     })
+}
+
+/// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
+async fn provision_cluster(tier: ClusterTier, repo: &Path, keep: bool) -> anyhow::Result<StartedCluster> {
+    Ok(match tier {
+        ClusterTier::Kind => {
+            let options = KindOptions { keep, ..KindOptions::new(repo) };
+            StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
+        }
+        _ => {
+            let options = K3sOptions { keep, ..K3sOptions::new(repo) };
+            StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
+        }
+    })
+}
+
+/// `conformance local-cluster`: the kubeconfig tier's counterpart in CI, and a quick cluster
+/// for trying an operator by hand.
+async fn local_cluster(args: &LocalClusterArgs) -> anyhow::Result<ExitCode> {
+    let local = LocalControlPlane::start(LocalOptions::default()).await.context("starting the local control plane")?;
+    if args.install_crds {
+        let client = local.admin_client().await?;
+        let crds = crate::manifests::install_crds(&client, &repo_root().join("config/crd")).await?;
+        crate::manifests::wait_crds_established(&client, &crds, Duration::from_secs(60)).await?;
+    }
+    let partial = args.kubeconfig_out.with_extension("partial");
+    std::fs::copy(local.kubeconfig_path(), &partial)
+        .and_then(|_| std::fs::rename(&partial, &args.kubeconfig_out))
+        .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
+    eprintln!(
+        "conformance: local control plane at {} (started in {:.1?}); kubeconfig {}; Ctrl-C or SIGTERM stops it",
+        local.server_url(),
+        local.startup_duration(),
+        args.kubeconfig_out.display()
+    );
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    local.stop().await;
+    let _ = std::fs::remove_file(&args.kubeconfig_out);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn find_on_path(binary: &str) -> Option<PathBuf> {
@@ -432,6 +523,7 @@ async fn teardown(environment: &Environment, owned: Owned) {
     if let Some(control_plane) = owned.control_plane {
         control_plane.stop().await;
     }
+    drop(owned.started_cluster);
 }
 
 // ---- per-scenario hooks ----
@@ -499,7 +591,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .transpose()?,
         name: args.name.as_deref().map(Regex::new).transpose().context("--name is not a valid regex")?,
         real_coderd: args.coderd.is_some(),
-        operator_installed: args.operator == OperatorMode::Installed,
+        // kind and k3s run the operator in the cluster: nothing to restart or impersonate.
+        operator_installed: args.operator == OperatorMode::Installed
+            || matches!(args.cluster, ClusterTier::Kind | ClusterTier::K3s),
     };
     let features = parse_features(&args.features)?;
     if args.list {

@@ -89,11 +89,11 @@ pub struct SeededArgs {
     /// Only these variants (comma-separated names); default: all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Print the variants with the rules they break and their tag expressions, run nothing.
+    /// Print the variants with the rule ids they break (the tags selecting their scenarios).
     #[arg(long)]
     pub list: bool,
     /// Suite runs at the same time; each starts its own local control plane.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub jobs: usize,
     /// Scenarios at the same time within one suite run.
     #[arg(long, default_value_t = 4)]
@@ -319,6 +319,7 @@ async fn cargo_build_operator(repo: &Path, seeded: bool) -> anyhow::Result<PathB
         "--bin",
         REFERENCE_BINARY,
         "--message-format=json-render-diagnostics",
+        "--locked",
     ]);
     if seeded {
         command.args(["--features", "seeded-bugs"]);

@@ -44,6 +44,9 @@ pub enum Operator {
 pub struct Coderd {
     /// Base URL that control planes publish in `status.url`.
     pub url: String,
+    /// Base URL at which the suite itself reaches coderd: the same as `url` unless coderd runs
+    /// inside the cluster (kind, k3s), where the suite goes through a port-forward.
+    pub runner_url: String,
     /// Admin handle of the fake coderd; `None` when `--coderd` points at a real coderd.
     pub admin: Option<AdminClient>,
 }
@@ -65,6 +68,9 @@ pub struct Environment {
     pub coderd: Coderd,
     pub operator: Operator,
     pub existing_control_plane: Option<ExistingControlPlane>,
+    /// Image the fixture control plane names in `spec.image`, inherited by provisioner pods
+    /// (the stub daemon on clusters with kubelets, contract D-8); `None` leaves it unset.
+    pub daemon_image: Option<String>,
     pub timeouts: Timeouts,
     /// Folder holding `config/` (samples, RBAC) of the suite.
     pub repo_root: PathBuf,

@@ -190,7 +190,7 @@ async fn key_authenticates(world: &mut ProvisionerWorld, secret: String, name: S
         .and_then(|d| d.get("key"))
         .map(|v| String::from_utf8_lossy(&v.0).into_owned())
         .ok_or_else(|| anyhow!("Secret {secret} has no data key \"key\""))?;
-    let url = format!("{}/api/v2/provisionerkeys/{key}", world.env.coderd.url);
+    let url = format!("{}/api/v2/provisionerkeys/{key}", world.env.coderd.runner_url);
     let response = reqwest::Client::new()
         .get(url)
         .header("Coder-Provisioner-Daemon-Key", &key)

@@ -32,7 +32,10 @@ pub async fn ready_control_plane(world: &mut ProvisionerWorld, organization: Opt
         "apiVersion": "coder.com/v1alpha1",
         "kind": "CoderControlPlane",
         "metadata": {"name": CONTROL_PLANE, "namespace": world.namespace},
-        "spec": {},
+        "spec": match &world.env.daemon_image {
+            Some(image) => json!({"image": image}),
+            None => json!({}),
+        },
     });
     let api = world.control_planes();
     api.patch(CONTROL_PLANE, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&control_plane))

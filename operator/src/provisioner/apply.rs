@@ -110,7 +110,9 @@ where
         client.clone(),
         meta.namespace.as_deref().unwrap_or("default"),
     );
-    let live = api.get_opt(meta.name.as_deref().unwrap_or_default()).await?;
+    let live = api
+        .get_opt(meta.name.as_deref().unwrap_or_default())
+        .await?;
     apply_unless_current(client, field_manager, object, live.as_ref()).await
 }
 
@@ -172,14 +174,17 @@ mod tests {
     use crate::provisioner::fixtures;
 
     fn desired() -> Deployment {
-        stamped(&fixtures::load::<Deployment>("children/sample_deployment.yaml")).expect("stamps")
+        stamped(&fixtures::load::<Deployment>(
+            "children/sample_deployment.yaml",
+        ))
+        .expect("stamps")
     }
 
     /// The server's copy after a pass applied `desired()`.
     fn live() -> Value {
         let mut live: Deployment = fixtures::load("children/sample_deployment_live.yaml");
-        let hash = desired().metadata.annotations.expect("annotations")[APPLIED_HASH_ANNOTATION]
-            .clone();
+        let hash =
+            desired().metadata.annotations.expect("annotations")[APPLIED_HASH_ANNOTATION].clone();
         live.metadata
             .annotations
             .get_or_insert_default()
@@ -194,8 +199,11 @@ mod tests {
     #[test]
     fn the_hash_is_deterministic_and_follows_every_change() {
         let hash = |deployment: &Deployment| {
-            stamped(deployment).expect("stamps").metadata.annotations.expect("annotations")
-                [APPLIED_HASH_ANNOTATION]
+            stamped(deployment)
+                .expect("stamps")
+                .metadata
+                .annotations
+                .expect("annotations")[APPLIED_HASH_ANNOTATION]
                 .clone()
         };
         let sample: Deployment = fixtures::load("children/sample_deployment.yaml");

@@ -529,9 +529,12 @@ mod tests {
                 timeout: Duration::from_secs(10),
                 metrics: None,
             };
-            let client =
-                CoderdClient::new(&fake.url(), SecretString::new(fake.operator_token()), options)
-                    .expect("valid client");
+            let client = CoderdClient::new(
+                &fake.url(),
+                SecretString::new(fake.operator_token()),
+                options,
+            )
+            .expect("valid client");
             (fake, client)
         }
 
@@ -646,7 +649,7 @@ mod tests {
                 .into_iter()
                 .map(|key| key.name)
                 .collect();
-            assert_eq!(names, [desired.key_name.clone()]);
+            assert_eq!(names, [desired.key_name.as_str()]);
             assert_eq!(
                 events,
                 [
