@@ -19,6 +19,19 @@ pub mod state;
 pub mod stub;
 pub mod world;
 
+/// Logs of the two binaries: `RUST_LOG` (default `info`) on stderr, colours only on a terminal.
+pub fn init_logging() {
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 pub use admin::AdminClient;
 pub use faults::{FaultKind, FaultSpec};
 pub use journal::{JournalEntry, JournalQuery, fingerprint};

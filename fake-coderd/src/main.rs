@@ -1,6 +1,5 @@
 //! `fake-coderd`: the fake coderd as a standalone process, driven through its admin HTTP API.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +8,6 @@ use anyhow::Context;
 use clap::Parser;
 use fake_coderd::state::random_alphanumeric;
 use fake_coderd::{FakeCoderd, FakeConfig, Seed};
-use tracing_subscriber::EnvFilter;
 
 /// A stateful, scriptable fake of the coderd HTTP API (see fake-coderd/README.md).
 #[derive(Parser, Debug)]
@@ -76,11 +74,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    fake_coderd::init_logging();
     match run(Cli::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

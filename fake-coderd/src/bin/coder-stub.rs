@@ -1,11 +1,9 @@
 //! `coder-stub`, installed as `coder` in test images: `coder provisioner start` that authenticates to
 //! coderd with its provisioner key (coderd-api.md §2.9 step 1) and then idles until SIGTERM.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use fake_coderd::stub::{Invocation, fetch_key, parse_invocation};
-use tracing_subscriber::EnvFilter;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -48,11 +46,7 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    fake_coderd::init_logging();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

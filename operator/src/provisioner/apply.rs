@@ -105,13 +105,8 @@ where
         + Clone
         + Debug,
 {
-    let meta = object.meta();
-    let api: Api<K> = Api::namespaced(
-        client.clone(),
-        meta.namespace.as_deref().unwrap_or("default"),
-    );
-    let live = api
-        .get_opt(meta.name.as_deref().unwrap_or_default())
+    let live = api_for(client, object)
+        .get_opt(object.meta().name.as_deref().unwrap_or_default())
         .await?;
     apply_unless_current(client, field_manager, object, live.as_ref()).await
 }
@@ -125,18 +120,24 @@ where
         + Clone
         + Debug,
 {
-    let meta = object.meta();
-    let api: Api<K> = Api::namespaced(
-        client.clone(),
-        meta.namespace.as_deref().unwrap_or("default"),
-    );
-    let name = meta.name.clone().unwrap_or_default();
-    api.patch(
+    let name = object.meta().name.clone().unwrap_or_default();
+    api_for(client, object).patch(
         &name,
         &PatchParams::apply(field_manager).force(),
         &Patch::Apply(object),
     )
     .await
+}
+
+/// The API of `object`'s kind in `object`'s namespace.
+fn api_for<K>(client: &Client, object: &K) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    Api::namespaced(
+        client.clone(),
+        object.meta().namespace.as_deref().unwrap_or("default"),
+    )
 }
 
 /// Applies the whole status through the `/status` subresource.
@@ -146,10 +147,7 @@ pub async fn apply_status(
     cr: &CoderProvisioner,
     status: &CoderProvisionerStatus,
 ) -> kube::Result<CoderProvisioner> {
-    let api: Api<CoderProvisioner> = Api::namespaced(
-        client.clone(),
-        cr.metadata.namespace.as_deref().unwrap_or("default"),
-    );
+    let api = api_for(client, cr);
     let patch = serde_json::json!({
         "apiVersion": "coder.com/v1alpha1",
         "kind": "CoderProvisioner",

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A Docker-backed tier end to end (kind or k3s), as CI runs it (.github/workflows/e2e-kind.yaml):
+#   1. the Docker-only tier test: builds the three images (operator, fake-coderd, coder-stub),
+#      creates the cluster (kind, or k3s in a container through testcontainers), installs CRDs,
+#      RBAC, the operator and the fake coderd, and checks that a provisioner pod running the stub
+#      daemon authenticates with the operator's key;
+#   2. the conformance suite against that stack: `conformance run --cluster <tier>`, reports in
+#      reports/ (junit.xml, cucumber.json, conformance-report.yaml).
+#
+# Usage: scripts/cluster-e2e.sh kind|k3s [--keep] [-- <extra `conformance run` arguments>]
+#   --keep  leave the cluster running (a later kind run reuses it); delete kind clusters with
+#           kind delete cluster --name coder-conformance-tiers
+#           kind delete cluster --name coder-conformance
+# Needs: a Docker engine and cargo; kind v0.33.0 or newer for the kind tier.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tier="${1:-}"
+case "$tier" in
+  kind) tools=(docker kind cargo) ;;
+  k3s) tools=(docker cargo) ;;
+  *) echo "usage: scripts/cluster-e2e.sh kind|k3s [--keep] [-- <conformance run arguments>]" >&2; exit 2 ;;
+esac
+shift
+
+keep=0
+extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --keep) keep=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "$tier-e2e: unknown argument $1 (usage: scripts/$tier-e2e.sh [--keep] [-- <conformance run arguments>])" >&2; exit 2 ;;
+  esac
+done
+
+for tool in "${tools[@]}"; do
+  command -v "$tool" >/dev/null || { echo "$tier-e2e: $tool is not installed" >&2; exit 2; }
+done
+docker info --format '{{.ServerVersion}}' >/dev/null || { echo "$tier-e2e: no Docker engine is reachable" >&2; exit 2; }
+
+keep_args=()
+if [[ $keep == 1 ]]; then
+  export CONFORMANCE_KEEP_CLUSTER=1
+  keep_args=(--keep-cluster)
+fi
+
+echo "== $tier tier: images, cluster, operator, fake coderd, stub daemon (cargo test --test tiers $tier -- --ignored)"
+cargo test -p conformance --locked --test tiers "$tier" -- --ignored
+
+echo "== conformance suite on $tier (reports in reports/)"
+cargo run -p conformance --locked -- run --cluster "$tier" "${keep_args[@]}" --report-dir reports "${extra[@]}"
