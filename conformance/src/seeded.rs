@@ -142,6 +142,8 @@ pub struct ScenarioRef {
     pub feature: String,
     pub line: usize,
     pub name: String,
+    /// Why it failed or was skipped (the failing step and its error), from the report.
+    pub reason: Option<String>,
 }
 
 impl std::fmt::Display for ScenarioRef {
@@ -173,6 +175,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
             feature: result.feature.clone(),
             line: result.line,
             name: result.scenario.clone(),
+            reason: result.reason.clone(),
         };
         match result.status {
             Status::Passed => passed.push(scenario),
@@ -236,8 +239,12 @@ pub fn reference_problem(outcome: &RunOutcome) -> Option<String> {
             if passed.is_empty() {
                 problems.push("no scenario passed".to_owned());
             }
-            problems.extend(failed.iter().map(|s| format!("failed {s}")));
-            problems.extend(skipped.iter().map(|s| format!("skipped {s}")));
+            let with_reason = |verb: &str, s: &ScenarioRef| {
+                let reason = s.reason.as_deref().unwrap_or("no reason recorded");
+                format!("{verb} {s}: {reason}")
+            };
+            problems.extend(failed.iter().map(|s| with_reason("failed", s)));
+            problems.extend(skipped.iter().map(|s| with_reason("skipped", s)));
             (!problems.is_empty()).then(|| problems.join("; "))
         }
     }
@@ -671,6 +678,7 @@ mod tests {
             feature: "f.feature".into(),
             line,
             name: format!("s{line}"),
+            reason: Some(format!("step {line} failed")),
         }
     }
 
@@ -703,7 +711,7 @@ mod tests {
 
     #[rstest]
     #[case::clean(report(&[1, 2], &[], &[]), None)]
-    #[case::a_failure(report(&[1], &[2], &[]), Some("failed f.feature:2"))]
+    #[case::a_failure(report(&[1], &[2], &[]), Some("failed f.feature:2 \"s2\": step 2 failed"))]
     #[case::a_skip(report(&[1], &[], &[3]), Some("skipped f.feature:3"))]
     #[case::nothing_ran(report(&[], &[], &[]), Some("no scenario passed"))]
     #[case::run_failed(RunOutcome::Error("boom".into()), Some("boom"))]

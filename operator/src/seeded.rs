@@ -11,8 +11,12 @@
 //! The PR's RBAC bug (the operator's ClusterRole without the pod verbs) is not a code hook: it is
 //! an RBAC folder variant produced by the runner (`conformance::seeded`).
 
-use crate::api::CoderProvisionerStatus;
-use crate::provisioner::keys::{DesiredKey, KeyAction, KeyCause, recorded_key};
+use k8s_openapi::api::core::v1::EnvVar;
+
+use crate::api::{CoderProvisioner, CoderProvisionerStatus};
+use crate::coderd::CoderdClient;
+use crate::provisioner::keys::{DesiredKey, KeyAction, KeyCause, RecordedKey, recorded_key};
+use crate::provisioner::names::Names;
 
 /// Names the active variant (kebab-case, see [`Bug::name`]) in a `seeded-bugs` build.
 pub const ENV_VAR: &str = "CODER_OPERATOR_SEEDED_BUG";
@@ -137,6 +141,51 @@ fn selected() -> Option<Bug> {
     })
 }
 
+/// For [`Bug::DaemonWithOrganizationEnv`]: the variable the pre-PR operator injected.
+pub fn organization_env(names: &Names) -> EnvVar {
+    EnvVar {
+        name: "CODER_ORGANIZATION".to_owned(),
+        value: Some(names.organization.clone()),
+        ..Default::default()
+    }
+}
+
+/// For [`Bug::CredentialOriginPrefixMatch`]: an entry "matches" when it starts with the control
+/// plane URL, so `http://host:port@evil.test` and `http://host:port/api` pass.
+pub fn destinations_allow_by_prefix(destinations: &str, control_plane_url: &str) -> bool {
+    let prefix = control_plane_url
+        .trim()
+        .trim_end_matches('/')
+        .to_ascii_lowercase();
+    destinations
+        .split(',')
+        .any(|entry| entry.trim().to_ascii_lowercase().starts_with(&prefix))
+}
+
+/// For [`Bug::CleanupWithoutKeyCallsCoderd`]: a "key" made up from the spec when status records
+/// none (organization name instead of id, no key id), so clean-up goes to coderd anyway.
+pub fn key_guessed_from_spec(cr: &CoderProvisioner) -> RecordedKey {
+    RecordedKey {
+        organization_id: Names::for_provisioner(cr).organization,
+        key_id: String::new(),
+        control_plane_url: String::new(),
+    }
+}
+
+/// For [`Bug::CleanupBySpecKeyName`]: deletes whatever key carries the name the spec asks for
+/// now, instead of the key recorded in status.
+pub async fn delete_by_spec_name(
+    client: &CoderdClient,
+    cr: &CoderProvisioner,
+    organization_id: &str,
+) -> Result<Option<String>, String> {
+    let name = Names::for_provisioner(cr).key_name;
+    match client.delete_key(organization_id, &name).await {
+        Ok(()) => Ok(Some(name)),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// For [`Bug::KeyRotatedOnRestart`]: the first key decision this process makes for a CR (by its
 /// `namespace/name`) rotates a key that could be reused, as if a key were only trusted when an
 /// in-memory cache, empty after every start, knew it.
@@ -218,6 +267,24 @@ mod tests {
         };
         assert_eq!(decide("ns/new", initial.clone()), initial);
         assert_eq!(decide("ns/new", reuse()), reuse());
+    }
+
+    #[test]
+    fn the_prefix_bug_accepts_lookalikes_the_reference_refuses() {
+        let cp = "http://127.0.0.1:3000";
+        for lookalike in [
+            "http://127.0.0.1:3000@evil.test",
+            "http://127.0.0.1:3000/api",
+        ] {
+            assert!(destinations_allow_by_prefix(lookalike, cp), "{lookalike}");
+            assert!(!crate::provisioner::credentials::destinations_allow(
+                lookalike, cp
+            ));
+        }
+        assert!(!destinations_allow_by_prefix(
+            "https://coder.example.com",
+            cp
+        ));
     }
 
     /// The runner's table (`conformance::seeded::VARIANTS`) names exactly these code variants.

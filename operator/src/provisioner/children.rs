@@ -155,11 +155,7 @@ fn env(inputs: &ChildInputs<'_>) -> Vec<EnvVar> {
         },
     ];
     if seeded::active(Bug::DaemonWithOrganizationEnv) {
-        env.push(EnvVar {
-            name: "CODER_ORGANIZATION".to_owned(),
-            value: Some(inputs.names.organization.clone()),
-            ..Default::default()
-        });
+        env.push(seeded::organization_env(inputs.names));
     }
     env.extend(inputs.cr.spec.extra_env.iter().flatten().cloned());
     env

@@ -168,13 +168,7 @@ pub fn destinations_allow(destinations: &str, control_plane_url: &str) -> bool {
         return false;
     };
     if seeded::active(Bug::CredentialOriginPrefixMatch) {
-        let prefix = control_plane_url
-            .trim()
-            .trim_end_matches('/')
-            .to_ascii_lowercase();
-        return destinations
-            .split(',')
-            .any(|entry| entry.trim().to_ascii_lowercase().starts_with(&prefix));
+        return seeded::destinations_allow_by_prefix(destinations, control_plane_url);
     }
     destinations
         .split(',')

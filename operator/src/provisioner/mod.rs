@@ -497,13 +497,10 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> 
     ctx.rate_limits.reset(&key);
     ctx.key_hold_off.clear(&key);
     let status = cr.status.clone().unwrap_or_default();
-    let recorded = keys::recorded_key(&status, "").or_else(|| {
-        seeded::active(Bug::CleanupWithoutKeyCallsCoderd).then(|| keys::RecordedKey {
-            organization_id: Names::for_provisioner(cr).organization,
-            key_id: String::new(),
-            control_plane_url: String::new(),
-        })
-    });
+    let mut recorded = keys::recorded_key(&status, "");
+    if seeded::active(Bug::CleanupWithoutKeyCallsCoderd) {
+        recorded = recorded.or_else(|| Some(seeded::key_guessed_from_spec(cr)));
+    }
     let Some(recorded) = recorded else {
         info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
         return Ok(Action::await_change());
@@ -584,9 +581,7 @@ async fn delete_recorded_key(
     };
     let client = ctx.coderd(&url, &token).map_err(|e| e.to_string())?;
     if seeded::active(Bug::CleanupBySpecKeyName) {
-        let name = Names::for_provisioner(cr).key_name;
-        let deleted = client.delete_key(&recorded.organization_id, &name).await;
-        return deleted.map(|()| Some(name)).map_err(|e| e.to_string());
+        return seeded::delete_by_spec_name(&client, cr, &recorded.organization_id).await;
     }
     keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id)
         .await
