@@ -50,6 +50,8 @@ pub enum Command {
     LocalCluster(LocalClusterArgs),
     /// Measure the reference operator at scale on the local tier (prints a table, writes JSON and SVG).
     Bench(Box<crate::bench::BenchArgs>),
+    /// Prove the suite can fail: run it against seeded-bug builds of the reference operator.
+    SeededBugs(crate::seeded::SeededArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -186,6 +188,7 @@ pub async fn main_with(cli: Cli) -> ExitCode {
         Command::VerifyReport(args) => verify_report(&args),
         Command::LocalCluster(args) => local_cluster(&args).await,
         Command::Bench(args) => crate::bench::run(*args).await.map(|()| ExitCode::SUCCESS),
+        Command::SeededBugs(args) => crate::seeded::run(args).await,
     };
     result.unwrap_or_else(|error| {
         eprintln!("conformance: {error:#}");

@@ -131,7 +131,15 @@ pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<A
 }
 
 /// Requeue policy after an error: exponential from 5 s, capped at 2 min, per CR.
+///
+/// The backoff grows per scheduled retry, not per failure: a failure that a watch event (say the
+/// operator's own status write) triggers before the scheduled retry keeps that retry, so a burst
+/// of events cannot push the next attempt minutes away from a cause that is fixed meanwhile.
 pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>) -> Action {
+    if let Some(left) = ctx.key_hold_off.remaining(&object_key(&cr), Instant::now()) {
+        warn!(provisioner = %object_key(&cr), %error, retry_in = ?left, "reconcile failed before its scheduled retry");
+        return Action::requeue(left);
+    }
     let attempt = ctx.failures.bump(&object_key(&cr));
     let delay =
         backoff::exponential_delay(Duration::from_secs(5), attempt, backoff::random_jitter());
