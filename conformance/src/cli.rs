@@ -19,21 +19,28 @@ use cucumber::{World as _, WriterExt as _, event, gherkin, writer};
 use futures::FutureExt as _;
 use regex::Regex;
 
-use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
 use crate::cluster::k3s::{K3sCluster, K3sOptions};
 use crate::cluster::kind::{KindCluster, KindOptions, StartedCluster};
+use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
 use crate::report::collector::{Collector, Outcomes, ScenarioKey, feature_file, key};
 use crate::report::model::{self, ConformanceReport, FeatureFile, Implementation, SCHEMA, Suite};
 use crate::wait::{TimeoutProfile, Timeouts};
-use crate::world::{Coderd, Environment, ExistingControlPlane, Gate, Operator, ProvisionerWorld, install_environment};
+use crate::world::{
+    Coderd, Environment, ExistingControlPlane, Gate, Operator, ProvisionerWorld,
+    install_environment,
+};
 
 /// Name of the conformance report in the report folder.
 pub const REPORT_FILE: &str = "conformance-report.yaml";
 
 #[derive(Parser, Debug)]
-#[command(name = "conformance", version, about = "Conformance suite for CoderProvisioner operators")]
+#[command(
+    name = "conformance",
+    version,
+    about = "Conformance suite for CoderProvisioner operators"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -171,9 +178,13 @@ pub struct VerifyArgs {
 /// `90`, `90s`, `3m`, `500ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s or 3m"))?;
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s or 3m"))?;
     match unit {
         "" | "s" => Ok(Duration::from_secs(number)),
         "ms" => Ok(Duration::from_millis(number)),
@@ -204,7 +215,11 @@ pub fn repo_root() -> PathBuf {
 // ---- scenario selection ----
 
 /// A scenario's tags with its feature's and rule's, as cucumber evaluates them.
-fn all_tags(feature: &gherkin::Feature, rule: Option<&gherkin::Rule>, scenario: &gherkin::Scenario) -> Vec<String> {
+fn all_tags(
+    feature: &gherkin::Feature,
+    rule: Option<&gherkin::Rule>,
+    scenario: &gherkin::Scenario,
+) -> Vec<String> {
     feature
         .tags
         .iter()
@@ -241,10 +256,14 @@ impl Selection {
             return Some("needs the fake coderd (journal, fault injection, entitlement switches); --coderd points at a real coderd".to_owned());
         }
         if self.operator_installed && has("operator-restart") {
-            return Some("restarts the operator, which --operator installed does not allow".to_owned());
+            return Some(
+                "restarts the operator, which --operator installed does not allow".to_owned(),
+            );
         }
         if self.operator_installed && has("operator-identity") {
-            return Some("needs the operator's ServiceAccount, unknown with --operator installed".to_owned());
+            return Some(
+                "needs the operator's ServiceAccount, unknown with --operator installed".to_owned(),
+            );
         }
         None
     }
@@ -273,9 +292,16 @@ pub fn feature_hashes(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "feature") {
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            files.push(FeatureFile { path: name, sha256: model::sha256_hex(&bytes) });
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            files.push(FeatureFile {
+                path: name,
+                sha256: model::sha256_hex(&bytes),
+            });
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -285,16 +311,27 @@ pub fn feature_hashes(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
 fn list(features: &[gherkin::Feature], selection: &Selection) {
     for feature in features {
         let file = feature_file(feature);
-        let scenarios = feature
-            .scenarios
-            .iter()
-            .map(|s| (None, s))
-            .chain(feature.rules.iter().flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))));
+        let scenarios = feature.scenarios.iter().map(|s| (None, s)).chain(
+            feature
+                .rules
+                .iter()
+                .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
+        );
         for (rule, scenario) in scenarios {
             let tags = all_tags(feature, rule, scenario);
-            let tag_text = tags.iter().map(|t| format!("@{t}")).collect::<Vec<_>>().join(" ");
-            let note = selection.skip_reason(&tags, &scenario.name).map(|r| format!("  (skipped: {r})")).unwrap_or_default();
-            println!("{file}:{}  {}  [{tag_text}]{note}", scenario.position.line, scenario.name);
+            let tag_text = tags
+                .iter()
+                .map(|t| format!("@{t}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let note = selection
+                .skip_reason(&tags, &scenario.name)
+                .map(|r| format!("  (skipped: {r})"))
+                .unwrap_or_default();
+            println!(
+                "{file}:{}  {}  [{tag_text}]{note}",
+                scenario.position.line, scenario.name
+            );
         }
     }
 }
@@ -328,24 +365,54 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             let endpoint = ClusterEndpoint::from_config(&config);
             let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
             let kubeconfig = cluster.kubeconfig.clone();
-            let tier = if args.cluster == ClusterTier::Kind { "kind" } else { "k3s" };
+            let tier = if args.cluster == ClusterTier::Kind {
+                "kind"
+            } else {
+                "k3s"
+            };
             started_cluster = Some(started);
-            (client, kubeconfig, endpoint, find_on_path("kubectl"), None, TimeoutProfile::RealCluster, tier)
+            (
+                client,
+                kubeconfig,
+                endpoint,
+                find_on_path("kubectl"),
+                None,
+                TimeoutProfile::RealCluster,
+                tier,
+            )
         }
         ClusterTier::Local => {
-            eprintln!("conformance: starting a local control plane (etcd + kube-apiserver + controller manager)");
+            eprintln!(
+                "conformance: starting a local control plane (etcd + kube-apiserver + controller manager)"
+            );
             // With --keep-on-failure the control plane's files (etcd data, certificates, admin
             // kubeconfig, logs) survive the run, so a kept namespace can still be inspected.
-            let options = LocalOptions { keep_files: args.keep_on_failure, ..LocalOptions::default() };
-            let local = LocalControlPlane::start(options).await.context("starting the local control plane")?;
+            let options = LocalOptions {
+                keep_files: args.keep_on_failure,
+                ..LocalOptions::default()
+            };
+            let local = LocalControlPlane::start(options)
+                .await
+                .context("starting the local control plane")?;
             if args.keep_on_failure {
-                eprintln!("conformance: the local control plane's files are kept in {}", local.dir().display());
+                eprintln!(
+                    "conformance: the local control plane's files are kept in {}",
+                    local.dir().display()
+                );
             }
             let client = local.admin_client().await?;
             let kubeconfig = local.kubeconfig_path().to_path_buf();
             let endpoint = local.endpoint().clone();
             let kubectl = Some(local.kubectl());
-            (client, kubeconfig, endpoint, kubectl, Some(local), TimeoutProfile::Local, "local")
+            (
+                client,
+                kubeconfig,
+                endpoint,
+                kubectl,
+                Some(local),
+                TimeoutProfile::Local,
+                "local",
+            )
         }
         ClusterTier::Kubeconfig => {
             let path = args
@@ -353,38 +420,69 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
                 .clone()
                 .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
-                .ok_or_else(|| anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)"))?;
+                .ok_or_else(|| {
+                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)")
+                })?;
             let config = match &args.context {
                 None => load_config(&path).await?,
                 Some(context) => {
                     let file = kube::config::Kubeconfig::read_from(&path)?;
-                    let options = kube::config::KubeConfigOptions { context: Some(context.clone()), ..Default::default() };
+                    let options = kube::config::KubeConfigOptions {
+                        context: Some(context.clone()),
+                        ..Default::default()
+                    };
                     kube::Config::from_custom_kubeconfig(file, &options).await?
                 }
             };
             let endpoint = ClusterEndpoint::from_config(&config);
             let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
             let kubectl = find_on_path("kubectl");
-            (client, path, endpoint, kubectl, None, TimeoutProfile::RealCluster, "kubeconfig")
+            (
+                client,
+                path,
+                endpoint,
+                kubectl,
+                None,
+                TimeoutProfile::RealCluster,
+                "kubeconfig",
+            )
         }
     };
-    let timeouts = Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
+    let timeouts =
+        Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
     if args.operator != OperatorMode::Installed {
-        let crds = crate::manifests::install_crds(&client, &repo.join("config/crd")).await.context("installing the CRDs")?;
+        let crds = crate::manifests::install_crds(&client, &repo.join("config/crd"))
+            .await
+            .context("installing the CRDs")?;
         crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
     }
 
-    let in_cluster_fake = started_cluster.as_ref().map(|c: &StartedCluster| &c.provisioned().fake_coderd);
-    let daemon_image = started_cluster.as_ref().map(|c| c.provisioned().images.coder_stub.clone());
+    let in_cluster_fake = started_cluster
+        .as_ref()
+        .map(|c: &StartedCluster| &c.provisioned().fake_coderd);
+    let daemon_image = started_cluster
+        .as_ref()
+        .map(|c| c.provisioned().images.coder_stub.clone());
     let (coderd, fake, existing_control_plane) = match (&args.coderd, &args.control_plane) {
         (Some(url), Some(reference)) => {
-            let (namespace, name) = reference
-                .split_once('/')
-                .ok_or_else(|| anyhow!("--control-plane must be NAMESPACE/NAME, got {reference:?}"))?;
-            let existing = ExistingControlPlane { namespace: namespace.to_owned(), name: name.to_owned() };
+            let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+                anyhow!("--control-plane must be NAMESPACE/NAME, got {reference:?}")
+            })?;
+            let existing = ExistingControlPlane {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
             let url = url.trim_end_matches('/').to_owned();
-            (Coderd { runner_url: url.clone(), url, admin: None }, None, Some(existing))
+            (
+                Coderd {
+                    runner_url: url.clone(),
+                    url,
+                    admin: None,
+                },
+                None,
+                Some(existing),
+            )
         }
         _ if let Some(in_cluster) = in_cluster_fake => {
             let coderd = Coderd {
@@ -395,9 +493,19 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             (coderd, None, None)
         }
         _ => {
-            let fake = fake_coderd::FakeCoderd::start().await.context("starting the fake coderd")?;
+            let fake = fake_coderd::FakeCoderd::start()
+                .await
+                .context("starting the fake coderd")?;
             eprintln!("conformance: fake coderd at {}", fake.url());
-            (Coderd { url: fake.url(), runner_url: fake.url(), admin: Some(fake.admin()) }, Some(fake), None)
+            (
+                Coderd {
+                    url: fake.url(),
+                    runner_url: fake.url(),
+                    admin: Some(fake.admin()),
+                },
+                Some(fake),
+                None,
+            )
         }
     };
 
@@ -414,9 +522,18 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             if let Some(rbac) = &args.operator_rbac {
                 spec.rbac_dir = rbac.clone();
             }
-            eprintln!("conformance: starting the operator: {} (RBAC {})", spec.command.display(), spec.rbac_dir.display());
-            let process = OperatorProcess::start(&client, &endpoint, spec).await.context("starting the operator")?;
-            (Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))), mode)
+            eprintln!(
+                "conformance: starting the operator: {} (RBAC {})",
+                spec.command.display(),
+                spec.rbac_dir.display()
+            );
+            let process = OperatorProcess::start(&client, &endpoint, spec)
+                .await
+                .context("starting the operator")?;
+            (
+                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
+                mode,
+            )
         }
     };
 
@@ -424,7 +541,12 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
     // point at such a control plane, so the kubeconfig tier asks too and reports the answer.
     let mut simulated = Vec::new();
-    let simulator = match crate::kubelet::ReadinessSimulator::start(client.clone(), crate::kubelet::WatchScope::AllNamespaces).await {
+    let simulator = match crate::kubelet::ReadinessSimulator::start(
+        client.clone(),
+        crate::kubelet::WatchScope::AllNamespaces,
+    )
+    .await
+    {
         Ok(simulator) => {
             simulated.push(
                 "Deployment readiness: the control plane has no kubelet, so the suite sets Deployment status \
@@ -433,9 +555,13 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             );
             Some(simulator)
         }
-        Err(error) if control_plane.is_some() => return Err(error.context("starting the readiness simulator")),
+        Err(error) if control_plane.is_some() => {
+            return Err(error.context("starting the readiness simulator"));
+        }
         Err(error) => {
-            eprintln!("conformance: no readiness simulation on this cluster ({error:#}); provisioner pods must become ready by themselves");
+            eprintln!(
+                "conformance: no readiness simulation on this cluster ({error:#}); provisioner pods must become ready by themselves"
+            );
             None
         }
     };
@@ -455,7 +581,12 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
     });
     Ok(Prepared {
         environment,
-        owned: Owned { control_plane, started_cluster, fake, simulator },
+        owned: Owned {
+            control_plane,
+            started_cluster,
+            fake,
+            simulator,
+        },
         tier: tier.to_owned(),
         simulated,
         mode: mode.to_owned(),
@@ -463,14 +594,24 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
 }
 
 /// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
-async fn provision_cluster(tier: ClusterTier, repo: &Path, keep: bool) -> anyhow::Result<StartedCluster> {
+async fn provision_cluster(
+    tier: ClusterTier,
+    repo: &Path,
+    keep: bool,
+) -> anyhow::Result<StartedCluster> {
     Ok(match tier {
         ClusterTier::Kind => {
-            let options = KindOptions { keep, ..KindOptions::new(repo) };
+            let options = KindOptions {
+                keep,
+                ..KindOptions::new(repo)
+            };
             StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
         }
         _ => {
-            let options = K3sOptions { keep, ..K3sOptions::new(repo) };
+            let options = K3sOptions {
+                keep,
+                ..K3sOptions::new(repo)
+            };
             StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
         }
     })
@@ -479,7 +620,9 @@ async fn provision_cluster(tier: ClusterTier, repo: &Path, keep: bool) -> anyhow
 /// `conformance local-cluster`: the kubeconfig tier's counterpart in CI, and a quick cluster
 /// for trying an operator by hand.
 async fn local_cluster(args: &LocalClusterArgs) -> anyhow::Result<ExitCode> {
-    let local = LocalControlPlane::start(LocalOptions::default()).await.context("starting the local control plane")?;
+    let local = LocalControlPlane::start(LocalOptions::default())
+        .await
+        .context("starting the local control plane")?;
     if args.install_crds {
         let client = local.admin_client().await?;
         let crds = crate::manifests::install_crds(&client, &repo_root().join("config/crd")).await?;
@@ -546,7 +689,9 @@ async fn after_scenario(
             let mut counts = BTreeMap::new();
             for entry in entries {
                 let route = entry.route.unwrap_or(entry.path);
-                *counts.entry(format!("{} {route}", entry.method)).or_insert(0) += 1;
+                *counts
+                    .entry(format!("{} {route}", entry.method))
+                    .or_insert(0) += 1;
             }
             counts
         })
@@ -555,14 +700,20 @@ async fn after_scenario(
     };
     let mut diagnostics = None;
     if failed {
-        let folder = crate::diagnostics::folder_name(&scenario_key.0, &scenario_name, scenario_key.1);
+        let folder =
+            crate::diagnostics::folder_name(&scenario_key.0, &scenario_name, scenario_key.1);
         let dir = world.env.report_dir.join("diagnostics").join(&folder);
         match crate::diagnostics::write_bundle(world, &dir).await {
             Ok(dir) => {
-                eprintln!("conformance: diagnostics for \"{scenario_name}\" in {}", dir.display());
+                eprintln!(
+                    "conformance: diagnostics for \"{scenario_name}\" in {}",
+                    dir.display()
+                );
                 diagnostics = Some(format!("diagnostics/{folder}"));
             }
-            Err(error) => eprintln!("conformance: could not write diagnostics for \"{scenario_name}\": {error:#}"),
+            Err(error) => eprintln!(
+                "conformance: could not write diagnostics for \"{scenario_name}\": {error:#}"
+            ),
         }
     }
     outcomes
@@ -577,9 +728,15 @@ async fn after_scenario(
     // Namespace deletion runs in the background, so the gate can be released before it.
     world.gate = None;
     if failed && world.env.keep_on_failure && world.owns_namespace {
-        eprintln!("conformance: kept namespace {} of failed scenario \"{scenario_name}\"", world.namespace);
+        eprintln!(
+            "conformance: kept namespace {} of failed scenario \"{scenario_name}\"",
+            world.namespace
+        );
     } else if let Err(error) = world.delete_namespace().await {
-        eprintln!("conformance: could not delete namespace {}: {error:#}", world.namespace);
+        eprintln!(
+            "conformance: could not delete namespace {}: {error:#}",
+            world.namespace
+        );
     }
 }
 
@@ -590,9 +747,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tags: args
             .tags
             .as_deref()
-            .map(|t| t.parse::<TagOperation>().map_err(|e| anyhow!("--tags {t:?}: {e}")))
+            .map(|t| {
+                t.parse::<TagOperation>()
+                    .map_err(|e| anyhow!("--tags {t:?}: {e}"))
+            })
             .transpose()?,
-        name: args.name.as_deref().map(Regex::new).transpose().context("--name is not a valid regex")?,
+        name: args
+            .name
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .context("--name is not a valid regex")?,
         real_coderd: args.coderd.is_some(),
         // kind and k3s run the operator in the cluster: nothing to restart or impersonate.
         operator_installed: args.operator == OperatorMode::Installed
@@ -604,9 +769,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let report_dir = args.report_dir.clone();
-    std::fs::create_dir_all(&report_dir).with_context(|| format!("creating {}", report_dir.display()))?;
+    std::fs::create_dir_all(&report_dir)
+        .with_context(|| format!("creating {}", report_dir.display()))?;
     let report_dir = report_dir.canonicalize()?;
-    let repo = repo_root().canonicalize().context("locating the repository root")?;
+    let repo = repo_root()
+        .canonicalize()
+        .context("locating the repository root")?;
 
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
@@ -615,8 +783,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let collector = Collector::default();
     let outcomes = collector.outcomes.clone();
-    let junit = std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
-    let json = std::fs::File::create(report_dir.join("cucumber.json")).context("creating cucumber.json")?;
+    let junit =
+        std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
+    let json = std::fs::File::create(report_dir.join("cucumber.json"))
+        .context("creating cucumber.json")?;
     let writer = writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
         .summarized()
         .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
@@ -625,12 +795,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .normalized();
 
     let filter_outcomes = outcomes.clone();
-    let filter = move |feature: &gherkin::Feature, rule: Option<&gherkin::Rule>, scenario: &gherkin::Scenario| {
+    let filter = move |feature: &gherkin::Feature,
+                       rule: Option<&gherkin::Rule>,
+                       scenario: &gherkin::Scenario| {
         let tags = all_tags(feature, rule, scenario);
         match selection.skip_reason(&tags, &scenario.name) {
             None => true,
             Some(reason) => {
-                filter_outcomes.lock().unwrap_or_else(PoisonError::into_inner).skipped(feature, scenario, reason);
+                filter_outcomes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .skipped(feature, scenario, reason);
                 false
             }
         }
@@ -640,16 +815,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .max_concurrent_scenarios(args.concurrency.max(1))
         .retries(args.retry)
         .before(|feature, rule, scenario, world| {
-            let serial = all_tags(feature, rule, scenario).iter().any(|t| t == "serial");
+            let serial = all_tags(feature, rule, scenario)
+                .iter()
+                .any(|t| t == "serial");
             async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {
             let failed = matches!(
                 finished,
-                event::ScenarioFinished::StepFailed(..) | event::ScenarioFinished::BeforeHookFailed(_)
+                event::ScenarioFinished::StepFailed(..)
+                    | event::ScenarioFinished::BeforeHookFailed(_)
             );
-            after_scenario(hook_outcomes.clone(), key(feature, scenario), scenario.name.clone(), failed, world)
-                .boxed_local()
+            after_scenario(
+                hook_outcomes.clone(),
+                key(feature, scenario),
+                scenario.name.clone(),
+                failed,
+                world,
+            )
+            .boxed_local()
         })
         .with_writer(writer)
         // A step without a definition fails its scenario instead of skipping it silently.
@@ -659,7 +843,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cucumber = cucumber.fail_fast();
     }
     let finished = cucumber.filter_run(&args.features, filter).await;
-    let cucumber_failed = cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
+    let cucumber_failed =
+        cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
 
     teardown(&prepared.environment, prepared.owned).await;
 
@@ -672,37 +857,73 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             contact: args.impl_contact.clone(),
             mode: prepared.mode,
         },
-        suite: Suite { version: env!("CARGO_PKG_VERSION").to_owned(), features: feature_hashes(&args.features)? },
+        suite: Suite {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            features: feature_hashes(&args.features)?,
+        },
         environment: model::Environment {
             tier: prepared.tier,
-            coderd: if args.coderd.is_some() { "real" } else { "fake" }.to_owned(),
+            coderd: if args.coderd.is_some() {
+                "real"
+            } else {
+                "fake"
+            }
+            .to_owned(),
             simulated: prepared.simulated,
         },
-        started_at: started_at.round(jiff::Unit::Second).unwrap_or(started_at).to_string(),
+        started_at: started_at
+            .round(jiff::Unit::Second)
+            .unwrap_or(started_at)
+            .to_string(),
         duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
         summary: model::summarise(&[]),
-        results: outcomes.lock().unwrap_or_else(PoisonError::into_inner).into_results(),
+        results: outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .into_results(),
         digest: String::new(),
     }
     .seal()?;
     let path = report_dir.join(REPORT_FILE);
-    std::fs::write(&path, report.to_yaml()?).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, report.to_yaml()?)
+        .with_context(|| format!("writing {}", path.display()))?;
     print_summary(&report, &report_dir);
 
-    let any_failed = report.results.iter().any(|r| r.status == model::Status::Failed);
-    Ok(if cucumber_failed || any_failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    let any_failed = report
+        .results
+        .iter()
+        .any(|r| r.status == model::Status::Failed);
+    Ok(if cucumber_failed || any_failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_summary(report: &ConformanceReport, report_dir: &Path) {
-    let tally = |t: &model::Tally| format!("{} passed, {} failed, {} skipped, {} flaky", t.passed, t.failed, t.skipped, t.flaky);
+    let tally = |t: &model::Tally| {
+        format!(
+            "{} passed, {} failed, {} skipped, {} flaky",
+            t.passed, t.failed, t.skipped, t.flaky
+        )
+    };
     println!();
     println!("Core:     {}", tally(&report.summary.core));
     println!("Extended: {}", tally(&report.summary.extended));
-    let skipped = report.results.iter().filter(|r| r.status == model::Status::Skipped);
-    let (deselected, skipped): (Vec<_>, Vec<_>) =
-        skipped.partition(|r| r.reason.as_deref().is_some_and(|reason| reason.starts_with("not selected")));
+    let skipped = report
+        .results
+        .iter()
+        .filter(|r| r.status == model::Status::Skipped);
+    let (deselected, skipped): (Vec<_>, Vec<_>) = skipped.partition(|r| {
+        r.reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with("not selected"))
+    });
     if !deselected.is_empty() {
-        println!("  {} scenarios not selected by --tags/--name (listed in the report)", deselected.len());
+        println!(
+            "  {} scenarios not selected by --tags/--name (listed in the report)",
+            deselected.len()
+        );
     }
     for result in skipped {
         println!(
@@ -718,21 +939,37 @@ fn print_summary(report: &ConformanceReport, report_dir: &Path) {
     }
     println!(
         "Core conformance: {}",
-        if report.summary.core_conformant { "yes" } else { "no" }
+        if report.summary.core_conformant {
+            "yes"
+        } else {
+            "no"
+        }
     );
-    println!("Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}", report_dir.display());
+    println!(
+        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
+        report_dir.display()
+    );
 }
 
 fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     let report = ConformanceReport::from_yaml(&text)?;
     let problems = model::verify(&report, &feature_hashes(&args.features)?)?;
     if problems.is_empty() {
         println!(
             "{}: valid; Core conformance {}, Extended {}",
             args.file.display(),
-            if report.summary.core_conformant { "yes" } else { "no" },
-            if report.summary.extended_conformant { "yes" } else { "no" }
+            if report.summary.core_conformant {
+                "yes"
+            } else {
+                "no"
+            },
+            if report.summary.extended_conformant {
+                "yes"
+            } else {
+                "no"
+            }
         );
         Ok(ExitCode::SUCCESS)
     } else {
@@ -785,13 +1022,20 @@ mod tests {
         let skip = selection.skip_reason(&tags(scenario_tags), "s");
         match reason {
             None => assert_eq!(skip, None),
-            Some(fragment) => assert!(skip.as_deref().is_some_and(|s| s.contains(fragment)), "{skip:?}"),
+            Some(fragment) => assert!(
+                skip.as_deref().is_some_and(|s| s.contains(fragment)),
+                "{skip:?}"
+            ),
         }
     }
 
     #[test]
     fn the_suites_feature_files_parse() {
-        let features = parse_features(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))).unwrap();
+        let features = parse_features(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../features"
+        )))
+        .unwrap();
         assert!(!features.is_empty());
     }
 }

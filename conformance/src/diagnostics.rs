@@ -20,7 +20,13 @@ const MASK: &str = "<redacted>";
 pub fn folder_name(feature: &str, scenario: &str, line: usize) -> String {
     let slug: String = format!("{}-{line}-{scenario}", feature.trim_end_matches(".feature"))
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     let mut collapsed = String::new();
     for c in slug.chars() {
@@ -36,7 +42,9 @@ pub fn mask(text: &str, secrets: &[String]) -> String {
     secrets
         .iter()
         .filter(|s| s.len() >= 6)
-        .fold(text.to_owned(), |acc, secret| acc.replace(secret.as_str(), MASK))
+        .fold(text.to_owned(), |acc, secret| {
+            acc.replace(secret.as_str(), MASK)
+        })
 }
 
 /// Removes terminal colour sequences (`ESC [ … m`) that some loggers write even to files.
@@ -67,7 +75,10 @@ pub fn redact_secret(mut secret: Value) -> Value {
             }
         }
     }
-    if let Some(annotations) = secret.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+    if let Some(annotations) = secret
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
     if let Some(metadata) = secret.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -86,7 +97,10 @@ fn without_managed_fields(mut object: Value) -> Value {
 async fn list(world: &ProvisionerWorld, resource: &ApiResource) -> anyhow::Result<Vec<Value>> {
     let api: Api<DynamicObject> = Api::namespaced_with(world.client(), &world.namespace, resource);
     let items = api.list(&ListParams::default()).await?.items;
-    Ok(items.into_iter().map(|o| serde_json::to_value(o).map(without_managed_fields)).collect::<Result<_, _>>()?)
+    Ok(items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).map(without_managed_fields))
+        .collect::<Result<_, _>>()?)
 }
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -94,16 +108,23 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
 }
 
 fn to_yaml(value: &Value) -> String {
-    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{value}"))
+    serde_saphyr::to_string(value)
+        .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{value}"))
 }
 
 /// Writes the bundle into `dir` and returns it. Each part is best-effort: a part that cannot be
 /// collected says why in its file instead of aborting the bundle.
 pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Result<PathBuf> {
-    tokio::fs::create_dir_all(dir).await.with_context(|| format!("creating {}", dir.display()))?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .with_context(|| format!("creating {}", dir.display()))?;
 
     let secrets_api: Api<Secret> = world.api();
-    let secrets = secrets_api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let secrets = secrets_api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     let mut known_secrets = world.secret_values();
     for secret in &secrets {
         for value in secret.data.iter().flat_map(|d| d.values()) {
@@ -113,16 +134,55 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
 
     let mut parts: Vec<(&str, String)> = Vec::new();
     let groups: [(&str, anyhow::Result<Vec<Value>>); 7] = [
-        ("coderprovisioners.yaml", list(world, &provisioner_resource()).await),
-        ("codercontrolplanes.yaml", list(world, &control_plane_resource()).await),
-        ("deployments.yaml", list(world, &resource("apps", "v1", "Deployment", "deployments")).await),
-        ("serviceaccounts.yaml", list(world, &resource("", "v1", "ServiceAccount", "serviceaccounts")).await),
-        ("roles.yaml", list(world, &resource("rbac.authorization.k8s.io", "v1", "Role", "roles")).await),
+        (
+            "coderprovisioners.yaml",
+            list(world, &provisioner_resource()).await,
+        ),
+        (
+            "codercontrolplanes.yaml",
+            list(world, &control_plane_resource()).await,
+        ),
+        (
+            "deployments.yaml",
+            list(world, &resource("apps", "v1", "Deployment", "deployments")).await,
+        ),
+        (
+            "serviceaccounts.yaml",
+            list(
+                world,
+                &resource("", "v1", "ServiceAccount", "serviceaccounts"),
+            )
+            .await,
+        ),
+        (
+            "roles.yaml",
+            list(
+                world,
+                &resource("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+            )
+            .await,
+        ),
         (
             "rolebindings.yaml",
-            list(world, &resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")).await,
+            list(
+                world,
+                &resource(
+                    "rbac.authorization.k8s.io",
+                    "v1",
+                    "RoleBinding",
+                    "rolebindings",
+                ),
+            )
+            .await,
         ),
-        ("resourcequotas.yaml", list(world, &resource("", "v1", "ResourceQuota", "resourcequotas")).await),
+        (
+            "resourcequotas.yaml",
+            list(
+                world,
+                &resource("", "v1", "ResourceQuota", "resourcequotas"),
+            )
+            .await,
+        ),
     ];
     for (file, objects) in groups {
         let text = match objects {
@@ -171,10 +231,9 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     };
     parts.push(("events.txt", events));
 
-    let log = world
-        .operator_log_tail(LOG_LINES)
-        .await
-        .unwrap_or_else(|| "the operator is installed in the cluster; its log is not available to the suite".to_owned());
+    let log = world.operator_log_tail(LOG_LINES).await.unwrap_or_else(|| {
+        "the operator is installed in the cluster; its log is not available to the suite".to_owned()
+    });
     parts.push(("operator.log", strip_ansi(&log)));
 
     let journal = if world.env.coderd.admin.is_none() {
@@ -203,28 +262,48 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case("key_lifecycle.feature", "Lost Secret: key rotated!", 12, "key-lifecycle-12-lost-secret-key-rotated")]
+    #[case(
+        "key_lifecycle.feature",
+        "Lost Secret: key rotated!",
+        12,
+        "key-lifecycle-12-lost-secret-key-rotated"
+    )]
     #[case("a.feature", "--x--", 1, "a-1-x")]
-    fn folder_names_are_safe(#[case] feature: &str, #[case] scenario: &str, #[case] line: usize, #[case] expected: &str) {
+    fn folder_names_are_safe(
+        #[case] feature: &str,
+        #[case] scenario: &str,
+        #[case] line: usize,
+        #[case] expected: &str,
+    ) {
         assert_eq!(folder_name(feature, scenario, line), expected);
     }
 
     #[test]
     fn colour_codes_are_stripped() {
-        assert_eq!(strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m done"), "2026  WARN done");
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m done"),
+            "2026  WARN done"
+        );
     }
 
     #[test]
     fn secret_data_is_replaced_by_its_size() {
-        let secret = json!({"metadata": {"name": "k", "managedFields": []}, "data": {"key": "c2VjcmV0"}});
+        let secret =
+            json!({"metadata": {"name": "k", "managedFields": []}, "data": {"key": "c2VjcmV0"}});
         let redacted = redact_secret(secret);
-        assert_eq!(redacted["data"]["key"], json!("<redacted> (8 base64 characters)"));
+        assert_eq!(
+            redacted["data"]["key"],
+            json!("<redacted> (8 base64 characters)")
+        );
         assert!(redacted["metadata"].get("managedFields").is_none());
     }
 
     #[test]
     fn known_secrets_are_masked_everywhere() {
         let text = "token=abcdef123 and again abcdef123, short=xy";
-        assert_eq!(mask(text, &["abcdef123".into(), "xy".into()]), "token=<redacted> and again <redacted>, short=xy");
+        assert_eq!(
+            mask(text, &["abcdef123".into(), "xy".into()]),
+            "token=<redacted> and again <redacted>, short=xy"
+        );
     }
 }

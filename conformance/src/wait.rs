@@ -57,7 +57,11 @@ impl Timeouts {
 
     /// Applies the user's `--timeout-scale` (multiplies deadlines and windows) and
     /// `--wait-timeout` (replaces the "eventually" deadline).
-    pub fn adjusted(self, scale: Option<f64>, wait_timeout: Option<Duration>) -> anyhow::Result<Self> {
+    pub fn adjusted(
+        self,
+        scale: Option<f64>,
+        wait_timeout: Option<Duration>,
+    ) -> anyhow::Result<Self> {
         let mut adjusted = self;
         if let Some(scale) = scale {
             if !(scale.is_finite() && scale > 0.0) {
@@ -93,7 +97,11 @@ impl Streak {
 /// Polls `probe` until it reports the expected state `reach_and_hold` times in a row.
 ///
 /// A probe error (e.g. an API hiccup) counts as "not yet" and is reported if the deadline passes.
-pub async fn eventually<T, F, Fut>(what: &str, timeouts: &Timeouts, mut probe: F) -> anyhow::Result<T>
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    timeouts: &Timeouts,
+    mut probe: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Observation<T>>>,
@@ -119,7 +127,8 @@ where
             }
         };
         if next >= deadline {
-            let last = last.unwrap_or_else(|| "the expected state was seen but did not hold".to_owned());
+            let last =
+                last.unwrap_or_else(|| "the expected state was seen but did not hold".to_owned());
             bail!(
                 "timed out after {:.1}s waiting for {what}; last observation: {last}",
                 timeouts.eventually.as_secs_f64()
@@ -131,7 +140,12 @@ where
 
 /// Requires `probe` to report the expected state at every observation for `window`
 /// (and for at least `hold_observations` observations); fails at the first contrary one.
-pub async fn stays<T, F, Fut>(what: &str, timeouts: &Timeouts, window: Duration, mut probe: F) -> anyhow::Result<T>
+pub async fn stays<T, F, Fut>(
+    what: &str,
+    timeouts: &Timeouts,
+    window: Duration,
+    mut probe: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Observation<T>>>,
@@ -142,7 +156,9 @@ where
         let next = Instant::now() + timeouts.interval;
         let value = match probe().await {
             Ok(Ok(value)) => value,
-            Ok(Err(why)) => bail!("expected {what} to hold, but after {observations} good observations: {why}"),
+            Ok(Err(why)) => {
+                bail!("expected {what} to hold, but after {observations} good observations: {why}")
+            }
             Err(error) => bail!("expected {what} to hold, but observing it failed: {error:#}"),
         };
         observations += 1;
@@ -187,7 +203,10 @@ mod tests {
     #[case(&[true, true, true, false], 0)]
     fn streak_counts_consecutive_passes(#[case] observations: &[bool], #[case] expected: u32) {
         let mut streak = Streak::default();
-        let last = observations.iter().map(|passed| streak.observe(*passed)).last();
+        let last = observations
+            .iter()
+            .map(|passed| streak.observe(*passed))
+            .last();
         assert_eq!(last.unwrap_or(0), expected);
     }
 
@@ -200,7 +219,9 @@ mod tests {
         #[case] wait: Option<Duration>,
         #[case] expected: Duration,
     ) {
-        let adjusted = Timeouts::for_profile(TimeoutProfile::Local).adjusted(scale, wait).unwrap();
+        let adjusted = Timeouts::for_profile(TimeoutProfile::Local)
+            .adjusted(scale, wait)
+            .unwrap();
         assert_eq!(adjusted.eventually, expected);
     }
 
@@ -209,7 +230,11 @@ mod tests {
     #[case(-1.0)]
     #[case(f64::NAN)]
     fn bad_scales_are_rejected(#[case] scale: f64) {
-        assert!(Timeouts::for_profile(TimeoutProfile::Local).adjusted(Some(scale), None).is_err());
+        assert!(
+            Timeouts::for_profile(TimeoutProfile::Local)
+                .adjusted(Some(scale), None)
+                .is_err()
+        );
     }
 
     #[tokio::test]
@@ -228,9 +253,11 @@ mod tests {
 
     #[tokio::test]
     async fn eventually_times_out_with_the_last_observation() {
-        let error = eventually::<(), _, _>("never", &fast(), || async { Ok(Err("still absent".to_owned())) })
-            .await
-            .unwrap_err();
+        let error = eventually::<(), _, _>("never", &fast(), || async {
+            Ok(Err("still absent".to_owned()))
+        })
+        .await
+        .unwrap_err();
         assert!(error.to_string().contains("still absent"), "{error}");
     }
 
@@ -240,7 +267,13 @@ mod tests {
         let result = eventually("flicker", &fast(), || {
             calls.set(calls.get() + 1);
             let n = calls.get();
-            async move { Ok(if n.is_multiple_of(2) { Ok(()) } else { Err("odd".to_owned()) }) }
+            async move {
+                Ok(if n.is_multiple_of(2) {
+                    Ok(())
+                } else {
+                    Err("odd".to_owned())
+                })
+            }
         })
         .await;
         assert!(result.is_err());
@@ -252,7 +285,13 @@ mod tests {
         let error = stays("stable", &fast(), Duration::from_millis(100), || {
             calls.set(calls.get() + 1);
             let n = calls.get();
-            async move { Ok(if n < 3 { Ok(()) } else { Err("changed".to_owned()) }) }
+            async move {
+                Ok(if n < 3 {
+                    Ok(())
+                } else {
+                    Err("changed".to_owned())
+                })
+            }
         })
         .await
         .unwrap_err();

@@ -84,7 +84,8 @@ static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
 /// scenario one at a time but may start it while concurrent scenarios still run; the fake
 /// coderd's switches (faults, entitlement, reachability) and the operator restart are global,
 /// so a `@serial` scenario holds this lock exclusively and every other scenario shares it.
-static GATE: std::sync::LazyLock<Arc<tokio::sync::RwLock<()>>> = std::sync::LazyLock::new(Default::default);
+static GATE: std::sync::LazyLock<Arc<tokio::sync::RwLock<()>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// A scenario's hold on [`GATE`], released by the after-hook.
 pub enum Gate {
@@ -110,10 +111,9 @@ pub fn install_environment(environment: Arc<Environment>) -> anyhow::Result<()> 
 }
 
 pub fn environment() -> anyhow::Result<Arc<Environment>> {
-    ENVIRONMENT
-        .get()
-        .cloned()
-        .ok_or_else(|| anyhow!("the conformance environment is not initialised (run through `conformance run`)"))
+    ENVIRONMENT.get().cloned().ok_or_else(|| {
+        anyhow!("the conformance environment is not initialised (run through `conformance run`)")
+    })
 }
 
 /// The coderd identity a scenario uses: its own organization and owner user.
@@ -158,7 +158,10 @@ impl fmt::Debug for ProvisionerWorld {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProvisionerWorld")
             .field("namespace", &self.namespace)
-            .field("organization", &self.coderd.as_ref().map(|c| c.organization.as_str()))
+            .field(
+                "organization",
+                &self.coderd.as_ref().map(|c| c.organization.as_str()),
+            )
             .field("provisioner", &self.provisioner)
             .field("remembered", &self.remembered)
             .finish_non_exhaustive()
@@ -229,18 +232,24 @@ impl ProvisionerWorld {
         let api: Api<Namespace> = Api::all(self.client());
         if let Some(existing) = api.get_opt(namespace).await? {
             if existing.metadata.deletion_timestamp.is_some() {
-                wait::eventually(&format!("namespace {namespace} to finish terminating"), self.timeouts(), || {
-                    let api = api.clone();
-                    async move {
-                        Ok(match api.get_opt(namespace).await? {
-                            None => Ok(()),
-                            Some(_) => Err("still terminating".to_owned()),
-                        })
-                    }
-                })
+                wait::eventually(
+                    &format!("namespace {namespace} to finish terminating"),
+                    self.timeouts(),
+                    || {
+                        let api = api.clone();
+                        async move {
+                            Ok(match api.get_opt(namespace).await? {
+                                None => Ok(()),
+                                Some(_) => Err("still terminating".to_owned()),
+                            })
+                        }
+                    },
+                )
                 .await?;
             } else {
-                bail!("namespace {namespace} already exists; the tutorial scenario needs to create it (remove it first)");
+                bail!(
+                    "namespace {namespace} already exists; the tutorial scenario needs to create it (remove it first)"
+                );
             }
         }
         self.create_namespace().await
@@ -251,7 +260,10 @@ impl ProvisionerWorld {
         let namespace = Namespace {
             metadata: ObjectMeta {
                 name: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([(SCENARIO_LABEL.to_owned(), self.id.clone())])),
+                labels: Some(BTreeMap::from([(
+                    SCENARIO_LABEL.to_owned(),
+                    self.id.clone(),
+                )])),
                 ..Default::default()
             },
             ..Default::default()
@@ -269,10 +281,15 @@ impl ProvisionerWorld {
             return Ok(());
         }
         let api: Api<Namespace> = Api::all(self.client());
-        match api.delete(&self.namespace, &DeleteParams::background()).await {
+        match api
+            .delete(&self.namespace, &DeleteParams::background())
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error).with_context(|| format!("deleting namespace {}", self.namespace)),
+            Err(error) => {
+                return Err(error).with_context(|| format!("deleting namespace {}", self.namespace));
+            }
         }
         self.owns_namespace = false;
         Ok(())
@@ -296,11 +313,11 @@ impl ProvisionerWorld {
 
     /// The fake coderd's admin handle, or a clear error when running against a real coderd.
     pub fn admin(&self) -> anyhow::Result<&AdminClient> {
-        self.env
-            .coderd
-            .admin
-            .as_ref()
-            .ok_or_else(|| anyhow!("this step needs the fake coderd's admin API, but --coderd points at a real coderd"))
+        self.env.coderd.admin.as_ref().ok_or_else(|| {
+            anyhow!(
+                "this step needs the fake coderd's admin API, but --coderd points at a real coderd"
+            )
+        })
     }
 
     pub fn scenario_coderd(&self) -> anyhow::Result<&ScenarioCoderd> {
@@ -310,13 +327,19 @@ impl ProvisionerWorld {
     }
 
     /// Creates the scenario's coderd organization and owner user (fake coderd only).
-    pub async fn create_scenario_coderd(&mut self, organization: Option<&str>) -> anyhow::Result<()> {
+    pub async fn create_scenario_coderd(
+        &mut self,
+        organization: Option<&str>,
+    ) -> anyhow::Result<()> {
         let admin = self.admin()?;
         let (organization, organization_id) = match organization {
             Some(existing) => (existing.to_owned(), String::new()),
             None => {
                 let name = format!("conf-{}", self.id);
-                let created = admin.add_organization(&name).await.context("creating the scenario's coderd organization")?;
+                let created = admin
+                    .add_organization(&name)
+                    .await
+                    .context("creating the scenario's coderd organization")?;
                 (created.name, created.id.to_string())
             }
         };
@@ -325,7 +348,12 @@ impl ProvisionerWorld {
             .await
             .context("creating the scenario's coderd owner user")?;
         let token_fingerprint = fake_coderd::fingerprint(&token);
-        self.coderd = Some(ScenarioCoderd { organization, organization_id, token, token_fingerprint });
+        self.coderd = Some(ScenarioCoderd {
+            organization,
+            organization_id,
+            token,
+            token_fingerprint,
+        });
         Ok(())
     }
 
@@ -339,19 +367,29 @@ impl ProvisionerWorld {
             "stringData": {"token": coderd.token},
         });
         let api: Api<Secret> = self.api();
-        api.patch(OPERATOR_TOKEN_SECRET, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&secret))
-            .await
-            .context("writing the operator token Secret")?;
+        api.patch(
+            OPERATOR_TOKEN_SECRET,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .context("writing the operator token Secret")?;
         Ok(())
     }
 
     /// Journal entries made with this scenario's session token.
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
         let fingerprint = self.scenario_coderd()?.token_fingerprint.clone();
-        let entries = self.admin()?.journal().await.context("reading the fake coderd journal")?;
+        let entries = self
+            .admin()?
+            .journal()
+            .await
+            .context("reading the fake coderd journal")?;
         Ok(entries
             .into_iter()
-            .filter(|entry| entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str()))
+            .filter(|entry| {
+                entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str())
+            })
             .collect())
     }
 
@@ -379,7 +417,10 @@ impl ProvisionerWorld {
         wait::eventually(what, self.timeouts(), || async move {
             Ok(match self.provisioner_json().await? {
                 Some(cr) => check(&cr),
-                None => Err(format!("CoderProvisioner {} does not exist", self.provisioner)),
+                None => Err(format!(
+                    "CoderProvisioner {} does not exist",
+                    self.provisioner
+                )),
             })
         })
         .await
@@ -392,7 +433,9 @@ impl ProvisionerWorld {
                 Some(process) => process.restart().await,
                 None => bail!("the operator was already stopped"),
             },
-            Operator::Installed => bail!("the operator is installed in the cluster; the suite cannot restart it"),
+            Operator::Installed => {
+                bail!("the operator is installed in the cluster; the suite cannot restart it")
+            }
         }
     }
 

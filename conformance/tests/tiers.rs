@@ -12,8 +12,9 @@ use anyhow::Context;
 use conformance::cluster::images::{DEFAULT_TAG, Images};
 use conformance::cluster::k3s::{K3S_TAG, K3sCluster, K3sOptions};
 use conformance::cluster::kind::{
-    self, FAKE_CODERD_ADMIN_PORT, FAKE_CODERD_ADMIN_SECRET, FAKE_CODERD_ADMIN_SECRET_KEY, FAKE_CODERD_NAME,
-    FAKE_CODERD_NAMESPACE, FAKE_CODERD_PORT, KindCluster, KindOptions, ProvisionedCluster,
+    self, FAKE_CODERD_ADMIN_PORT, FAKE_CODERD_ADMIN_SECRET, FAKE_CODERD_ADMIN_SECRET_KEY,
+    FAKE_CODERD_NAME, FAKE_CODERD_NAMESPACE, FAKE_CODERD_PORT, KindCluster, KindOptions,
+    ProvisionedCluster,
 };
 use conformance::cluster::kubeconfig::client_from_file;
 use conformance::cluster::local::{LocalControlPlane, LocalOptions};
@@ -25,14 +26,24 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 /// Folders of Kubernetes objects under config/ (config/kind holds kind's own format).
-const MANIFEST_DIRS: [&str; 5] = ["config/crd", "config/rbac", "config/manager", "config/samples", "config/fake-coderd"];
+const MANIFEST_DIRS: [&str; 5] = [
+    "config/crd",
+    "config/rbac",
+    "config/manager",
+    "config/samples",
+    "config/fake-coderd",
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn kind_of(object: &DynamicObject) -> &str {
-    object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default()
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default()
 }
 
 fn find<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> {
@@ -41,15 +52,24 @@ fn find<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> 
 
 fn one<'a>(objects: &'a [DynamicObject], kind: &str) -> &'a DynamicObject {
     let found = find(objects, kind);
-    assert_eq!(found.len(), 1, "exactly one {kind} expected, found {}", found.len());
+    assert_eq!(
+        found.len(),
+        1,
+        "exactly one {kind} expected, found {}",
+        found.len()
+    );
     found[0]
 }
 
 /// The Kubernetes version scripts/k8s-binaries.sh pins for the local tier, e.g. `v1.37.2`.
 fn local_tier_version() -> String {
-    let script = std::fs::read_to_string(repo().join("scripts/k8s-binaries.sh")).expect("read the script");
-    let pin = Regex::new(r#"KUBERNETES_VERSION="\$\{KUBERNETES_VERSION:-(v1\.\d+\.\d+)\}""#).expect("regex");
-    pin.captures(&script).expect("the script pins KUBERNETES_VERSION")[1].to_owned()
+    let script =
+        std::fs::read_to_string(repo().join("scripts/k8s-binaries.sh")).expect("read the script");
+    let pin = Regex::new(r#"KUBERNETES_VERSION="\$\{KUBERNETES_VERSION:-(v1\.\d+\.\d+)\}""#)
+        .expect("regex");
+    pin.captures(&script)
+        .expect("the script pins KUBERNETES_VERSION")[1]
+        .to_owned()
 }
 
 fn minor(version: &str) -> &str {
@@ -59,13 +79,21 @@ fn minor(version: &str) -> &str {
 
 #[test]
 fn the_kind_node_image_runs_the_local_tiers_kubernetes_minor() {
-    let text = std::fs::read_to_string(repo().join(kind::KIND_CONFIG)).expect("read the kind config");
-    let images = kind::kind_node_images(&text).expect("a kind configuration pinning its node images");
+    let text =
+        std::fs::read_to_string(repo().join(kind::KIND_CONFIG)).expect("read the kind config");
+    let images =
+        kind::kind_node_images(&text).expect("a kind configuration pinning its node images");
     assert!(!images.is_empty());
     let version = local_tier_version();
     for image in images {
-        let tag = image.strip_prefix("kindest/node:").expect("a kindest/node image");
-        assert!(tag.starts_with(&format!("{}.", minor(&version))), "{image} is not Kubernetes {}", minor(&version));
+        let tag = image
+            .strip_prefix("kindest/node:")
+            .expect("a kindest/node image");
+        assert!(
+            tag.starts_with(&format!("{}.", minor(&version))),
+            "{image} is not Kubernetes {}",
+            minor(&version)
+        );
         assert!(tag.contains("@sha256:"), "{image} is pinned by digest");
     }
 }
@@ -105,12 +133,25 @@ fn every_manifest_folder_parses_and_matches_its_kustomization() {
 /// `kubectl apply -k config/` installs the operator: CRDs, RBAC and the manager.
 #[test]
 fn the_top_level_kustomization_installs_the_operator_folders() {
-    let text = std::fs::read_to_string(repo().join("config/kustomization.yaml")).expect("config/kustomization.yaml");
+    let text = std::fs::read_to_string(repo().join("config/kustomization.yaml"))
+        .expect("config/kustomization.yaml");
     let kustomization: Value = serde_saphyr::from_str(&text).expect("parses");
-    let listed: Vec<&str> = kustomization["resources"].as_array().expect("resources").iter().filter_map(Value::as_str).collect();
+    let listed: Vec<&str> = kustomization["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     assert_eq!(listed, ["crd", "rbac", "manager"]);
     for folder in listed {
-        assert!(repo().join("config").join(folder).join("kustomization.yaml").is_file(), "config/{folder} is a kustomization");
+        assert!(
+            repo()
+                .join("config")
+                .join(folder)
+                .join("kustomization.yaml")
+                .is_file(),
+            "config/{folder} is a kustomization"
+        );
     }
 }
 
@@ -121,12 +162,25 @@ fn the_operator_deployment_runs_as_the_service_account_its_rbac_binds() {
     let rbac = manifests::read_dir(&repo().join(kind::RBAC_DIR)).expect("config/rbac");
     let deployment = one(&manager, "Deployment");
     let service_account = one(&rbac, "ServiceAccount");
-    let (sa_name, sa_namespace) = (service_account.metadata.name.as_deref(), service_account.metadata.namespace.as_deref());
-    assert_eq!(deployment.data["spec"]["template"]["spec"]["serviceAccountName"].as_str(), sa_name);
+    let (sa_name, sa_namespace) = (
+        service_account.metadata.name.as_deref(),
+        service_account.metadata.namespace.as_deref(),
+    );
+    assert_eq!(
+        deployment.data["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        sa_name
+    );
     assert_eq!(deployment.metadata.namespace.as_deref(), sa_namespace);
     let namespace = one(&manager, "Namespace");
-    assert_eq!(namespace.metadata.name.as_deref(), sa_namespace, "config/manager creates the namespace");
-    for binding in find(&rbac, "ClusterRoleBinding").into_iter().chain(find(&rbac, "RoleBinding")) {
+    assert_eq!(
+        namespace.metadata.name.as_deref(),
+        sa_namespace,
+        "config/manager creates the namespace"
+    );
+    for binding in find(&rbac, "ClusterRoleBinding")
+        .into_iter()
+        .chain(find(&rbac, "RoleBinding"))
+    {
         let subjects = binding.data["subjects"].as_array().expect("subjects");
         assert!(
             subjects.iter().any(|s| s["kind"] == "ServiceAccount"
@@ -138,21 +192,42 @@ fn the_operator_deployment_runs_as_the_service_account_its_rbac_binds() {
     }
     let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["name"], kind::MANAGER_CONTAINER);
-    assert_eq!(container["image"], "coder-provisioner-operator:dev", "the loaded image, not :latest");
-    assert_ne!(container["imagePullPolicy"], "Always", "a loaded image must not be pulled");
+    assert_eq!(
+        container["image"], "coder-provisioner-operator:dev",
+        "the loaded image, not :latest"
+    );
+    assert_ne!(
+        container["imagePullPolicy"], "Always",
+        "a loaded image must not be pulled"
+    );
 }
 
 #[test]
 fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
-    let objects = kind::fake_coderd_objects(&repo(), "fake-coderd:t1", "admin-t0ken").expect("config/fake-coderd");
-    assert_eq!(one(&objects, "Namespace").metadata.name.as_deref(), Some(FAKE_CODERD_NAMESPACE));
+    let objects = kind::fake_coderd_objects(&repo(), "fake-coderd:t1", "admin-t0ken")
+        .expect("config/fake-coderd");
+    assert_eq!(
+        one(&objects, "Namespace").metadata.name.as_deref(),
+        Some(FAKE_CODERD_NAMESPACE)
+    );
     for object in objects.iter().filter(|o| kind_of(o) != "Namespace") {
-        assert_eq!(object.metadata.namespace.as_deref(), Some(FAKE_CODERD_NAMESPACE), "{:?}", object.metadata.name);
+        assert_eq!(
+            object.metadata.namespace.as_deref(),
+            Some(FAKE_CODERD_NAMESPACE),
+            "{:?}",
+            object.metadata.name
+        );
     }
 
     let secret = one(&objects, "Secret");
-    assert_eq!(secret.metadata.name.as_deref(), Some(FAKE_CODERD_ADMIN_SECRET));
-    assert_eq!(secret.data["stringData"][FAKE_CODERD_ADMIN_SECRET_KEY], "admin-t0ken");
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some(FAKE_CODERD_ADMIN_SECRET)
+    );
+    assert_eq!(
+        secret.data["stringData"][FAKE_CODERD_ADMIN_SECRET_KEY],
+        "admin-t0ken"
+    );
 
     let deployment = one(&objects, "Deployment");
     let pod = &deployment.data["spec"]["template"];
@@ -160,30 +235,59 @@ fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
     assert_eq!(container["name"], FAKE_CODERD_NAME);
     assert_eq!(container["image"], "fake-coderd:t1");
     let container_port = |name: &str| {
-        container["ports"].as_array().expect("ports").iter().find(|p| p["name"] == name).map(|p| p["containerPort"].clone())
+        container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["containerPort"].clone())
     };
     assert_eq!(container_port("coderd"), Some(json!(FAKE_CODERD_PORT)));
     assert_eq!(container_port("admin"), Some(json!(FAKE_CODERD_ADMIN_PORT)));
     assert_eq!(
         container["args"],
-        json!([format!("--listen=0.0.0.0:{FAKE_CODERD_PORT}"), format!("--admin-listen=0.0.0.0:{FAKE_CODERD_ADMIN_PORT}")]),
+        json!([
+            format!("--listen=0.0.0.0:{FAKE_CODERD_PORT}"),
+            format!("--admin-listen=0.0.0.0:{FAKE_CODERD_ADMIN_PORT}")
+        ]),
         "the fake listens on the container ports, on every interface"
     );
-    let env = |name: &str| container["env"].as_array().expect("env").iter().find(|e| e["name"] == name).cloned();
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+    };
     let token_ref = &env("FAKE_CODERD_ADMIN_TOKEN").expect("token")["valueFrom"]["secretKeyRef"];
     assert_eq!(token_ref["name"], FAKE_CODERD_ADMIN_SECRET);
     assert_eq!(token_ref["key"], FAKE_CODERD_ADMIN_SECRET_KEY);
 
     let service = one(&objects, "Service");
     assert_eq!(service.metadata.name.as_deref(), Some(FAKE_CODERD_NAME));
-    assert_eq!(service.data["spec"]["selector"], pod["metadata"]["labels"], "the Service selects the fake's pods");
+    assert_eq!(
+        service.data["spec"]["selector"], pod["metadata"]["labels"],
+        "the Service selects the fake's pods"
+    );
     let service_port = |name: &str| {
-        service.data["spec"]["ports"].as_array().expect("ports").iter().find(|p| p["name"] == name).cloned()
+        service.data["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
     };
-    for (name, port) in [("coderd", FAKE_CODERD_PORT), ("admin", FAKE_CODERD_ADMIN_PORT)] {
+    for (name, port) in [
+        ("coderd", FAKE_CODERD_PORT),
+        ("admin", FAKE_CODERD_ADMIN_PORT),
+    ] {
         let found = service_port(name).unwrap_or_else(|| panic!("Service port {name}"));
         assert_eq!(found["port"], json!(port), "Service port {name}");
-        assert_eq!(found["targetPort"], name, "Service port {name} targets the container port of that name");
+        assert_eq!(
+            found["targetPort"], name,
+            "Service port {name} targets the container port of that name"
+        );
     }
 }
 
@@ -194,8 +298,17 @@ fn every_image_is_built_from_an_existing_dockerfile_stage() {
         let dockerfile = std::fs::read_to_string(repo().join(spec.dockerfile))
             .unwrap_or_else(|e| panic!("{}: {e}", spec.dockerfile));
         if let Some(target) = spec.target {
-            let stage = Regex::new(&format!(r"(?im)^FROM\s+\S+\s+AS\s+{}\s*$", regex::escape(target))).expect("regex");
-            assert!(stage.is_match(&dockerfile), "{} has no stage {target} for {}", spec.dockerfile, spec.image);
+            let stage = Regex::new(&format!(
+                r"(?im)^FROM\s+\S+\s+AS\s+{}\s*$",
+                regex::escape(target)
+            ))
+            .expect("regex");
+            assert!(
+                stage.is_match(&dockerfile),
+                "{} has no stage {target} for {}",
+                spec.dockerfile,
+                spec.image
+            );
         }
     }
 }
@@ -203,9 +316,14 @@ fn every_image_is_built_from_an_existing_dockerfile_stage() {
 /// Every object of every manifest folder is accepted by kube-apiserver v1.37 (schema, CRD
 /// validation of the samples, RBAC objects) without being stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_manifest_passes_server_side_dry_run_on_the_local_control_plane() -> anyhow::Result<()> {
+async fn every_manifest_passes_server_side_dry_run_on_the_local_control_plane() -> anyhow::Result<()>
+{
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let plane = LocalControlPlane::start(LocalOptions { controller_manager: false, ..LocalOptions::default() }).await?;
+    let plane = LocalControlPlane::start(LocalOptions {
+        controller_manager: false,
+        ..LocalOptions::default()
+    })
+    .await?;
     let client = plane.admin_client().await?;
     let repo = repo();
     let images = Images::with_tag(DEFAULT_TAG);
@@ -216,24 +334,43 @@ async fn every_manifest_passes_server_side_dry_run_on_the_local_control_plane() 
     }
     // The rendered forms the tiers apply: the operator's image set, the fake's Secret added.
     objects.extend(kind::manager_objects(&repo, &images.operator)?);
-    objects.extend(kind::fake_coderd_objects(&repo, &images.fake_coderd, "dry-run-token")?);
+    objects.extend(kind::fake_coderd_objects(
+        &repo,
+        &images.fake_coderd,
+        "dry-run-token",
+    )?);
 
     // What a dry run cannot provide: CRDs must exist for the samples' kinds to be served, and
     // namespaces for namespaced objects to be admitted.
     manifests::install_crds(&client, &repo.join(kind::CRD_DIR)).await?;
-    let mut namespaces: BTreeSet<String> = objects.iter().filter_map(|o| o.metadata.namespace.clone()).collect();
-    namespaces.extend(find(&objects, "Namespace").iter().filter_map(|n| n.metadata.name.clone()));
+    let mut namespaces: BTreeSet<String> = objects
+        .iter()
+        .filter_map(|o| o.metadata.namespace.clone())
+        .collect();
+    namespaces.extend(
+        find(&objects, "Namespace")
+            .iter()
+            .filter_map(|n| n.metadata.name.clone()),
+    );
     let namespace_api: Api<Namespace> = Api::all(client.clone());
     for name in &namespaces {
-        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let namespace =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         namespace_api
-            .patch(name, &PatchParams::apply("tiers-test").force(), &Patch::Apply(&namespace))
+            .patch(
+                name,
+                &PatchParams::apply("tiers-test").force(),
+                &Patch::Apply(&namespace),
+            )
             .await
             .with_context(|| format!("creating namespace {name}"))?;
     }
 
     let total = objects.len();
-    let options = ApplyOptions { dry_run: true, ..ApplyOptions::default() };
+    let options = ApplyOptions {
+        dry_run: true,
+        ..ApplyOptions::default()
+    };
     let applied = manifests::apply_objects(&client, objects, &options).await?;
     assert_eq!(applied.len(), total, "every object was submitted");
 
@@ -241,14 +378,25 @@ async fn every_manifest_passes_server_side_dry_run_on_the_local_control_plane() 
     let invalid = manifests::parse_documents(
         "apiVersion: coder.com/v1alpha1\nkind: CoderProvisioner\nmetadata: {name: invalid, namespace: coder}\nspec: {}\n",
     )?;
-    let refused = manifests::apply_objects(&client, invalid, &options).await.expect_err("schema violation");
-    assert!(format!("{refused:#}").contains("controlPlaneRef"), "{refused:#}");
+    let refused = manifests::apply_objects(&client, invalid, &options)
+        .await
+        .expect_err("schema violation");
+    assert!(
+        format!("{refused:#}").contains("controlPlaneRef"),
+        "{refused:#}"
+    );
 
     // A dry run stores nothing.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), FAKE_CODERD_NAMESPACE);
-    assert!(deployments.get_opt(FAKE_CODERD_NAME).await?.is_none(), "dry run created the fake's Deployment");
+    assert!(
+        deployments.get_opt(FAKE_CODERD_NAME).await?.is_none(),
+        "dry run created the fake's Deployment"
+    );
     let secrets: Api<Secret> = Api::namespaced(client.clone(), FAKE_CODERD_NAMESPACE);
-    assert!(secrets.get_opt(FAKE_CODERD_ADMIN_SECRET).await?.is_none(), "dry run created the admin Secret");
+    assert!(
+        secrets.get_opt(FAKE_CODERD_ADMIN_SECRET).await?.is_none(),
+        "dry run created the admin Secret"
+    );
     plane.stop().await;
     Ok(())
 }
@@ -263,7 +411,11 @@ fn keep_cluster() -> bool {
 #[ignore = "needs a Docker engine and kind; run by scripts/kind-e2e.sh"]
 async fn kind_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let options = KindOptions { name: "coder-conformance-tiers".to_owned(), keep: keep_cluster(), ..KindOptions::new(&repo()) };
+    let options = KindOptions {
+        name: "coder-conformance-tiers".to_owned(),
+        keep: keep_cluster(),
+        ..KindOptions::new(&repo())
+    };
     let cluster = KindCluster::provision(options).await?;
     daemon_uses_the_operators_key(cluster.provisioned()).await
 }
@@ -272,7 +424,11 @@ async fn kind_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow:
 #[ignore = "needs a Docker engine (k3s in a privileged container); run with: cargo test -p conformance --test tiers k3s -- --ignored"]
 async fn k3s_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cluster = K3sCluster::provision(K3sOptions { keep: keep_cluster(), ..K3sOptions::new(&repo()) }).await?;
+    let cluster = K3sCluster::provision(K3sOptions {
+        keep: keep_cluster(),
+        ..K3sOptions::new(&repo())
+    })
+    .await?;
     daemon_uses_the_operators_key(cluster.provisioned()).await
 }
 
@@ -300,9 +456,15 @@ async fn daemon_uses_the_operators_key(cluster: &ProvisionedCluster) -> anyhow::
     let control_planes: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         namespace,
-        &kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("coder.com", "v1alpha1", "CoderControlPlane")),
+        &kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "coder.com",
+            "v1alpha1",
+            "CoderControlPlane",
+        )),
     );
-    let now = jiff::Timestamp::now().round(jiff::Unit::Second)?.to_string();
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)?
+        .to_string();
     let status = json!({"status": {
         "phase": "Ready",
         "url": cluster.fake_coderd.in_cluster_url,
@@ -311,9 +473,20 @@ async fn daemon_uses_the_operators_key(cluster: &ProvisionedCluster) -> anyhow::
         "externalProvisionerDaemonsEntitlement": "entitled",
         "entitlementsLastChecked": now,
     }});
-    control_planes.patch_status("codercontrolplane-sample", &PatchParams::default(), &Patch::Merge(&status)).await?;
-    let sample = std::fs::read_to_string(repo().join("config/samples/coder_v1alpha1_coderprovisioner.yaml"))?;
-    let options = ApplyOptions { namespace: Some(namespace.to_owned()), ..ApplyOptions::default() };
+    control_planes
+        .patch_status(
+            "codercontrolplane-sample",
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await?;
+    let sample = std::fs::read_to_string(
+        repo().join("config/samples/coder_v1alpha1_coderprovisioner.yaml"),
+    )?;
+    let options = ApplyOptions {
+        namespace: Some(namespace.to_owned()),
+        ..ApplyOptions::default()
+    };
     manifests::apply_yaml_str(&client, &sample, &options).await?;
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -324,7 +497,10 @@ async fn daemon_uses_the_operators_key(cluster: &ProvisionedCluster) -> anyhow::
             .get_opt("coderprovisioner-sample-provisioner-key")
             .await?
             .and_then(|s| s.data)
-            .and_then(|d| d.get("key").map(|v| String::from_utf8_lossy(&v.0).into_owned()));
+            .and_then(|d| {
+                d.get("key")
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            });
         let ready = deployments
             .get_opt("provisioner-coderprovisioner-sample")
             .await?

@@ -50,7 +50,11 @@ impl ApiError {
     pub fn new(status: u16, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: ApiResponse { message: message.into(), detail: None, validations: Vec::new() },
+            body: ApiResponse {
+                message: message.into(),
+                detail: None,
+                validations: Vec::new(),
+            },
         }
     }
 
@@ -63,7 +67,10 @@ impl ApiError {
     pub fn validation(field: &str, message: impl Into<String>) -> Self {
         let message = message.into();
         let mut error = Self::new(400, message.clone());
-        error.body.validations.push(Validation { field: field.to_string(), detail: message });
+        error.body.validations.push(Validation {
+            field: field.to_string(),
+            detail: message,
+        });
         error
     }
 
@@ -125,15 +132,27 @@ impl Reply {
             Ok(value) => ReplyBody::Json(value),
             Err(error) => return Self::from(ApiError::internal(error.to_string())),
         };
-        Self { status, body, headers: Vec::new() }
+        Self {
+            status,
+            body,
+            headers: Vec::new(),
+        }
     }
 
     pub fn text(status: u16, text: impl Into<String>) -> Self {
-        Self { status, body: ReplyBody::Text(text.into()), headers: Vec::new() }
+        Self {
+            status,
+            body: ReplyBody::Text(text.into()),
+            headers: Vec::new(),
+        }
     }
 
     pub fn empty(status: u16) -> Self {
-        Self { status, body: ReplyBody::Empty, headers: Vec::new() }
+        Self {
+            status,
+            body: ReplyBody::Empty,
+            headers: Vec::new(),
+        }
     }
 
     pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Self {
@@ -145,7 +164,9 @@ impl Reply {
     pub fn into_template(self) -> ResponseTemplate {
         let mut template = ResponseTemplate::new(self.status);
         template = match self.body {
-            ReplyBody::Json(value) => template.set_body_raw(value.to_string().into_bytes(), JSON_CONTENT_TYPE),
+            ReplyBody::Json(value) => {
+                template.set_body_raw(value.to_string().into_bytes(), JSON_CONTENT_TYPE)
+            }
             ReplyBody::Text(text) => template.set_body_raw(text.into_bytes(), TEXT_CONTENT_TYPE),
             ReplyBody::Empty => template,
         };

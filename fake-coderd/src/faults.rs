@@ -58,7 +58,13 @@ impl FaultSpec {
     }
 
     fn once(method: &str, route: &str, kind: FaultKind) -> Self {
-        Self { method: method.to_string(), route: route.to_string(), kind, times: Some(1), apply_then_fail: false }
+        Self {
+            method: method.to_string(),
+            route: route.to_string(),
+            kind,
+            times: Some(1),
+            apply_then_fail: false,
+        }
     }
 
     /// Applies to the next `n` matching requests.
@@ -82,15 +88,19 @@ impl FaultSpec {
     /// Rejects specs the fake could not honour.
     pub fn validate(&self) -> Result<(), String> {
         if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
-            return Err(format!("unknown route template {:?}; expected one of {:?}", self.route, crate::routes::TEMPLATES));
+            return Err(format!(
+                "unknown route template {:?}; expected one of {:?}",
+                self.route,
+                crate::routes::TEMPLATES
+            ));
         }
         if self.times == Some(0) {
             return Err("times must be at least 1 (omit it for a sticky fault)".to_string());
         }
         match &self.kind {
-            FaultKind::Status { status, .. } if !(400..=599).contains(status) => {
-                Err(format!("fault status {status} is not an error status (400..=599)"))
-            }
+            FaultKind::Status { status, .. } if !(400..=599).contains(status) => Err(format!(
+                "fault status {status} is not an error status (400..=599)"
+            )),
             FaultKind::Reset if self.apply_then_fail => {
                 Err("apply_then_fail needs an HTTP answer; use a status fault".to_string())
             }
@@ -103,7 +113,11 @@ impl FaultSpec {
         match body {
             Some(body) => Reply::json(status, body),
             None if status == 500 => ApiError::internal("fault injected by fake-coderd").into(),
-            None => ApiError::new(status, format!("Fault injected by fake-coderd (status {status}).")).into(),
+            None => ApiError::new(
+                status,
+                format!("Fault injected by fake-coderd (status {status})."),
+            )
+            .into(),
         }
     }
 
@@ -139,7 +153,10 @@ impl Faults {
 
     /// Takes the next fault for this request, counting one use of it.
     pub fn take(&mut self, method: &str, route: &str) -> Option<FaultSpec> {
-        let index = self.active.iter().position(|fault| fault.matches(method, route))?;
+        let index = self
+            .active
+            .iter()
+            .position(|fault| fault.matches(method, route))?;
         let fault = self.active[index].clone();
         match &mut self.active[index].times {
             Some(1) => {
@@ -160,11 +177,15 @@ mod tests {
     #[test]
     fn counted_faults_run_out_and_sticky_ones_do_not() {
         let mut faults = Faults::default();
-        faults.inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2)).expect("valid");
+        faults
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2))
+            .expect("valid");
         assert!(faults.take("post", CREATE_KEY).is_some());
         assert!(faults.take("POST", CREATE_KEY).is_some());
         assert!(faults.take("POST", CREATE_KEY).is_none());
-        faults.inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky()).expect("valid");
+        faults
+            .inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky())
+            .expect("valid");
         for _ in 0..5 {
             assert!(faults.take("GET", CREATE_KEY).is_some());
         }

@@ -54,12 +54,17 @@ pub trait JournalQuery {
 impl JournalQuery for [JournalEntry] {
     fn count(&self, method: &str, route: &str) -> usize {
         self.iter()
-            .filter(|entry| entry.method.eq_ignore_ascii_case(method) && entry.route.as_deref() == Some(route))
+            .filter(|entry| {
+                entry.method.eq_ignore_ascii_case(method) && entry.route.as_deref() == Some(route)
+            })
             .count()
     }
 
     fn for_route(&self, route: &str) -> Vec<JournalEntry> {
-        self.iter().filter(|entry| entry.route.as_deref() == Some(route)).cloned().collect()
+        self.iter()
+            .filter(|entry| entry.route.as_deref() == Some(route))
+            .cloned()
+            .collect()
     }
 
     fn counts(&self) -> BTreeMap<(String, String), usize> {
@@ -78,11 +83,17 @@ pub fn redact_body(body: &[u8]) -> Option<Value> {
         return None;
     }
     let Ok(mut value) = serde_json::from_slice::<Value>(body) else {
-        return Some(Value::String(format!("<non-JSON body, {} bytes>", body.len())));
+        return Some(Value::String(format!(
+            "<non-JSON body, {} bytes>",
+            body.len()
+        )));
     };
     if let Value::Object(fields) = &mut value {
         for (name, field) in fields.iter_mut() {
-            if SECRET_FIELDS.iter().any(|secret| secret.eq_ignore_ascii_case(name)) {
+            if SECRET_FIELDS
+                .iter()
+                .any(|secret| secret.eq_ignore_ascii_case(name))
+            {
                 *field = Value::String(REDACTED.to_string());
             }
         }

@@ -54,7 +54,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let generated_admin_token = cli.admin_token.is_none();
     let config = FakeConfig {
         listen: Some(cli.listen),
-        admin_listen: Some(cli.admin_listen.unwrap_or_else(|| default_admin_listen(cli.listen))),
+        admin_listen: Some(
+            cli.admin_listen
+                .unwrap_or_else(|| default_admin_listen(cli.listen)),
+        ),
         admin_token: cli.admin_token.unwrap_or_else(|| random_alphanumeric(32)),
         operator_token: cli.operator_token,
         seed,

@@ -114,25 +114,41 @@ impl RateLimiter {
         }
         match &mut self.spec {
             None => Verdict::Allow,
-            Some(RateLimitSpec::NextRequests { method, route, count }) => {
-                let method_matches = method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(caller.method));
+            Some(RateLimitSpec::NextRequests {
+                method,
+                route,
+                count,
+            }) => {
+                let method_matches = method
+                    .as_deref()
+                    .is_none_or(|m| m.eq_ignore_ascii_case(caller.method));
                 let route_matches = route.is_none() || route.as_deref() == caller.route;
                 if *count == 0 || !method_matches || !route_matches {
                     return Verdict::Allow;
                 }
                 *count -= 1;
-                Verdict::Limited(too_many_requests(DEFAULT_LIMIT, DEFAULT_WINDOW_SECS, unix_now() + DEFAULT_WINDOW_SECS))
+                Verdict::Limited(too_many_requests(
+                    DEFAULT_LIMIT,
+                    DEFAULT_WINDOW_SECS,
+                    unix_now() + DEFAULT_WINDOW_SECS,
+                ))
             }
             Some(RateLimitSpec::Window { limit, window_secs }) => {
                 let window = Duration::from_secs(*window_secs);
                 let key = format!("{}|{}", caller.user_id.unwrap_or("anonymous"), caller.path);
                 let hits = self.hits.entry(key).or_default();
-                while hits.front().is_some_and(|hit| now.duration_since(*hit) >= window) {
+                while hits
+                    .front()
+                    .is_some_and(|hit| now.duration_since(*hit) >= window)
+                {
                     hits.pop_front();
                 }
                 if hits.len() >= *limit as usize {
-                    let reset_in = hits.front().map(|oldest| window.saturating_sub(now.duration_since(*oldest)));
-                    let reset_unix = unix_now() + reset_in.map(|d| d.as_secs()).unwrap_or(*window_secs);
+                    let reset_in = hits
+                        .front()
+                        .map(|oldest| window.saturating_sub(now.duration_since(*oldest)));
+                    let reset_unix =
+                        unix_now() + reset_in.map(|d| d.as_secs()).unwrap_or(*window_secs);
                     return Verdict::Limited(too_many_requests(*limit, *window_secs, reset_unix));
                 }
                 hits.push_back(now);
@@ -173,9 +189,17 @@ mod tests {
     #[case(Some("false"), false, "429")]
     #[case(Some("yes"), true, "429")]
     #[case(None, true, "429")]
-    fn bypass_header_rules(#[case] bypass: Option<&str>, #[case] is_owner: bool, #[case] expected: &str) {
+    fn bypass_header_rules(
+        #[case] bypass: Option<&str>,
+        #[case] is_owner: bool,
+        #[case] expected: &str,
+    ) {
         let mut limiter = RateLimiter::default();
-        limiter.set(Some(RateLimitSpec::NextRequests { method: None, route: None, count: 1 }));
+        limiter.set(Some(RateLimitSpec::NextRequests {
+            method: None,
+            route: None,
+            count: 1,
+        }));
         let verdict = limiter.check(&caller(bypass, is_owner), Instant::now());
         let outcome = match verdict {
             Verdict::Allow => "allow",
@@ -194,12 +218,21 @@ mod tests {
     #[test]
     fn window_limits_then_recovers() {
         let mut limiter = RateLimiter::default();
-        limiter.set(Some(RateLimitSpec::Window { limit: 2, window_secs: 10 }));
+        limiter.set(Some(RateLimitSpec::Window {
+            limit: 2,
+            window_secs: 10,
+        }));
         let start = Instant::now();
         let who = caller(None, false);
         assert_eq!(limiter.check(&who, start), Verdict::Allow);
         assert_eq!(limiter.check(&who, start), Verdict::Allow);
-        assert!(matches!(limiter.check(&who, start + Duration::from_secs(9)), Verdict::Limited(_)));
-        assert_eq!(limiter.check(&who, start + Duration::from_secs(10)), Verdict::Allow);
+        assert!(matches!(
+            limiter.check(&who, start + Duration::from_secs(9)),
+            Verdict::Limited(_)
+        ));
+        assert_eq!(
+            limiter.check(&who, start + Duration::from_secs(10)),
+            Verdict::Allow
+        );
     }
 }

@@ -100,11 +100,15 @@ impl Seed {
     pub fn from_file(path: &Path) -> anyhow::Result<Seed> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading seed file {}", path.display()))?;
-        let is_json = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        let is_json = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
         if is_json {
-            serde_json::from_str(&text).with_context(|| format!("parsing JSON seed file {}", path.display()))
+            serde_json::from_str(&text)
+                .with_context(|| format!("parsing JSON seed file {}", path.display()))
         } else {
-            serde_saphyr::from_str(&text).with_context(|| format!("parsing YAML seed file {}", path.display()))
+            serde_saphyr::from_str(&text)
+                .with_context(|| format!("parsing YAML seed file {}", path.display()))
         }
     }
 }
@@ -115,19 +119,38 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case("seed.json", r#"{"organizations":[{"name":"acme"}],"entitlement":"absent","has_license":false}"#)]
-    #[case("seed.yaml", "organizations:\n  - name: acme\nentitlement: absent\nhas_license: false\n")]
+    #[case(
+        "seed.json",
+        r#"{"organizations":[{"name":"acme"}],"entitlement":"absent","has_license":false}"#
+    )]
+    #[case(
+        "seed.yaml",
+        "organizations:\n  - name: acme\nentitlement: absent\nhas_license: false\n"
+    )]
     fn seed_files_in_json_or_yaml(#[case] file: &str, #[case] text: &str) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(file);
         std::fs::write(&path, text).expect("written");
         let seed = Seed::from_file(&path).expect("parsed");
-        assert_eq!(seed.organizations, [SeedOrganization { name: "acme".to_string(), id: None }]);
-        assert_eq!((seed.entitlement, seed.has_license, seed.enterprise), (Entitlement::Absent, false, true));
+        assert_eq!(
+            seed.organizations,
+            [SeedOrganization {
+                name: "acme".to_string(),
+                id: None
+            }]
+        );
+        assert_eq!(
+            (seed.entitlement, seed.has_license, seed.enterprise),
+            (Entitlement::Absent, false, true)
+        );
     }
 
     #[rstest]
-    #[case("seed.yaml", "users:\n  - username: bob\n    role: admin\n", "parsing YAML seed file")]
+    #[case(
+        "seed.yaml",
+        "users:\n  - username: bob\n    role: admin\n",
+        "parsing YAML seed file"
+    )]
     #[case("seed.json", r#"{"unknown_field":1}"#, "parsing JSON seed file")]
     #[case("missing.yaml", "", "reading seed file")]
     fn bad_seed_files_are_reported(#[case] file: &str, #[case] text: &str, #[case] expected: &str) {

@@ -16,7 +16,10 @@ use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::{Seed, SeedUser};
-use crate::state::{Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token, random_alphanumeric, split_session_token};
+use crate::state::{
+    Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token,
+    random_alphanumeric, split_session_token,
+};
 use crate::world::{ReachabilityRequest, Shared, World};
 
 /// How long closing or reopening the coderd listener may take.
@@ -70,7 +73,9 @@ async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     loop {
         match TcpListener::bind(addr) {
             Ok(listener) => return Ok(listener),
-            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
                 tokio::time::sleep(POLL_INTERVAL).await;
             }
             Err(error) => return Err(error).with_context(|| format!("binding {addr}")),
@@ -83,7 +88,9 @@ async fn wait_until_closed(addr: SocketAddr) -> Result<(), String> {
     let deadline = Instant::now() + REACHABILITY_DEADLINE;
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
         if Instant::now() >= deadline {
-            return Err(format!("{addr} still accepts connections after {REACHABILITY_DEADLINE:?}"));
+            return Err(format!(
+                "{addr} still accepts connections after {REACHABILITY_DEADLINE:?}"
+            ));
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -91,7 +98,11 @@ async fn wait_until_closed(addr: SocketAddr) -> Result<(), String> {
 }
 
 async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer {
-    let server = MockServer::builder().listener(listener).disable_request_recording().start().await;
+    let server = MockServer::builder()
+        .listener(listener)
+        .disable_request_recording()
+        .start()
+        .await;
     for mock in crate::routes::mocks(shared) {
         server.register(mock).await;
     }
@@ -137,26 +148,52 @@ impl FakeCoderd {
     }
 
     pub async fn start_with(config: FakeConfig) -> anyhow::Result<FakeCoderd> {
-        let operator_token = config.operator_token.clone().unwrap_or_else(generate_session_token);
-        split_session_token(&operator_token).map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
-        let world = World::new(config.seed, operator_token.clone()).map_err(|error| anyhow!("invalid seed: {error}"))?;
+        let operator_token = config
+            .operator_token
+            .clone()
+            .unwrap_or_else(generate_session_token);
+        split_session_token(&operator_token)
+            .map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
+        let world = World::new(config.seed, operator_token.clone())
+            .map_err(|error| anyhow!("invalid seed: {error}"))?;
 
-        let listen = config.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let coderd_listener = TcpListener::bind(listen).with_context(|| format!("binding coderd listener {listen}"))?;
-        let coderd_addr = coderd_listener.local_addr().context("reading the coderd listener address")?;
-        let admin_listen = config.admin_listen.unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
-        let admin_listener =
-            TcpListener::bind(admin_listen).with_context(|| format!("binding admin listener {admin_listen}"))?;
+        let listen = config
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let coderd_listener = TcpListener::bind(listen)
+            .with_context(|| format!("binding coderd listener {listen}"))?;
+        let coderd_addr = coderd_listener
+            .local_addr()
+            .context("reading the coderd listener address")?;
+        let admin_listen = config
+            .admin_listen
+            .unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
+        let admin_listener = TcpListener::bind(admin_listen)
+            .with_context(|| format!("binding admin listener {admin_listen}"))?;
 
         let (reachability, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(world, reachability));
         let coderd_server = start_coderd(coderd_listener, &shared).await;
-        let listener_task =
-            tokio::spawn(run_coderd_listener(coderd_addr, Some(coderd_server), Arc::clone(&shared), requests));
+        let listener_task = tokio::spawn(run_coderd_listener(
+            coderd_addr,
+            Some(coderd_server),
+            Arc::clone(&shared),
+            requests,
+        ));
 
-        let admin_server = MockServer::builder().listener(admin_listener).disable_request_recording().start().await;
+        let admin_server = MockServer::builder()
+            .listener(admin_listener)
+            .disable_request_recording()
+            .start()
+            .await;
         let coderd_url = format!("http://{coderd_addr}");
-        admin_server.register(admin::mock(Arc::clone(&shared), config.admin_token.clone(), coderd_url)).await;
+        admin_server
+            .register(admin::mock(
+                Arc::clone(&shared),
+                config.admin_token.clone(),
+                coderd_url,
+            ))
+            .await;
 
         Ok(FakeCoderd {
             shared,
@@ -218,7 +255,10 @@ impl FakeCoderd {
     }
 
     pub fn add_organization(&self, name: &str) -> anyhow::Result<Organization> {
-        self.shared.lock().add_organization(name).map_err(|error| anyhow!(error))
+        self.shared
+            .lock()
+            .add_organization(name)
+            .map_err(|error| anyhow!(error))
     }
 
     /// Adds a user (member of `default`) and returns their session token.
@@ -227,11 +267,17 @@ impl FakeCoderd {
     }
 
     pub fn add_user_with(&self, user: &SeedUser) -> anyhow::Result<String> {
-        self.shared.lock().add_user(user).map_err(|error| anyhow!(error))
+        self.shared
+            .lock()
+            .add_user(user)
+            .map_err(|error| anyhow!(error))
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> anyhow::Result<()> {
-        self.shared.lock().inject_fault(fault).map_err(|error| anyhow!(error))
+        self.shared
+            .lock()
+            .inject_fault(fault)
+            .map_err(|error| anyhow!(error))
     }
 
     pub fn clear_faults(&self) {
@@ -251,15 +297,26 @@ impl FakeCoderd {
                 let _ = sender.send(outcome);
             }),
         );
-        receiver.await.context("the coderd listener task stopped")?.map_err(|error| anyhow!(error))
+        receiver
+            .await
+            .context("the coderd listener task stopped")?
+            .map_err(|error| anyhow!(error))
     }
 
     pub fn keys(&self, org: &str) -> anyhow::Result<Vec<ProvisionerKey>> {
         self.shared.lock().keys(org).map_err(|error| anyhow!(error))
     }
 
-    pub fn create_key_directly(&self, org: &str, name: &str, tags: BTreeMap<String, String>) -> anyhow::Result<String> {
-        self.shared.lock().create_key_directly(org, name, tags).map_err(|error| anyhow!(error))
+    pub fn create_key_directly(
+        &self,
+        org: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+    ) -> anyhow::Result<String> {
+        self.shared
+            .lock()
+            .create_key_directly(org, name, tags)
+            .map_err(|error| anyhow!(error))
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {

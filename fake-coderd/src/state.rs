@@ -178,12 +178,20 @@ pub struct State {
 
 /// Random `[A-Za-z0-9]` string.
 pub fn random_alphanumeric(length: usize) -> String {
-    rand::rng().sample_iter(Alphanumeric).take(length).map(char::from).collect()
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(length)
+        .map(char::from)
+        .collect()
 }
 
 /// A new session token shaped `<10>-<22>` (§1.2).
 pub fn generate_session_token() -> String {
-    format!("{}-{}", random_alphanumeric(TOKEN_ID_LENGTH), random_alphanumeric(TOKEN_SECRET_LENGTH))
+    format!(
+        "{}-{}",
+        random_alphanumeric(TOKEN_ID_LENGTH),
+        random_alphanumeric(TOKEN_SECRET_LENGTH)
+    )
 }
 
 fn sha256_hex(secret: &str) -> String {
@@ -194,10 +202,16 @@ fn sha256_hex(secret: &str) -> String {
 pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
     let parts: Vec<&str> = token.split('-').collect();
     let [id, secret] = parts.as_slice() else {
-        return Err(format!("incorrect amount of API key parts, expected 2 got {}", parts.len()));
+        return Err(format!(
+            "incorrect amount of API key parts, expected 2 got {}",
+            parts.len()
+        ));
     };
     if id.len() != TOKEN_ID_LENGTH {
-        return Err(format!("invalid API key ID length, expected {TOKEN_ID_LENGTH} got {}", id.len()));
+        return Err(format!(
+            "invalid API key ID length, expected {TOKEN_ID_LENGTH} got {}",
+            id.len()
+        ));
     }
     if secret.len() != TOKEN_SECRET_LENGTH {
         return Err(format!(
@@ -209,7 +223,9 @@ pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
 }
 
 fn is_reserved_key_name(name: &str) -> bool {
-    RESERVED_KEYS.iter().any(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
+    RESERVED_KEYS
+        .iter()
+        .any(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
 }
 
 impl State {
@@ -268,12 +284,21 @@ impl State {
         next.to_string()
     }
 
-    fn insert_organization(&mut self, name: &str, id: Uuid, is_default: bool) -> Result<Organization, String> {
+    fn insert_organization(
+        &mut self,
+        name: &str,
+        id: Uuid,
+        is_default: bool,
+    ) -> Result<Organization, String> {
         if name.is_empty() {
             return Err("organization name must not be empty".to_string());
         }
         let id = id.to_string();
-        if self.organizations.iter().any(|org| org.name.eq_ignore_ascii_case(name) || org.id == id) {
+        if self
+            .organizations
+            .iter()
+            .any(|org| org.name.eq_ignore_ascii_case(name) || org.id == id)
+        {
             return Err(format!("organization {name:?} (id {id}) already exists"));
         }
         let created_at = self.next_timestamp();
@@ -305,20 +330,31 @@ impl State {
         if spec.username.is_empty() {
             return Err("username must not be empty".to_string());
         }
-        if self.users.iter().any(|user| user.username.eq_ignore_ascii_case(&spec.username)) {
+        if self
+            .users
+            .iter()
+            .any(|user| user.username.eq_ignore_ascii_case(&spec.username))
+        {
             return Err(format!("user {:?} already exists", spec.username));
         }
         let token = spec.token.clone().unwrap_or_else(generate_session_token);
-        let (token_id, token_secret) = split_session_token(&token)
-            .map_err(|reason| format!("session token of user {:?} is not <10>-<22> shaped: {reason}", spec.username))?;
+        let (token_id, token_secret) = split_session_token(&token).map_err(|reason| {
+            format!(
+                "session token of user {:?} is not <10>-<22> shaped: {reason}",
+                spec.username
+            )
+        })?;
         if self.tokens.iter().any(|existing| existing.id == token_id) {
-            return Err(format!("session token id of user {:?} is already in use", spec.username));
+            return Err(format!(
+                "session token id of user {:?} is already in use",
+                spec.username
+            ));
         }
         let mut organization_ids = Vec::new();
         for name in &spec.organizations {
-            let org = self
-                .organization(name)
-                .ok_or_else(|| format!("user {:?}: unknown organization {name:?}", spec.username))?;
+            let org = self.organization(name).ok_or_else(|| {
+                format!("user {:?}: unknown organization {name:?}", spec.username)
+            })?;
             organization_ids.push(org.id.clone());
         }
         let created_at = self.next_timestamp();
@@ -347,8 +383,8 @@ impl State {
                 "Cookie \"coder_session_token\" or query parameter must be provided.",
             ));
         };
-        let (id, secret) =
-            split_session_token(token).map_err(|reason| ApiError::signed_out(format!("Invalid API key format: {reason}")))?;
+        let (id, secret) = split_session_token(token)
+            .map_err(|reason| ApiError::signed_out(format!("Invalid API key format: {reason}")))?;
         let stored = self
             .tokens
             .iter()
@@ -358,7 +394,9 @@ impl State {
             return Err(ApiError::signed_out("API key secret is invalid."));
         }
         if let Some(expired_at) = &stored.expired_at {
-            return Err(ApiError::signed_out(format!("API key expired at \"{expired_at}\".")));
+            return Err(ApiError::signed_out(format!(
+                "API key expired at \"{expired_at}\"."
+            )));
         }
         let user = self
             .users
@@ -386,7 +424,9 @@ impl State {
             let id = id.to_string();
             return self.organizations.iter().find(|org| org.id == id);
         }
-        self.organizations.iter().find(|org| org.name.eq_ignore_ascii_case(ident))
+        self.organizations
+            .iter()
+            .find(|org| org.name.eq_ignore_ascii_case(ident))
     }
 
     /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no read access" is 404).
@@ -401,7 +441,10 @@ impl State {
 
     pub fn user_view(&self, user: &User) -> UserView {
         let roles = match user.role {
-            UserRole::Owner => vec![RoleView { name: "owner".to_string(), display_name: "Owner".to_string() }],
+            UserRole::Owner => vec![RoleView {
+                name: "owner".to_string(),
+                display_name: "Owner".to_string(),
+            }],
             UserRole::Member => Vec::new(),
         };
         UserView {
@@ -411,14 +454,21 @@ impl State {
             created_at: user.created_at.clone(),
             updated_at: user.created_at.clone(),
             status: user.status.wire_value().to_string(),
-            login_type: if user.username == OPERATOR_USERNAME { "none" } else { "password" }.to_string(),
+            login_type: if user.username == OPERATOR_USERNAME {
+                "none"
+            } else {
+                "password"
+            }
+            .to_string(),
             organization_ids: user.organization_ids.clone(),
             roles,
         }
     }
 
     pub fn user_by_name_or_id(&self, ident: &str) -> Option<&User> {
-        self.users.iter().find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
+        self.users
+            .iter()
+            .find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
     }
 
     /// §2.5: the organization's keys without the reserved ones, oldest first.
@@ -444,10 +494,16 @@ impl State {
             return Err(ApiError::validation("name", "Name is required"));
         }
         if name.len() > MAX_KEY_NAME_BYTES {
-            return Err(ApiError::validation("name", "Name must be at most 64 characters"));
+            return Err(ApiError::validation(
+                "name",
+                "Name must be at most 64 characters",
+            ));
         }
         if is_reserved_key_name(name) {
-            return Err(ApiError::validation("name", format!("Name cannot be reserved name '{name}'")));
+            return Err(ApiError::validation(
+                "name",
+                format!("Name cannot be reserved name '{name}'"),
+            ));
         }
         if self.find_key(organization_id, name).is_some() {
             return Err(ApiError::new(
@@ -485,9 +541,14 @@ impl State {
         if name.is_empty() {
             return Err(ApiError::new(400, "\"provisionerkey\" must be provided."));
         }
-        let key = self.find_key(organization_id, name).ok_or_else(ApiError::resource_not_found)?;
+        let key = self
+            .find_key(organization_id, name)
+            .ok_or_else(ApiError::resource_not_found)?;
         if key.reserved {
-            return Err(ApiError::new(400, format!("Cannot delete reserved '{}' provisioner key", key.view.name)));
+            return Err(ApiError::new(
+                400,
+                format!("Cannot delete reserved '{}' provisioner key", key.view.name),
+            ));
         }
         let id = key.view.id.clone();
         self.keys.retain(|key| key.view.id != id);
@@ -511,7 +572,10 @@ mod tests {
 
     fn state() -> State {
         let seed = Seed {
-            organizations: vec![crate::seed::SeedOrganization { name: "Acme".to_string(), id: None }],
+            organizations: vec![crate::seed::SeedOrganization {
+                name: "Acme".to_string(),
+                id: None,
+            }],
             ..Seed::default()
         };
         State::from_seed(&seed, "abcdefghij-0123456789012345678901").expect("seed is valid")
@@ -520,7 +584,10 @@ mod tests {
     #[rstest]
     #[case("a", "incorrect amount of API key parts, expected 2 got 1")]
     #[case("a-b-c", "incorrect amount of API key parts, expected 2 got 3")]
-    #[case("abcdefg-0123456789012345678901", "invalid API key ID length, expected 10 got 7")]
+    #[case(
+        "abcdefg-0123456789012345678901",
+        "invalid API key ID length, expected 10 got 7"
+    )]
     #[case("abcdefghij-01234", "invalid API key secret length, expected 22 got 5")]
     fn malformed_tokens_report_coderds_reason(#[case] token: &str, #[case] reason: &str) {
         assert_eq!(split_session_token(token), Err(reason.to_string()));
@@ -535,24 +602,47 @@ mod tests {
         let state = state();
         let org = state.organization(ident).expect("organization found");
         assert_eq!(org.is_default, is_default);
-        assert_eq!(state.organization(&org.id.clone()).map(|o| o.name.as_str()), Some(org.name.as_str()));
+        assert_eq!(
+            state.organization(&org.id.clone()).map(|o| o.name.as_str()),
+            Some(org.name.as_str())
+        );
     }
 
     #[test]
     fn unknown_uuid_is_not_looked_up_by_name() {
-        assert!(state().organization("11111111-1111-1111-1111-111111111111").is_none());
+        assert!(
+            state()
+                .organization("11111111-1111-1111-1111-111111111111")
+                .is_none()
+        );
     }
 
     #[test]
     fn created_keys_are_lower_cased_sorted_and_authenticate_by_secret() {
         let mut state = state();
-        let org = state.organization("default").expect("default org").id.clone();
-        let first = state.create_key(&org, "Zeta", BTreeMap::new()).expect("created");
-        state.create_key(&org, "alpha", BTreeMap::new()).expect("created");
+        let org = state
+            .organization("default")
+            .expect("default org")
+            .id
+            .clone();
+        let first = state
+            .create_key(&org, "Zeta", BTreeMap::new())
+            .expect("created");
+        state
+            .create_key(&org, "alpha", BTreeMap::new())
+            .expect("created");
         assert_eq!(first.len(), KEY_SECRET_LENGTH);
         let names: Vec<String> = state.list_keys(&org).into_iter().map(|k| k.name).collect();
         assert_eq!(names, ["zeta", "alpha"]);
-        assert_eq!(state.key_by_secret(&first).map(|k| k.name.as_str()), Some("zeta"));
-        assert_eq!(state.create_key(&org, "ZETA", BTreeMap::new()).map_err(|e| e.status), Err(409));
+        assert_eq!(
+            state.key_by_secret(&first).map(|k| k.name.as_str()),
+            Some("zeta")
+        );
+        assert_eq!(
+            state
+                .create_key(&org, "ZETA", BTreeMap::new())
+                .map_err(|e| e.status),
+            Err(409)
+        );
     }
 }

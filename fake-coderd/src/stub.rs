@@ -41,11 +41,19 @@ fn flag_value(args: &[String], name: &str) -> Option<String> {
 }
 
 /// Parses `provisioner start [flags]` plus the environment, with the CLI's refusals for key auth.
-pub fn parse_invocation(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Invocation, String> {
+pub fn parse_invocation(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Invocation, String> {
     let set = |value: Option<String>| value.filter(|value| !value.is_empty());
     match args {
         [provisioner, start, ..] if provisioner == "provisioner" && start == "start" => {}
-        _ => return Err("usage: coder provisioner start [flags] (this is coder-stub, a test stand-in)".to_string()),
+        _ => {
+            return Err(
+                "usage: coder provisioner start [flags] (this is coder-stub, a test stand-in)"
+                    .to_string(),
+            );
+        }
     }
     let flags = &args[2..];
     let key = set(flag_value(flags, "--key"))
@@ -53,12 +61,20 @@ pub fn parse_invocation(args: &[String], env: &dyn Fn(&str) -> Option<String>) -
         .ok_or("no provisioner key: set CODER_PROVISIONER_DAEMON_KEY or --key")?;
     let psk = set(flag_value(flags, "--psk")).or_else(|| set(env("CODER_PROVISIONER_DAEMON_PSK")));
     if psk.is_some() {
-        return Err("cannot provide both provisioner key --key and pre-shared key --psk".to_string());
+        return Err(
+            "cannot provide both provisioner key --key and pre-shared key --psk".to_string(),
+        );
     }
-    if set(flag_value(flags, "--org")).or_else(|| set(env("CODER_ORGANIZATION"))).is_some() {
+    if set(flag_value(flags, "--org"))
+        .or_else(|| set(env("CODER_ORGANIZATION")))
+        .is_some()
+    {
         return Err("cannot provide --org value with --psk or --key flags".to_string());
     }
-    if set(flag_value(flags, "--tag")).or_else(|| set(env("CODER_PROVISIONERD_TAGS"))).is_some() {
+    if set(flag_value(flags, "--tag"))
+        .or_else(|| set(env("CODER_PROVISIONERD_TAGS")))
+        .is_some()
+    {
         return Err("cannot provide tags when using provisioner key".to_string());
     }
     let coder_url = set(flag_value(flags, "--url"))
@@ -66,14 +82,25 @@ pub fn parse_invocation(args: &[String], env: &dyn Fn(&str) -> Option<String>) -
         .ok_or("no coderd URL: set CODER_URL or --url")?;
     let readiness_addr = set(flag_value(flags, "--ready-addr"))
         .or_else(|| set(env(READINESS_ADDR_ENV)))
-        .map(|addr| addr.parse::<SocketAddr>().map_err(|error| format!("invalid readiness address {addr:?}: {error}")))
+        .map(|addr| {
+            addr.parse::<SocketAddr>()
+                .map_err(|error| format!("invalid readiness address {addr:?}: {error}"))
+        })
         .transpose()?;
-    Ok(Invocation { coder_url: coder_url.trim_end_matches('/').to_string(), key, readiness_addr })
+    Ok(Invocation {
+        coder_url: coder_url.trim_end_matches('/').to_string(),
+        key,
+        readiness_addr,
+    })
 }
 
 /// §2.9 step 1. Errors never contain the key (reqwest errors are stripped of their URL).
-pub async fn fetch_key(http: &reqwest::Client, invocation: &Invocation) -> Result<ProvisionerKey, String> {
-    let encoded = percent_encoding::utf8_percent_encode(&invocation.key, percent_encoding::NON_ALPHANUMERIC);
+pub async fn fetch_key(
+    http: &reqwest::Client,
+    invocation: &Invocation,
+) -> Result<ProvisionerKey, String> {
+    let encoded =
+        percent_encoding::utf8_percent_encode(&invocation.key, percent_encoding::NON_ALPHANUMERIC);
     let url = format!("{}/api/v2/provisionerkeys/{encoded}", invocation.coder_url);
     let failed = |detail: String| format!("unable to get provisioner key details: {detail}");
     let response = http
@@ -83,9 +110,15 @@ pub async fn fetch_key(http: &reqwest::Client, invocation: &Invocation) -> Resul
         .await
         .map_err(|error| failed(format!("{}: {}", invocation.coder_url, error.without_url())))?;
     let status = response.status();
-    let body = response.text().await.map_err(|error| failed(error.without_url().to_string()))?;
+    let body = response
+        .text()
+        .await
+        .map_err(|error| failed(error.without_url().to_string()))?;
     if status != reqwest::StatusCode::OK {
-        return Err(failed(format!("{status}: {}", crate::admin::error_message(&body))));
+        return Err(failed(format!(
+            "{status}: {}",
+            crate::admin::error_message(&body)
+        )));
     }
     serde_json::from_str(&body).map_err(|error| failed(format!("unexpected answer: {error}")))
 }
@@ -100,10 +133,18 @@ mod tests {
     }
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        }
     }
 
-    const BASE: &[(&str, &str)] = &[("CODER_URL", "http://coderd:3000/"), ("CODER_PROVISIONER_DAEMON_KEY", "k")];
+    const BASE: &[(&str, &str)] = &[
+        ("CODER_URL", "http://coderd:3000/"),
+        ("CODER_PROVISIONER_DAEMON_KEY", "k"),
+    ];
 
     #[rstest]
     #[case("provisioner start", BASE, Ok("http://coderd:3000"))]
@@ -112,11 +153,19 @@ mod tests {
     #[case("provisioner", BASE, Err("usage"))]
     #[case("provisioner start", &[("CODER_URL", "http://x")], Err("no provisioner key"))]
     #[case("provisioner start", &[("CODER_PROVISIONER_DAEMON_KEY", "k")], Err("no coderd URL"))]
-    #[case("provisioner start --org acme", BASE, Err("cannot provide --org value"))]
+    #[case(
+        "provisioner start --org acme",
+        BASE,
+        Err("cannot provide --org value")
+    )]
     #[case("provisioner start", &[("CODER_URL", "http://x"), ("CODER_PROVISIONER_DAEMON_KEY", "k"), ("CODER_ORGANIZATION", "acme")], Err("cannot provide --org value"))]
     #[case("provisioner start --tag a=b", BASE, Err("cannot provide tags"))]
     #[case("provisioner start --psk p", BASE, Err("cannot provide both"))]
-    #[case("provisioner start --ready-addr nope", BASE, Err("invalid readiness address"))]
+    #[case(
+        "provisioner start --ready-addr nope",
+        BASE,
+        Err("invalid readiness address")
+    )]
     fn invocations(
         #[case] line: &str,
         #[case] env: &'static [(&'static str, &'static str)],
@@ -132,7 +181,11 @@ mod tests {
 
     #[test]
     fn debug_output_hides_the_key() {
-        let invocation = parse_invocation(&args("provisioner start --key s3cr3t --url http://x"), &|_| None).expect("valid");
+        let invocation = parse_invocation(
+            &args("provisioner start --key s3cr3t --url http://x"),
+            &|_| None,
+        )
+        .expect("valid");
         assert!(!format!("{invocation:?}").contains("s3cr3t"));
     }
 }

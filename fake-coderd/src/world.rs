@@ -25,7 +25,8 @@ pub struct World {
 
 /// Fixes the ids and tokens a seed leaves to chance.
 fn pin_seed(mut seed: Seed) -> Seed {
-    seed.default_organization_id.get_or_insert_with(uuid::Uuid::new_v4);
+    seed.default_organization_id
+        .get_or_insert_with(uuid::Uuid::new_v4);
     for org in &mut seed.organizations {
         org.id.get_or_insert_with(uuid::Uuid::new_v4);
     }
@@ -99,7 +100,10 @@ impl World {
     }
 
     fn organization_id(&self, org: &str) -> Result<String, String> {
-        self.state.organization(org).map(|org| org.id.clone()).ok_or_else(|| format!("unknown organization {org:?}"))
+        self.state
+            .organization(org)
+            .map(|org| org.id.clone())
+            .ok_or_else(|| format!("unknown organization {org:?}"))
     }
 
     /// The organization's keys as `GET .../provisionerkeys` would list them.
@@ -108,9 +112,16 @@ impl World {
     }
 
     /// Creates a key as if some other client had (not journaled); returns its plaintext.
-    pub fn create_key_directly(&mut self, org: &str, name: &str, tags: BTreeMap<String, String>) -> Result<String, String> {
+    pub fn create_key_directly(
+        &mut self,
+        org: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+    ) -> Result<String, String> {
         let org_id = self.organization_id(org)?;
-        self.state.create_key(&org_id, name, tags).map_err(|error| error.body.message)
+        self.state
+            .create_key(&org_id, name, tags)
+            .map_err(|error| error.body.message)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {
@@ -136,7 +147,10 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(world: World, reachability: mpsc::UnboundedSender<ReachabilityRequest>) -> Shared {
-        Shared { world: Mutex::new(world), reachability }
+        Shared {
+            world: Mutex::new(world),
+            reachability,
+        }
     }
 
     /// The world; a panic in another responder does not make it unusable.
@@ -145,8 +159,15 @@ impl Shared {
     }
 
     /// Asks the listener task to close or reopen the coderd listener; `done` is called when it has.
-    pub fn request_reachability(&self, unreachable: bool, done: Box<dyn FnOnce(Result<(), String>) + Send>) {
-        if let Err(mpsc::error::SendError(request)) = self.reachability.send(ReachabilityRequest { unreachable, done }) {
+    pub fn request_reachability(
+        &self,
+        unreachable: bool,
+        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+    ) {
+        if let Err(mpsc::error::SendError(request)) = self
+            .reachability
+            .send(ReachabilityRequest { unreachable, done })
+        {
             (request.done)(Err("the fake coderd is shutting down".to_string()));
         }
     }

@@ -6,8 +6,12 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Env, JSON, Request, field_names};
-use fake_coderd::api::{FEATURE_GATE_MESSAGE, FORBIDDEN_DETAIL, RESOURCE_NOT_FOUND_MESSAGE, SIGNED_OUT_MESSAGE};
-use fake_coderd::{Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus, fingerprint, routes};
+use fake_coderd::api::{
+    FEATURE_GATE_MESSAGE, FORBIDDEN_DETAIL, RESOURCE_NOT_FOUND_MESSAGE, SIGNED_OUT_MESSAGE,
+};
+use fake_coderd::{
+    Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus, fingerprint, routes,
+};
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -48,7 +52,8 @@ async fn prepare(env: &Env, given: Given, who: Who) -> Vec<(&'static str, String
         Given::Nothing => {}
         Given::Entitlement(entitlement) => fake.set_entitlement(entitlement),
         Given::KeyNamed(name) => {
-            fake.create_key_directly("default", name, BTreeMap::new()).expect("key created");
+            fake.create_key_directly("default", name, BTreeMap::new())
+                .expect("key created");
         }
         Given::EntitlementsNeedToken => fake.set_entitlements_require_token(true),
         Given::Agpl => fake.set_enterprise(false),
@@ -67,13 +72,20 @@ async fn prepare(env: &Env, given: Given, who: Who) -> Vec<(&'static str, String
         Who::Expired => session(user(UserStatus::Active, true)),
         Who::Suspended => session(user(UserStatus::Suspended, false)),
         Who::WrongSecret => {
-            let (id, _) = fake.operator_token().split_once('-').map(|(id, s)| (id.to_string(), s.to_string())).expect("shaped");
+            let (id, _) = fake
+                .operator_token()
+                .split_once('-')
+                .map(|(id, s)| (id.to_string(), s.to_string()))
+                .expect("shaped");
             session(format!("{id}-{}", "x".repeat(22)))
         }
         Who::Raw(token) => session(token.to_string()),
         Who::DaemonKey(key) => vec![("Coder-Provisioner-Daemon-Key", key.to_string())],
         Who::DaemonKeyAndPsk => {
-            vec![("Coder-Provisioner-Daemon-Key", KEY_43.to_string()), ("Coder-Provisioner-Daemon-PSK", "psk".to_string())]
+            vec![
+                ("Coder-Provisioner-Daemon-Key", KEY_43.to_string()),
+                ("Coder-Provisioner-Daemon-PSK", "psk".to_string()),
+            ]
         }
         Who::DaemonPsk(psk) => vec![("Coder-Provisioner-Daemon-PSK", psk.to_string())],
     }
@@ -83,10 +95,17 @@ async fn prepare(env: &Env, given: Given, who: Who) -> Vec<(&'static str, String
 fn assert_matches(expected: &Value, actual: &Value) {
     match (expected, actual) {
         (Value::String(pattern), Value::String(text)) if pattern.ends_with('*') => {
-            assert!(text.starts_with(pattern.trim_end_matches('*')), "{text:?} does not start with {pattern:?}");
+            assert!(
+                text.starts_with(pattern.trim_end_matches('*')),
+                "{text:?} does not start with {pattern:?}"
+            );
         }
         (Value::Object(expected_fields), Value::Object(actual_fields)) => {
-            assert_eq!(field_names(expected), field_names(actual), "fields of {actual}");
+            assert_eq!(
+                field_names(expected),
+                field_names(actual),
+                "fields of {actual}"
+            );
             for (name, value) in expected_fields {
                 assert_matches(value, &actual_fields[name]);
             }
@@ -113,73 +132,515 @@ const ME: &str = "/api/v2/users/me";
 
 #[rstest]
 // §1.4 authentication failures
-#[case::no_token(Given::Nothing, Who::Nobody, "GET", ME, None, 401, signed_out(NO_TOKEN))]
-#[case::one_part(Given::Nothing, Who::Raw("abc"), "GET", ME, None, 401, signed_out("Invalid API key format: incorrect amount of API key parts, expected 2 got 1"))]
-#[case::three_parts(Given::Nothing, Who::Raw("a-b-c"), "GET", ME, None, 401, signed_out("Invalid API key format: incorrect amount of API key parts, expected 2 got 3"))]
-#[case::short_id(Given::Nothing, Who::Raw("abcdefg-0123456789012345678901"), "GET", ME, None, 401, signed_out("Invalid API key format: invalid API key ID length, expected 10 got 7"))]
-#[case::short_secret(Given::Nothing, Who::Raw("abcdefghij-01234"), "GET", ME, None, 401, signed_out("Invalid API key format: invalid API key secret length, expected 22 got 5"))]
-#[case::unknown_id(Given::Nothing, Who::Raw("zzzzzzzzzz-0123456789012345678901"), "GET", ME, None, 401, signed_out("API key is invalid."))]
-#[case::wrong_secret(Given::Nothing, Who::WrongSecret, "GET", ME, None, 401, signed_out("API key secret is invalid."))]
-#[case::expired(Given::Nothing, Who::Expired, "GET", ME, None, 401, signed_out("API key expired at \"*"))]
-#[case::suspended(Given::Nothing, Who::Suspended, "GET", ME, None, 401, message("User is not active (status = \"suspended\"). Contact an admin to reactivate your account."))]
-#[case::keys_need_token(Given::Nothing, Who::Nobody, "GET", KEYS, None, 401, signed_out(NO_TOKEN))]
-#[case::create_needs_token(Given::Nothing, Who::Nobody, "POST", KEYS, Some(r#"{"name":"k"}"#), 401, signed_out(NO_TOKEN))]
-#[case::delete_needs_token(Given::Nothing, Who::Nobody, "DELETE", "/api/v2/organizations/default/provisionerkeys/k", None, 401, signed_out(NO_TOKEN))]
-#[case::org_needs_token(Given::Nothing, Who::Nobody, "GET", "/api/v2/organizations/default", None, 401, signed_out(NO_TOKEN))]
+#[case::no_token(
+    Given::Nothing,
+    Who::Nobody,
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::one_part(
+    Given::Nothing,
+    Who::Raw("abc"),
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("Invalid API key format: incorrect amount of API key parts, expected 2 got 1")
+)]
+#[case::three_parts(
+    Given::Nothing,
+    Who::Raw("a-b-c"),
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("Invalid API key format: incorrect amount of API key parts, expected 2 got 3")
+)]
+#[case::short_id(
+    Given::Nothing,
+    Who::Raw("abcdefg-0123456789012345678901"),
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("Invalid API key format: invalid API key ID length, expected 10 got 7")
+)]
+#[case::short_secret(
+    Given::Nothing,
+    Who::Raw("abcdefghij-01234"),
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("Invalid API key format: invalid API key secret length, expected 22 got 5")
+)]
+#[case::unknown_id(
+    Given::Nothing,
+    Who::Raw("zzzzzzzzzz-0123456789012345678901"),
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("API key is invalid.")
+)]
+#[case::wrong_secret(
+    Given::Nothing,
+    Who::WrongSecret,
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("API key secret is invalid.")
+)]
+#[case::expired(
+    Given::Nothing,
+    Who::Expired,
+    "GET",
+    ME,
+    None,
+    401,
+    signed_out("API key expired at \"*")
+)]
+#[case::suspended(
+    Given::Nothing,
+    Who::Suspended,
+    "GET",
+    ME,
+    None,
+    401,
+    message(
+        "User is not active (status = \"suspended\"). Contact an admin to reactivate your account."
+    )
+)]
+#[case::keys_need_token(
+    Given::Nothing,
+    Who::Nobody,
+    "GET",
+    KEYS,
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::create_needs_token(
+    Given::Nothing,
+    Who::Nobody,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"k"}"#),
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::delete_needs_token(
+    Given::Nothing,
+    Who::Nobody,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/k",
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::org_needs_token(
+    Given::Nothing,
+    Who::Nobody,
+    "GET",
+    "/api/v2/organizations/default",
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
 // §1.5 shared answers and §1.6 precedence
-#[case::token_before_org(Given::Nothing, Who::Nobody, "GET", "/api/v2/organizations/nope/provisionerkeys", None, 401, signed_out(NO_TOKEN))]
-#[case::org_before_gate(Given::Entitlement(Entitlement::NotEntitled), Who::Operator, "GET", "/api/v2/organizations/nope/provisionerkeys", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::gate_list(Given::Entitlement(Entitlement::NotEntitled), Who::Operator, "GET", KEYS, None, 403, message(FEATURE_GATE_MESSAGE))]
-#[case::gate_list_absent(Given::Entitlement(Entitlement::Absent), Who::Operator, "GET", KEYS, None, 403, message(FEATURE_GATE_MESSAGE))]
-#[case::gate_create(Given::Entitlement(Entitlement::NotEntitled), Who::Operator, "POST", KEYS, Some(r#"{"name":"k"}"#), 403, message(FEATURE_GATE_MESSAGE))]
-#[case::gate_before_body(Given::Entitlement(Entitlement::NotEntitled), Who::Operator, "POST", KEYS, Some("not json"), 403, message(FEATURE_GATE_MESSAGE))]
-#[case::gate_delete(Given::Entitlement(Entitlement::NotEntitled), Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/k", None, 403, message(FEATURE_GATE_MESSAGE))]
+#[case::token_before_org(
+    Given::Nothing,
+    Who::Nobody,
+    "GET",
+    "/api/v2/organizations/nope/provisionerkeys",
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::org_before_gate(
+    Given::Entitlement(Entitlement::NotEntitled),
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/nope/provisionerkeys",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::gate_list(
+    Given::Entitlement(Entitlement::NotEntitled),
+    Who::Operator,
+    "GET",
+    KEYS,
+    None,
+    403,
+    message(FEATURE_GATE_MESSAGE)
+)]
+#[case::gate_list_absent(
+    Given::Entitlement(Entitlement::Absent),
+    Who::Operator,
+    "GET",
+    KEYS,
+    None,
+    403,
+    message(FEATURE_GATE_MESSAGE)
+)]
+#[case::gate_create(
+    Given::Entitlement(Entitlement::NotEntitled),
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"k"}"#),
+    403,
+    message(FEATURE_GATE_MESSAGE)
+)]
+#[case::gate_before_body(
+    Given::Entitlement(Entitlement::NotEntitled),
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some("not json"),
+    403,
+    message(FEATURE_GATE_MESSAGE)
+)]
+#[case::gate_delete(
+    Given::Entitlement(Entitlement::NotEntitled),
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/k",
+    None,
+    403,
+    message(FEATURE_GATE_MESSAGE)
+)]
 #[case::member_forbidden(Given::Nothing, Who::Member, "GET", KEYS, None, 403, json!({"message": "Forbidden.", "detail": FORBIDDEN_DETAIL}))]
-#[case::member_other_org(Given::Nothing, Who::Member, "GET", "/api/v2/organizations/{acme_id}", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::member_other_user(Given::Nothing, Who::Member, "GET", "/api/v2/users/coder-k8s-operator", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
+#[case::member_other_org(
+    Given::Nothing,
+    Who::Member,
+    "GET",
+    "/api/v2/organizations/{acme_id}",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::member_other_user(
+    Given::Nothing,
+    Who::Member,
+    "GET",
+    "/api/v2/users/coder-k8s-operator",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
 // §2.3 organization lookup
-#[case::org_unknown_name(Given::Nothing, Who::Operator, "GET", "/api/v2/organizations/nope", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::org_unknown_id(Given::Nothing, Who::Operator, "GET", "/api/v2/organizations/11111111-1111-1111-1111-111111111111", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::org_empty(Given::Nothing, Who::Operator, "GET", "/api/v2/organizations/", None, 400, message("\"organization\" must be provided."))]
-#[case::org_empty_on_keys(Given::Nothing, Who::Operator, "GET", "/api/v2/organizations//provisionerkeys", None, 400, message("\"organization\" must be provided."))]
+#[case::org_unknown_name(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/nope",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::org_unknown_id(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/11111111-1111-1111-1111-111111111111",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::org_empty(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/",
+    None,
+    400,
+    message("\"organization\" must be provided.")
+)]
+#[case::org_empty_on_keys(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations//provisionerkeys",
+    None,
+    400,
+    message("\"organization\" must be provided.")
+)]
 // §2.4 entitlements with the token switch on
-#[case::entitlements_switch(Given::EntitlementsNeedToken, Who::Nobody, "GET", "/api/v2/entitlements", None, 401, signed_out(NO_TOKEN))]
-#[case::entitlements_switch_bad_token(Given::EntitlementsNeedToken, Who::Raw("zzzzzzzzzz-0123456789012345678901"), "GET", "/api/v2/entitlements", None, 401, signed_out("API key is invalid."))]
+#[case::entitlements_switch(
+    Given::EntitlementsNeedToken,
+    Who::Nobody,
+    "GET",
+    "/api/v2/entitlements",
+    None,
+    401,
+    signed_out(NO_TOKEN)
+)]
+#[case::entitlements_switch_bad_token(
+    Given::EntitlementsNeedToken,
+    Who::Raw("zzzzzzzzzz-0123456789012345678901"),
+    "GET",
+    "/api/v2/entitlements",
+    None,
+    401,
+    signed_out("API key is invalid.")
+)]
 // §2.6 create validation, in coderd's order
 #[case::body_not_json(Given::Nothing, Who::Operator, "POST", KEYS, Some("not json"), 400, json!({"message": "Request body must be valid JSON.", "detail": "*"}))]
 #[case::body_empty(Given::Nothing, Who::Operator, "POST", KEYS, Some(""), 400, json!({"message": "Request body must be valid JSON.", "detail": "*"}))]
 #[case::tag_value_number(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"{"name":"k","tags":{"a":1}}"#), 400, json!({"message": "Request body must be valid JSON.", "detail": "*"}))]
-#[case::name_missing(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"{"tags":{}}"#), 400, validation("Name is required"))]
-#[case::name_empty(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"{"name":""}"#), 400, validation("Name is required"))]
-#[case::name_65(Given::Nothing, Who::Operator, "POST", KEYS, Some(const_format_name(NAME_65)), 400, validation("Name must be at most 64 characters"))]
-#[case::name_66_bytes(Given::Nothing, Who::Operator, "POST", KEYS, Some(const_format_name(NAME_66_BYTES)), 400, validation("Name must be at most 64 characters"))]
-#[case::reserved_psk_upper(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"{"name":"PSK"}"#), 400, validation("Name cannot be reserved name 'PSK'"))]
-#[case::reserved_built_in(Given::Nothing, Who::Operator, "POST", "/api/v2/organizations/{acme_id}/provisionerkeys", Some(r#"{"name":"built-in"}"#), 400, validation("Name cannot be reserved name 'built-in'"))]
-#[case::reserved_user_auth(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"{"name":"User-Auth"}"#), 400, validation("Name cannot be reserved name 'User-Auth'"))]
-#[case::duplicate_other_case(Given::KeyNamed("taken"), Who::Operator, "POST", KEYS, Some(r#"{"name":"TAKEN"}"#), 409, message("Provisioner key with name 'TAKEN' already exists in organization"))]
-#[case::duplicate_same_case(Given::KeyNamed("taken"), Who::Operator, "POST", KEYS, Some(r#"{"name":"taken","tags":{"a":"b"}}"#), 409, message("Provisioner key with name 'taken' already exists in organization"))]
+#[case::name_missing(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"tags":{}}"#),
+    400,
+    validation("Name is required")
+)]
+#[case::name_empty(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":""}"#),
+    400,
+    validation("Name is required")
+)]
+#[case::name_65(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(const_format_name(NAME_65)),
+    400,
+    validation("Name must be at most 64 characters")
+)]
+#[case::name_66_bytes(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(const_format_name(NAME_66_BYTES)),
+    400,
+    validation("Name must be at most 64 characters")
+)]
+#[case::reserved_psk_upper(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"PSK"}"#),
+    400,
+    validation("Name cannot be reserved name 'PSK'")
+)]
+#[case::reserved_built_in(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    "/api/v2/organizations/{acme_id}/provisionerkeys",
+    Some(r#"{"name":"built-in"}"#),
+    400,
+    validation("Name cannot be reserved name 'built-in'")
+)]
+#[case::reserved_user_auth(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"User-Auth"}"#),
+    400,
+    validation("Name cannot be reserved name 'User-Auth'")
+)]
+#[case::duplicate_other_case(
+    Given::KeyNamed("taken"),
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"TAKEN"}"#),
+    409,
+    message("Provisioner key with name 'TAKEN' already exists in organization")
+)]
+#[case::duplicate_same_case(
+    Given::KeyNamed("taken"),
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"taken","tags":{"a":"b"}}"#),
+    409,
+    message("Provisioner key with name 'taken' already exists in organization")
+)]
 // §2.7 delete
-#[case::delete_unknown(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/nope", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::delete_reserved(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/built-in", None, 400, message("Cannot delete reserved 'built-in' provisioner key"))]
-#[case::delete_reserved_upper(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/PSK", None, 400, message("Cannot delete reserved 'psk' provisioner key"))]
-#[case::delete_reserved_user_auth(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/user-auth", None, 400, message("Cannot delete reserved 'user-auth' provisioner key"))]
-#[case::delete_reserved_elsewhere(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/{acme_id}/provisionerkeys/psk", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::delete_unknown_org(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/nope/provisionerkeys/k", None, 404, message(RESOURCE_NOT_FOUND_MESSAGE))]
-#[case::delete_empty_name(Given::Nothing, Who::Operator, "DELETE", "/api/v2/organizations/default/provisionerkeys/", None, 400, message("\"provisionerkey\" must be provided."))]
+#[case::delete_unknown(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/nope",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::delete_reserved(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/built-in",
+    None,
+    400,
+    message("Cannot delete reserved 'built-in' provisioner key")
+)]
+#[case::delete_reserved_upper(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/PSK",
+    None,
+    400,
+    message("Cannot delete reserved 'psk' provisioner key")
+)]
+#[case::delete_reserved_user_auth(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/user-auth",
+    None,
+    400,
+    message("Cannot delete reserved 'user-auth' provisioner key")
+)]
+#[case::delete_reserved_elsewhere(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/{acme_id}/provisionerkeys/psk",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::delete_unknown_org(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/nope/provisionerkeys/k",
+    None,
+    404,
+    message(RESOURCE_NOT_FOUND_MESSAGE)
+)]
+#[case::delete_empty_name(
+    Given::Nothing,
+    Who::Operator,
+    "DELETE",
+    "/api/v2/organizations/default/provisionerkeys/",
+    None,
+    400,
+    message("\"provisionerkey\" must be provided.")
+)]
 // §2.9 daemon key authentication
-#[case::daemon_no_key(Given::Nothing, Who::Nobody, "GET", "/api/v2/provisionerkeys/x", None, 401, message("provisioner daemon key required"))]
-#[case::daemon_key_and_psk(Given::Nothing, Who::DaemonKeyAndPsk, "GET", "/api/v2/provisionerkeys/x", None, 400, message("provisioner daemon key and psk provided, but only one is allowed"))]
+#[case::daemon_no_key(
+    Given::Nothing,
+    Who::Nobody,
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    401,
+    message("provisioner daemon key required")
+)]
+#[case::daemon_key_and_psk(
+    Given::Nothing,
+    Who::DaemonKeyAndPsk,
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    400,
+    message("provisioner daemon key and psk provided, but only one is allowed")
+)]
 #[case::daemon_key_short(Given::Nothing, Who::DaemonKey("short"), "GET", "/api/v2/provisionerkeys/short", None, 400, json!({"message": "provisioner daemon key invalid", "detail": "must be 43 characters"}))]
-#[case::daemon_key_unknown(Given::Nothing, Who::DaemonKey(KEY_43), "GET", "/api/v2/provisionerkeys/x", None, 401, message("provisioner daemon key invalid"))]
-#[case::daemon_psk_when_none_configured(Given::Nothing, Who::DaemonPsk("some-psk"), "GET", "/api/v2/provisionerkeys/x", None, 401, message("provisioner daemon key required"))]
-#[case::daemon_session_token_is_not_a_key(Given::Nothing, Who::Operator, "GET", "/api/v2/provisionerkeys/x", None, 401, message("provisioner daemon key required"))]
+#[case::daemon_key_unknown(
+    Given::Nothing,
+    Who::DaemonKey(KEY_43),
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    401,
+    message("provisioner daemon key invalid")
+)]
+#[case::daemon_psk_when_none_configured(
+    Given::Nothing,
+    Who::DaemonPsk("some-psk"),
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    401,
+    message("provisioner daemon key required")
+)]
+#[case::daemon_session_token_is_not_a_key(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    401,
+    message("provisioner daemon key required")
+)]
 // §1.1 unknown routes
-#[case::unknown_route(Given::Nothing, Who::Operator, "GET", "/api/v2/nope", None, 404, message("Route not found."))]
-#[case::unknown_method(Given::Nothing, Who::Operator, "PUT", "/api/v2/buildinfo", None, 404, message("Route not found."))]
-#[case::agpl_has_no_entitlements(Given::Agpl, Who::Operator, "GET", "/api/v2/entitlements", None, 404, message("Route not found."))]
-#[case::agpl_has_no_key_routes(Given::Agpl, Who::Operator, "POST", KEYS, Some(r#"{"name":"k"}"#), 404, message("Route not found."))]
-#[case::agpl_has_no_daemon_key_route(Given::Agpl, Who::DaemonKey(KEY_43), "GET", "/api/v2/provisionerkeys/x", None, 404, message("Route not found."))]
-#[case::daemons_not_served(Given::Nothing, Who::Operator, "GET", "/api/v2/organizations/default/provisionerkeys/daemons", None, 404, message("Route not found."))]
+#[case::unknown_route(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/nope",
+    None,
+    404,
+    message("Route not found.")
+)]
+#[case::unknown_method(
+    Given::Nothing,
+    Who::Operator,
+    "PUT",
+    "/api/v2/buildinfo",
+    None,
+    404,
+    message("Route not found.")
+)]
+#[case::agpl_has_no_entitlements(
+    Given::Agpl,
+    Who::Operator,
+    "GET",
+    "/api/v2/entitlements",
+    None,
+    404,
+    message("Route not found.")
+)]
+#[case::agpl_has_no_key_routes(
+    Given::Agpl,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"k"}"#),
+    404,
+    message("Route not found.")
+)]
+#[case::agpl_has_no_daemon_key_route(
+    Given::Agpl,
+    Who::DaemonKey(KEY_43),
+    "GET",
+    "/api/v2/provisionerkeys/x",
+    None,
+    404,
+    message("Route not found.")
+)]
+#[case::daemons_not_served(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/default/provisionerkeys/daemons",
+    None,
+    404,
+    message("Route not found.")
+)]
 #[tokio::test]
 async fn error_rows(
     #[case] given: Given,
@@ -203,7 +664,10 @@ async fn error_rows(
     let answer = env.send(request).await;
     assert_eq!(answer.status, status, "{method} {path}: {}", answer.text);
     assert_matches(&expected, &answer.json());
-    assert_eq!(answer.header("x-coder-build-version"), Some(fake_coderd::api::BUILD_VERSION));
+    assert_eq!(
+        answer.header("x-coder-build-version"),
+        Some(fake_coderd::api::BUILD_VERSION)
+    );
 }
 
 /// rstest cases need `&'static str`; these bodies are built once.
@@ -213,14 +677,31 @@ fn const_format_name(name: &'static str) -> &'static str {
 
 #[tokio::test]
 async fn wrong_psk_is_rejected_and_right_psk_has_no_key() {
-    let seed = fake_coderd::Seed { provisioner_daemon_psk: Some("right-psk".to_string()), ..Default::default() };
-    let fake = fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig { seed, ..Default::default() }).await.expect("starts");
+    let seed = fake_coderd::Seed {
+        provisioner_daemon_psk: Some("right-psk".to_string()),
+        ..Default::default()
+    };
+    let fake = fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig {
+        seed,
+        ..Default::default()
+    })
+    .await
+    .expect("starts");
     let http = common::http();
-    let wrong = Request::new("GET", "/api/v2/provisionerkeys/x").header("Coder-Provisioner-Daemon-PSK", "wrong").send(&http, &fake.url()).await;
+    let wrong = Request::new("GET", "/api/v2/provisionerkeys/x")
+        .header("Coder-Provisioner-Daemon-PSK", "wrong")
+        .send(&http, &fake.url())
+        .await;
     assert_eq!(wrong.status, 401);
     assert_eq!(wrong.json(), message("provisioner daemon psk invalid"));
-    let right = Request::new("GET", "/api/v2/provisionerkeys/x").header("Coder-Provisioner-Daemon-PSK", "right-psk").send(&http, &fake.url()).await;
-    assert_eq!(right.status, 404, "a PSK-authenticated daemon has no key to show");
+    let right = Request::new("GET", "/api/v2/provisionerkeys/x")
+        .header("Coder-Provisioner-Daemon-PSK", "right-psk")
+        .send(&http, &fake.url())
+        .await;
+    assert_eq!(
+        right.status, 404,
+        "a PSK-authenticated daemon has no key to show"
+    );
 }
 
 #[tokio::test]
@@ -232,8 +713,15 @@ async fn buildinfo_needs_no_token_and_has_the_sdk_fields() {
     assert_eq!(
         field_names(&body),
         [
-            "agent_api_version", "dashboard_url", "deployment_id", "external_url", "provisioner_api_version",
-            "telemetry", "upgrade_message", "version", "workspace_proxy"
+            "agent_api_version",
+            "dashboard_url",
+            "deployment_id",
+            "external_url",
+            "provisioner_api_version",
+            "telemetry",
+            "upgrade_message",
+            "version",
+            "workspace_proxy"
         ]
     );
     assert_eq!(body["version"], fake_coderd::api::BUILD_VERSION);
@@ -250,7 +738,8 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
     let path = format!("{ME}?coder_session_token={token}");
     let request = match carrier {
         "header" => Request::new("GET", ME).token(&token),
-        "cookie" => Request::new("GET", ME).header("Cookie", &format!("other=1; coder_session_token={token}")),
+        "cookie" => Request::new("GET", ME)
+            .header("Cookie", &format!("other=1; coder_session_token={token}")),
         _ => Request::new("GET", &path),
     };
     let answer = env.send(request).await;
@@ -258,11 +747,24 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
     let user = answer.json();
     assert_eq!(
         field_names(&user),
-        ["created_at", "email", "id", "login_type", "organization_ids", "roles", "status", "updated_at", "username"]
+        [
+            "created_at",
+            "email",
+            "id",
+            "login_type",
+            "organization_ids",
+            "roles",
+            "status",
+            "updated_at",
+            "username"
+        ]
     );
     assert_eq!(user["username"], "coder-k8s-operator");
     assert_eq!(user["status"], "active");
-    assert_eq!(user["roles"], json!([{ "name": "owner", "display_name": "Owner" }]));
+    assert_eq!(
+        user["roles"],
+        json!([{ "name": "owner", "display_name": "Owner" }])
+    );
 }
 
 #[rstest]
@@ -273,20 +775,46 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
 #[case::name_other_case("ACME", false)]
 #[case::id("{acme_id}", false)]
 #[tokio::test]
-async fn organizations_resolve_by_default_nil_uuid_id_or_name(#[case] ident: &str, #[case] is_default: bool) {
+async fn organizations_resolve_by_default_nil_uuid_id_or_name(
+    #[case] ident: &str,
+    #[case] is_default: bool,
+) {
     let env = Env::start().await;
     let acme = env.fake.add_organization("Acme").expect("org added");
-    let default_org = env.as_operator(Request::new("GET", "/api/v2/organizations/default")).await.json();
-    let ident = ident.replace("{acme_id}", &acme.id).replace("{default_id}", default_org["id"].as_str().expect("id"));
-    let answer = env.as_operator(Request::new("GET", &format!("/api/v2/organizations/{ident}"))).await;
+    let default_org = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
+    let ident = ident
+        .replace("{acme_id}", &acme.id)
+        .replace("{default_id}", default_org["id"].as_str().expect("id"));
+    let answer = env
+        .as_operator(Request::new(
+            "GET",
+            &format!("/api/v2/organizations/{ident}"),
+        ))
+        .await;
     assert_eq!(answer.status, 200, "{}", answer.text);
     let org = answer.json();
     assert_eq!(
         field_names(&org),
-        ["created_at", "description", "display_name", "icon", "id", "is_default", "name", "updated_at"]
+        [
+            "created_at",
+            "description",
+            "display_name",
+            "icon",
+            "id",
+            "is_default",
+            "name",
+            "updated_at"
+        ]
     );
     assert_eq!(org["is_default"], is_default);
-    let expected_id = if is_default { default_org["id"].clone() } else { json!(acme.id) };
+    let expected_id = if is_default {
+        default_org["id"].clone()
+    } else {
+        json!(acme.id)
+    };
     assert_eq!(org["id"], expected_id);
 }
 
@@ -308,7 +836,15 @@ async fn entitlements_report_the_feature_without_a_token(
     let body = answer.json();
     assert_eq!(
         field_names(&body),
-        ["errors", "features", "has_license", "refreshed_at", "require_telemetry", "trial", "warnings"]
+        [
+            "errors",
+            "features",
+            "has_license",
+            "refreshed_at",
+            "require_telemetry",
+            "trial",
+            "warnings"
+        ]
     );
     assert_eq!(body["has_license"], false);
     let feature = &body["features"]["external_provisioner_daemons"];
@@ -320,7 +856,9 @@ async fn entitlements_report_the_feature_without_a_token(
         None => assert!(feature.is_null(), "feature should be absent: {body}"),
     }
     env.fake.set_entitlements_require_token(true);
-    let with_token = env.as_operator(Request::new("GET", "/api/v2/entitlements")).await;
+    let with_token = env
+        .as_operator(Request::new("GET", "/api/v2/entitlements"))
+        .await;
     assert_eq!(with_token.status, 200);
 }
 
@@ -340,39 +878,87 @@ async fn key_lifecycle_create_list_authenticate_delete() {
     assert!(secret.chars().all(|c| c.is_ascii_alphanumeric()));
 
     let tagged = r#"{"name":"second key!","tags":{"scope":"organization","any thing":"goes"}}"#;
-    assert_eq!(env.as_operator(Request::new("POST", KEYS).body(tagged)).await.status, 201, "no charset or tag validation");
-    assert_eq!(env.create_key("default", NAME_64).await.status, 201, "64 bytes is allowed");
+    assert_eq!(
+        env.as_operator(Request::new("POST", KEYS).body(tagged))
+            .await
+            .status,
+        201,
+        "no charset or tag validation"
+    );
+    assert_eq!(
+        env.create_key("default", NAME_64).await.status,
+        201,
+        "64 bytes is allowed"
+    );
 
     let listed = env.as_operator(Request::new("GET", KEYS)).await.json();
     let keys = listed.as_array().expect("array");
     assert_eq!(keys.len(), 3);
-    assert_eq!(field_names(&keys[0]), ["created_at", "id", "name", "organization", "tags"]);
-    let names: Vec<&str> = keys.iter().map(|key| key["name"].as_str().expect("name")).collect();
-    assert_eq!(names, ["my-key", "second key!", NAME_64], "lower-cased, oldest first");
+    assert_eq!(
+        field_names(&keys[0]),
+        ["created_at", "id", "name", "organization", "tags"]
+    );
+    let names: Vec<&str> = keys
+        .iter()
+        .map(|key| key["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        ["my-key", "second key!", NAME_64],
+        "lower-cased, oldest first"
+    );
     assert_eq!(keys[0]["tags"], json!({}), "null tags are stored as {{}}");
-    assert_eq!(keys[1]["tags"], json!({"scope":"organization","any thing":"goes"}));
-    let default_org = env.as_operator(Request::new("GET", "/api/v2/organizations/default")).await.json();
+    assert_eq!(
+        keys[1]["tags"],
+        json!({"scope":"organization","any thing":"goes"})
+    );
+    let default_org = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
     assert_eq!(keys[0]["organization"], default_org["id"]);
 
     let daemon = env
-        .send(Request::new("GET", &format!("/api/v2/provisionerkeys/{secret}")).header("Coder-Provisioner-Daemon-Key", &secret))
+        .send(
+            Request::new("GET", &format!("/api/v2/provisionerkeys/{secret}"))
+                .header("Coder-Provisioner-Daemon-Key", &secret),
+        )
         .await;
     assert_eq!(daemon.status, 200, "{}", daemon.text);
     assert_eq!(daemon.json(), keys[0]);
 
-    let deleted = env.as_operator(Request::new("DELETE", &format!("{KEYS}/MY-KEY"))).await;
+    let deleted = env
+        .as_operator(Request::new("DELETE", &format!("{KEYS}/MY-KEY")))
+        .await;
     assert_eq!(deleted.status, 204, "delete by name is case-insensitive");
     assert_eq!(deleted.text, "");
     let remaining = env.as_operator(Request::new("GET", KEYS)).await.json();
     assert_eq!(remaining.as_array().map(Vec::len), Some(2));
-    let after_delete = env.send(Request::new("GET", "/api/v2/provisionerkeys/x").header("Coder-Provisioner-Daemon-Key", &secret)).await;
-    assert_eq!(after_delete.status, 401, "a deleted key no longer authenticates");
-    assert_eq!(after_delete.json(), message("provisioner daemon key invalid"));
+    let after_delete = env
+        .send(
+            Request::new("GET", "/api/v2/provisionerkeys/x")
+                .header("Coder-Provisioner-Daemon-Key", &secret),
+        )
+        .await;
+    assert_eq!(
+        after_delete.status, 401,
+        "a deleted key no longer authenticates"
+    );
+    assert_eq!(
+        after_delete.json(),
+        message("provisioner daemon key invalid")
+    );
 
     let journal = env.fake.journal();
     let fetched = journal.for_route(routes::DAEMON_KEY);
-    assert_eq!(fetched[0].authenticated_key_id.as_deref(), keys[0]["id"].as_str());
-    assert_eq!(fetched[0].daemon_key_fingerprint, Some(fingerprint(&secret)));
+    assert_eq!(
+        fetched[0].authenticated_key_id.as_deref(),
+        keys[0]["id"].as_str()
+    );
+    assert_eq!(
+        fetched[0].daemon_key_fingerprint,
+        Some(fingerprint(&secret))
+    );
     assert_eq!(fetched[1].authenticated_key_id, None);
 }
 
@@ -381,7 +967,11 @@ async fn keys_are_per_organization() {
     let env = Env::start().await;
     let acme = env.fake.add_organization("Acme").expect("org added");
     assert_eq!(env.create_key("default", "same").await.status, 201);
-    assert_eq!(env.create_key("acme", "same").await.status, 201, "the same name in another organization is fine");
+    assert_eq!(
+        env.create_key("acme", "same").await.status,
+        201,
+        "the same name in another organization is fine"
+    );
     let acme_keys = env.fake.keys(&acme.id).expect("keys");
     assert_eq!(acme_keys.len(), 1);
     assert_eq!(acme_keys[0].organization, acme.id);
@@ -395,20 +985,34 @@ async fn rate_limit_next_requests_answers_429_json_with_retry_after() {
         route: Some(routes::LIST_KEYS.to_string()),
         count: 2,
     }));
-    assert_eq!(env.as_operator(Request::new("GET", ME)).await.status, 200, "other routes are not limited");
+    assert_eq!(
+        env.as_operator(Request::new("GET", ME)).await.status,
+        200,
+        "other routes are not limited"
+    );
     for _ in 0..2 {
         let limited = env.as_operator(Request::new("GET", KEYS)).await;
         assert_eq!(limited.status, 429);
         assert_eq!(limited.header("retry-after"), Some("60"));
-        assert_eq!(limited.json(), message("You've been rate limited for sending more than 512 requests in 1m0s."));
+        assert_eq!(
+            limited.json(),
+            message("You've been rate limited for sending more than 512 requests in 1m0s.")
+        );
     }
-    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200, "only the next 2 requests");
+    assert_eq!(
+        env.as_operator(Request::new("GET", KEYS)).await.status,
+        200,
+        "only the next 2 requests"
+    );
 }
 
 #[tokio::test]
 async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
     let env = Env::start().await;
-    env.fake.set_rate_limit(Some(RateLimitSpec::Window { limit: 2, window_secs: 30 }));
+    env.fake.set_rate_limit(Some(RateLimitSpec::Window {
+        limit: 2,
+        window_secs: 30,
+    }));
     for _ in 0..2 {
         assert_eq!(env.as_operator(Request::new("GET", ME)).await.status, 200);
     }
@@ -416,11 +1020,22 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
     assert_eq!(limited.status, 429);
     assert_eq!(limited.header("retry-after"), Some("30"));
     assert_eq!(limited.header("x-ratelimit-limit"), Some("2"));
-    assert_eq!(limited.json()["message"], "You've been rate limited for sending more than 2 requests in 30s.");
-    let bypass = env.as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true")).await;
+    assert_eq!(
+        limited.json()["message"],
+        "You've been rate limited for sending more than 2 requests in 30s."
+    );
+    let bypass = env
+        .as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true"))
+        .await;
     assert_eq!(bypass.status, 200, "owners bypass the limiter");
     let member = env.fake.add_user("member", UserRole::Member).expect("user");
-    assert_eq!(env.send(Request::new("GET", ME).token(&member)).await.status, 200, "each user has a budget");
+    assert_eq!(
+        env.send(Request::new("GET", ME).token(&member))
+            .await
+            .status,
+        200,
+        "each user has a budget"
+    );
 }
 
 #[rstest]
@@ -428,17 +1043,29 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
 #[case::member_numeric(Some(UserRole::Member), "1")]
 #[case::anonymous(None, "True")]
 #[tokio::test]
-async fn bypass_header_from_non_owner_is_428_plain_text(#[case] role: Option<UserRole>, #[case] value: &str) {
+async fn bypass_header_from_non_owner_is_428_plain_text(
+    #[case] role: Option<UserRole>,
+    #[case] value: &str,
+) {
     let env = Env::start().await;
-    let mut request = Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", value);
+    let mut request =
+        Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", value);
     if let Some(role) = role {
         request = request.token(&env.fake.add_user("someone", role).expect("user"));
     }
     let answer = env.send(request).await;
     assert_eq!(answer.status, 428);
     assert_eq!(answer.content_type(), Some("text/plain; charset=utf-8"));
-    assert_eq!(answer.text, "\"X-Coder-Bypass-Ratelimit\" provided but user is not owner\n");
-    let ignored = env.send(Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "false")).await;
-    assert_eq!(ignored.status, 200, "a false bypass header is no bypass attempt");
+    assert_eq!(
+        answer.text,
+        "\"X-Coder-Bypass-Ratelimit\" provided but user is not owner\n"
+    );
+    let ignored = env
+        .send(Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "false"))
+        .await;
+    assert_eq!(
+        ignored.status, 200,
+        "a false bypass header is no bypass attempt"
+    );
     assert_eq!(ignored.content_type(), Some(JSON));
 }

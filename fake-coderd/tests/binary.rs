@@ -36,14 +36,23 @@ struct Running {
 impl Running {
     async fn start(args: &[&str], admin_token: Option<&str>) -> Running {
         let mut command = Command::new(env!("CARGO_BIN_EXE_fake-coderd"));
-        command.args(args).env("RUST_LOG", "debug").stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        command
+            .args(args)
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         match admin_token {
             Some(token) => command.env("FAKE_CODERD_ADMIN_TOKEN", token),
             None => command.env_remove("FAKE_CODERD_ADMIN_TOKEN"),
         };
         let mut child = command.spawn().expect("fake-coderd starts");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Running { child, stdout, printed: String::new() }
+        Running {
+            child,
+            stdout,
+            printed: String::new(),
+        }
     }
 
     /// Reads printed lines until one starts with `prefix`; returns the rest of that line.
@@ -51,15 +60,25 @@ impl Running {
         let read = async {
             loop {
                 let mut line = String::new();
-                let read = self.stdout.read_line(&mut line).await.expect("stdout readable");
-                assert!(read > 0, "fake-coderd exited early; printed so far:\n{}", self.printed);
+                let read = self
+                    .stdout
+                    .read_line(&mut line)
+                    .await
+                    .expect("stdout readable");
+                assert!(
+                    read > 0,
+                    "fake-coderd exited early; printed so far:\n{}",
+                    self.printed
+                );
                 self.printed.push_str(&line);
                 if let Some(value) = line.trim_end().strip_prefix(prefix) {
                     return value.to_string();
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(30), read).await.expect("fake-coderd printed its URLs in time")
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("fake-coderd printed its URLs in time")
     }
 
     /// SIGTERM, then everything it printed (stdout + stderr) and whether it exited successfully.
@@ -67,7 +86,10 @@ impl Running {
         let pid = self.child.id().expect("still running");
         let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.expect("exits after SIGTERM").expect("status");
+        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("exits after SIGTERM")
+            .expect("status");
         let mut rest = String::new();
         self.stdout.read_to_string(&mut rest).await.expect("stdout");
         let mut stderr = String::new();
@@ -85,7 +107,14 @@ async fn binary_serves_the_seed_and_never_prints_secrets() {
     std::fs::write(&seed_path, SEED_YAML).expect("seed written");
     let seed_arg = seed_path.to_string_lossy().to_string();
     let mut fake = Running::start(
-        &["--listen", "127.0.0.1:0", "--operator-token", OPERATOR_TOKEN, "--seed-file", &seed_arg],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--operator-token",
+            OPERATOR_TOKEN,
+            "--seed-file",
+            &seed_arg,
+        ],
         Some(ADMIN_TOKEN),
     )
     .await;
@@ -93,12 +122,25 @@ async fn binary_serves_the_seed_and_never_prints_secrets() {
     let admin_url = fake.printed_value("fake-coderd: admin API on ").await;
     let client = http();
 
-    let me = Request::new("GET", "/api/v2/users/me").token(MEMBER_TOKEN).send(&client, &url).await.json();
+    let me = Request::new("GET", "/api/v2/users/me")
+        .token(MEMBER_TOKEN)
+        .send(&client, &url)
+        .await
+        .json();
     assert_eq!(me["username"], "alice", "seeded user and token");
-    let acme = Request::new("GET", "/api/v2/organizations/ACME").token(MEMBER_TOKEN).send(&client, &url).await;
+    let acme = Request::new("GET", "/api/v2/organizations/ACME")
+        .token(MEMBER_TOKEN)
+        .send(&client, &url)
+        .await;
     assert_eq!(acme.status, 200, "seeded membership");
-    let entitlements = Request::new("GET", "/api/v2/entitlements").send(&client, &url).await.json();
-    assert_eq!(entitlements["features"]["external_provisioner_daemons"]["entitlement"], "grace_period");
+    let entitlements = Request::new("GET", "/api/v2/entitlements")
+        .send(&client, &url)
+        .await
+        .json();
+    assert_eq!(
+        entitlements["features"]["external_provisioner_daemons"]["entitlement"],
+        "grace_period"
+    );
 
     let created = Request::new("POST", "/api/v2/organizations/acme/provisionerkeys")
         .token(OPERATOR_TOKEN)
@@ -112,17 +154,41 @@ async fn binary_serves_the_seed_and_never_prints_secrets() {
         .send(&client, &url)
         .await;
     assert_eq!(daemon.status, 200);
-    Request::new("GET", &format!("/api/v2/users/me?coder_session_token={OPERATOR_TOKEN}")).send(&client, &url).await;
+    Request::new(
+        "GET",
+        &format!("/api/v2/users/me?coder_session_token={OPERATOR_TOKEN}"),
+    )
+    .send(&client, &url)
+    .await;
 
     let admin = AdminClient::new(&admin_url, ADMIN_TOKEN);
-    assert_eq!(admin.info().await.expect("info").operator_token, OPERATOR_TOKEN);
-    assert_eq!(admin.journal().await.expect("journal").count("POST", routes::CREATE_KEY), 1);
+    assert_eq!(
+        admin.info().await.expect("info").operator_token,
+        OPERATOR_TOKEN
+    );
+    assert_eq!(
+        admin
+            .journal()
+            .await
+            .expect("journal")
+            .count("POST", routes::CREATE_KEY),
+        1
+    );
 
     let (output, success) = fake.terminate().await;
     assert!(success, "clean exit on SIGTERM:\n{output}");
-    assert!(output.contains("fake-coderd: stopped (SIGTERM)"), "{output}");
-    assert!(output.contains("coderd request"), "requests are logged:\n{output}");
-    assert!(!output.contains("generated admin token"), "a given admin token is not printed");
+    assert!(
+        output.contains("fake-coderd: stopped (SIGTERM)"),
+        "{output}"
+    );
+    assert!(
+        output.contains("coderd request"),
+        "requests are logged:\n{output}"
+    );
+    assert!(
+        !output.contains("generated admin token"),
+        "a given admin token is not printed"
+    );
     for secret in [OPERATOR_TOKEN, MEMBER_TOKEN, secret.as_str(), ADMIN_TOKEN] {
         assert!(!output.contains(secret), "output leaks a secret:\n{output}");
     }
@@ -133,11 +199,19 @@ async fn binary_prints_a_generated_admin_token_that_works() {
     let mut fake = Running::start(&["--listen", "127.0.0.1:0"], None).await;
     fake.printed_value("fake-coderd: coderd API on ").await;
     let admin_url = fake.printed_value("fake-coderd: admin API on ").await;
-    let admin_token = fake.printed_value("fake-coderd: generated admin token: ").await;
-    let info = AdminClient::new(&admin_url, &admin_token).info().await.expect("generated token accepted");
+    let admin_token = fake
+        .printed_value("fake-coderd: generated admin token: ")
+        .await;
+    let info = AdminClient::new(&admin_url, &admin_token)
+        .info()
+        .await
+        .expect("generated token accepted");
     let (output, success) = fake.terminate().await;
     assert!(success);
-    assert!(!output.contains(&info.operator_token), "the generated operator token is never printed");
+    assert!(
+        !output.contains(&info.operator_token),
+        "the generated operator token is never printed"
+    );
 }
 
 #[tokio::test]

@@ -10,7 +10,8 @@ use common::{Env, Request, http};
 use fake_coderd::api::INTERNAL_ERROR_MESSAGE;
 use fake_coderd::journal::REDACTED;
 use fake_coderd::{
-    AdminClient, Entitlement, FakeCoderd, FaultKind, FaultSpec, JournalQuery, RateLimitSpec, UserRole, fingerprint, routes,
+    AdminClient, Entitlement, FakeCoderd, FaultKind, FaultSpec, JournalQuery, RateLimitSpec,
+    UserRole, fingerprint, routes,
 };
 use rstest::rstest;
 use serde_json::json;
@@ -29,7 +30,10 @@ fn reqwest_client_new_works_once_ring_is_installed() {
 #[case::three_times(Some(3), 3)]
 #[case::sticky(None, 6)]
 #[tokio::test]
-async fn status_faults_fire_the_scripted_number_of_times(#[case] times: Option<u32>, #[case] expected_failures: usize) {
+async fn status_faults_fire_the_scripted_number_of_times(
+    #[case] times: Option<u32>,
+    #[case] expected_failures: usize,
+) {
     let env = Env::start().await;
     let mut fault = FaultSpec::status("GET", routes::LIST_KEYS, 503);
     fault.times = times;
@@ -40,7 +44,10 @@ async fn status_faults_fire_the_scripted_number_of_times(#[case] times: Option<u
     }
     let failures = statuses.iter().filter(|status| **status == 503).count();
     assert_eq!(failures, expected_failures, "{statuses:?}");
-    assert!(statuses[failures..].iter().all(|status| *status == 200), "{statuses:?}");
+    assert!(
+        statuses[failures..].iter().all(|status| *status == 200),
+        "{statuses:?}"
+    );
     env.fake.clear_faults();
     assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
 }
@@ -48,18 +55,30 @@ async fn status_faults_fire_the_scripted_number_of_times(#[case] times: Option<u
 #[tokio::test]
 async fn status_fault_bodies_default_per_status_or_are_given() {
     let env = Env::start().await;
-    env.fake.inject_fault(FaultSpec::status("GET", routes::USER, 500)).expect("valid");
-    let internal = env.as_operator(Request::new("GET", "/api/v2/users/me")).await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::USER, 500))
+        .expect("valid");
+    let internal = env
+        .as_operator(Request::new("GET", "/api/v2/users/me"))
+        .await;
     assert_eq!(internal.status, 500);
-    assert_eq!(internal.json(), json!({"message": INTERNAL_ERROR_MESSAGE, "detail": "fault injected by fake-coderd"}));
+    assert_eq!(
+        internal.json(),
+        json!({"message": INTERNAL_ERROR_MESSAGE, "detail": "fault injected by fake-coderd"})
+    );
 
     let body = json!({"message": "custom", "detail": "scripted"});
     let custom = FaultSpec {
-        kind: FaultKind::Status { status: 502, body: Some(body.clone()) },
+        kind: FaultKind::Status {
+            status: 502,
+            body: Some(body.clone()),
+        },
         ..FaultSpec::status("GET", routes::USER, 502)
     };
     env.fake.inject_fault(custom).expect("valid");
-    let answer = env.as_operator(Request::new("GET", "/api/v2/users/me")).await;
+    let answer = env
+        .as_operator(Request::new("GET", "/api/v2/users/me"))
+        .await;
     assert_eq!(answer.status, 502);
     assert_eq!(answer.json(), body);
 }
@@ -68,14 +87,20 @@ async fn status_fault_bodies_default_per_status_or_are_given() {
 #[case::fail_only(false, 0)]
 #[case::apply_then_fail(true, 1)]
 #[tokio::test]
-async fn apply_then_fail_changes_state_before_failing(#[case] apply: bool, #[case] keys_after: usize) {
+async fn apply_then_fail_changes_state_before_failing(
+    #[case] apply: bool,
+    #[case] keys_after: usize,
+) {
     let env = Env::start().await;
     let mut fault = FaultSpec::status("POST", routes::CREATE_KEY, 500);
     fault.apply_then_fail = apply;
     env.fake.inject_fault(fault).expect("valid");
     let answer = env.create_key("default", "crash-safe").await;
     assert_eq!(answer.status, 500);
-    assert!(!answer.text.contains("\"key\""), "the secret is never sent with the fault answer");
+    assert!(
+        !answer.text.contains("\"key\""),
+        "the secret is never sent with the fault answer"
+    );
     assert_eq!(env.fake.keys("default").expect("keys").len(), keys_after);
     let retry = env.create_key("default", "crash-safe").await;
     assert_eq!(retry.status, if apply { 409 } else { 201 });
@@ -84,8 +109,17 @@ async fn apply_then_fail_changes_state_before_failing(#[case] apply: bool, #[cas
 #[tokio::test]
 async fn delay_fault_outlasts_a_client_timeout_but_the_state_change_happens() {
     let env = Env::start().await;
-    env.fake.inject_fault(FaultSpec::delay("POST", routes::CREATE_KEY, Duration::from_secs(3))).expect("valid");
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().expect("client");
+    env.fake
+        .inject_fault(FaultSpec::delay(
+            "POST",
+            routes::CREATE_KEY,
+            Duration::from_secs(3),
+        ))
+        .expect("valid");
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .expect("client");
     let outcome = impatient
         .post(format!("{}{KEYS}", env.fake.url()))
         .header("Coder-Session-Token", env.fake.operator_token())
@@ -93,16 +127,25 @@ async fn delay_fault_outlasts_a_client_timeout_but_the_state_change_happens() {
         .send()
         .await;
     assert!(outcome.is_err_and(|error| error.is_timeout()));
-    assert_eq!(env.fake.keys("default").expect("keys").len(), 1, "a slow server still created the key");
+    assert_eq!(
+        env.fake.keys("default").expect("keys").len(),
+        1,
+        "a slow server still created the key"
+    );
     let journal = env.fake.journal();
     assert_eq!(journal.count("POST", routes::CREATE_KEY), 1);
-    assert_eq!(journal[0].status, 201, "the journal records the answer the server gave (late)");
+    assert_eq!(
+        journal[0].status, 201,
+        "the journal records the answer the server gave (late)"
+    );
 }
 
 #[tokio::test]
 async fn reset_fault_drops_the_connection_without_changing_state() {
     let env = Env::start().await;
-    env.fake.inject_fault(FaultSpec::reset("POST", routes::CREATE_KEY)).expect("valid");
+    env.fake
+        .inject_fault(FaultSpec::reset("POST", routes::CREATE_KEY))
+        .expect("valid");
     let outcome = env
         .http
         .post(format!("{}{KEYS}", env.fake.url()))
@@ -112,8 +155,17 @@ async fn reset_fault_drops_the_connection_without_changing_state() {
         .await;
     assert!(outcome.is_err(), "no HTTP answer: {outcome:?}");
     assert!(env.fake.keys("default").expect("keys").is_empty());
-    assert_eq!(env.create_key("default", "reset").await.status, 201, "one-shot: the next request is served");
-    let statuses: Vec<u16> = env.fake.journal().iter().map(|entry| entry.status).collect();
+    assert_eq!(
+        env.create_key("default", "reset").await.status,
+        201,
+        "one-shot: the next request is served"
+    );
+    let statuses: Vec<u16> = env
+        .fake
+        .journal()
+        .iter()
+        .map(|entry| entry.status)
+        .collect();
     assert_eq!(statuses, [0, 201]);
 }
 
@@ -123,38 +175,83 @@ async fn journal_records_each_request_without_secrets() {
     let token = env.fake.operator_token();
     let created = env.create_key("default", "journaled").await.json();
     let secret = created["key"].as_str().expect("secret").to_string();
-    env.as_operator(Request::new("GET", KEYS).header("X-Coder-Bypass-Ratelimit", "true")).await;
-    env.send(Request::new("GET", &format!("/api/v2/provisionerkeys/{secret}")).header("Coder-Provisioner-Daemon-Key", &secret))
+    env.as_operator(Request::new("GET", KEYS).header("X-Coder-Bypass-Ratelimit", "true"))
         .await;
-    env.send(Request::new("GET", &format!("/api/v2/users/me?coder_session_token={token}"))).await;
-    env.send(Request::new("POST", "/api/v2/nope").body(r#"{"token":"hidden","name":"n"}"#)).await;
+    env.send(
+        Request::new("GET", &format!("/api/v2/provisionerkeys/{secret}"))
+            .header("Coder-Provisioner-Daemon-Key", &secret),
+    )
+    .await;
+    env.send(Request::new(
+        "GET",
+        &format!("/api/v2/users/me?coder_session_token={token}"),
+    ))
+    .await;
+    env.send(Request::new("POST", "/api/v2/nope").body(r#"{"token":"hidden","name":"n"}"#))
+        .await;
     env.fake.admin().keys("default").await.expect("admin call");
 
     let journal = env.fake.journal();
-    assert_eq!(journal.len(), 5, "admin requests are not journaled: {journal:#?}");
+    assert_eq!(
+        journal.len(),
+        5,
+        "admin requests are not journaled: {journal:#?}"
+    );
     let seqs: Vec<u64> = journal.iter().map(|entry| entry.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4, 5]);
 
     let create = &journal[0];
-    assert_eq!((create.method.as_str(), create.path.as_str(), create.route.as_deref()), ("POST", KEYS, Some(routes::CREATE_KEY)));
+    assert_eq!(
+        (
+            create.method.as_str(),
+            create.path.as_str(),
+            create.route.as_deref()
+        ),
+        ("POST", KEYS, Some(routes::CREATE_KEY))
+    );
     assert_eq!(create.status, 201);
     assert_eq!(create.session_token_fingerprint, Some(fingerprint(&token)));
-    assert_eq!(create.body, Some(json!({"name": "journaled", "tags": null})));
+    assert_eq!(
+        create.body,
+        Some(json!({"name": "journaled", "tags": null}))
+    );
     assert_eq!(journal[1].bypass_ratelimit.as_deref(), Some("true"));
-    assert_eq!(journal[2].path, format!("/api/v2/provisionerkeys/{REDACTED}"));
-    assert_eq!(journal[2].daemon_key_fingerprint, Some(fingerprint(&secret)));
-    assert_eq!(journal[3].path, format!("/api/v2/users/me?coder_session_token={REDACTED}"));
-    assert_eq!(journal[3].session_token_fingerprint, Some(fingerprint(&token)));
-    assert_eq!((journal[4].route.as_deref(), journal[4].status), (None, 404));
-    assert_eq!(journal[4].body, Some(json!({"token": REDACTED, "name": "n"})));
+    assert_eq!(
+        journal[2].path,
+        format!("/api/v2/provisionerkeys/{REDACTED}")
+    );
+    assert_eq!(
+        journal[2].daemon_key_fingerprint,
+        Some(fingerprint(&secret))
+    );
+    assert_eq!(
+        journal[3].path,
+        format!("/api/v2/users/me?coder_session_token={REDACTED}")
+    );
+    assert_eq!(
+        journal[3].session_token_fingerprint,
+        Some(fingerprint(&token))
+    );
+    assert_eq!(
+        (journal[4].route.as_deref(), journal[4].status),
+        (None, 404)
+    );
+    assert_eq!(
+        journal[4].body,
+        Some(json!({"token": REDACTED, "name": "n"}))
+    );
 
     assert_eq!(journal.count("get", routes::LIST_KEYS), 1);
     assert_eq!(journal.for_route(routes::PROVISIONER_KEYS).len(), 2);
     let counts = journal.counts();
-    assert_eq!(counts[&("POST".to_string(), routes::CREATE_KEY.to_string())], 1);
+    assert_eq!(
+        counts[&("POST".to_string(), routes::CREATE_KEY.to_string())],
+        1
+    );
     assert_eq!(counts[&("POST".to_string(), "-".to_string())], 1);
 
-    let serialized = serde_json::to_string(&env.fake.admin().journal().await.expect("journal")).expect("json");
+    let serialized =
+        serde_json::to_string(&env.fake.admin().journal().await.expect("journal")).expect("json");
     for secret in [token.as_str(), secret.as_str(), "hidden"] {
         assert!(!serialized.contains(secret), "journal leaks a secret");
     }
@@ -165,30 +262,75 @@ async fn journal_records_each_request_without_secrets() {
 #[tokio::test]
 async fn reset_returns_to_the_seed_and_isolates_tests() {
     let env = Env::start().await;
-    let default_before = env.as_operator(Request::new("GET", "/api/v2/organizations/default")).await.json();
+    let default_before = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
     env.fake.add_organization("Temporary").expect("org");
     let member = env.fake.add_user("member", UserRole::Member).expect("user");
     env.create_key("default", "left-over").await;
     env.fake.set_entitlement(Entitlement::NotEntitled);
-    env.fake.inject_fault(FaultSpec::status("GET", routes::USER, 500).sticky()).expect("fault");
-    env.fake.set_rate_limit(Some(RateLimitSpec::NextRequests { method: None, route: Some(routes::BUILD_INFO.to_string()), count: 5 }));
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::USER, 500).sticky())
+        .expect("fault");
+    env.fake.set_rate_limit(Some(RateLimitSpec::NextRequests {
+        method: None,
+        route: Some(routes::BUILD_INFO.to_string()),
+        count: 5,
+    }));
 
     env.fake.reset().expect("reset");
 
     assert!(env.fake.journal().is_empty());
-    assert_eq!(env.as_operator(Request::new("GET", "/api/v2/users/me")).await.status, 200, "faults cleared, token kept");
-    assert_eq!(env.send(Request::new("GET", "/api/v2/buildinfo")).await.status, 200, "rate limit cleared");
-    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.json(), json!([]), "keys gone, entitlement back");
-    assert_eq!(env.send(Request::new("GET", "/api/v2/users/me").token(&member)).await.status, 401, "added users gone");
-    assert_eq!(env.as_operator(Request::new("GET", "/api/v2/organizations/temporary")).await.status, 404);
-    let default_after = env.as_operator(Request::new("GET", "/api/v2/organizations/default")).await.json();
-    assert_eq!(default_after["id"], default_before["id"], "seeded ids are stable across resets");
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/users/me"))
+            .await
+            .status,
+        200,
+        "faults cleared, token kept"
+    );
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/buildinfo"))
+            .await
+            .status,
+        200,
+        "rate limit cleared"
+    );
+    assert_eq!(
+        env.as_operator(Request::new("GET", KEYS)).await.json(),
+        json!([]),
+        "keys gone, entitlement back"
+    );
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/users/me").token(&member))
+            .await
+            .status,
+        401,
+        "added users gone"
+    );
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/organizations/temporary"))
+            .await
+            .status,
+        404
+    );
+    let default_after = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
+    assert_eq!(
+        default_after["id"], default_before["id"],
+        "seeded ids are stable across resets"
+    );
 }
 
 async fn wait_for<F: std::future::Future<Output = bool>>(what: &str, mut probe: impl FnMut() -> F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -202,29 +344,66 @@ async fn unreachable_closes_and_reopens_the_same_port_keeping_state_and_admin() 
 
     admin.set_unreachable(true).await.expect("closed");
     let refused = http().get(format!("{url}/api/v2/buildinfo")).send().await;
-    assert!(refused.is_err_and(|error| error.is_connect()), "the coderd port is closed");
-    assert_eq!(admin.keys("default").await.expect("admin still answers").len(), 1);
-    admin.set_unreachable(true).await.expect("closing twice is fine");
+    assert!(
+        refused.is_err_and(|error| error.is_connect()),
+        "the coderd port is closed"
+    );
+    assert_eq!(
+        admin
+            .keys("default")
+            .await
+            .expect("admin still answers")
+            .len(),
+        1
+    );
+    admin
+        .set_unreachable(true)
+        .await
+        .expect("closing twice is fine");
 
     admin.set_unreachable(false).await.expect("reopened");
     assert_eq!(env.fake.url(), url);
     wait_for("coderd to answer again", || async {
-        http().get(format!("{url}/api/v2/buildinfo")).send().await.is_ok_and(|answer| answer.status() == 200)
+        http()
+            .get(format!("{url}/api/v2/buildinfo"))
+            .send()
+            .await
+            .is_ok_and(|answer| answer.status() == 200)
     })
     .await;
     let keys = env.as_operator(Request::new("GET", KEYS)).await.json();
     assert_eq!(keys[0]["name"], "survivor", "state survives the outage");
 
-    env.fake.set_unreachable(true).await.expect("in-process close");
-    assert!(http().get(format!("{url}/api/v2/buildinfo")).send().await.is_err());
-    env.fake.set_unreachable(false).await.expect("in-process reopen");
-    assert_eq!(env.send(Request::new("GET", "/api/v2/buildinfo")).await.status, 200);
+    env.fake
+        .set_unreachable(true)
+        .await
+        .expect("in-process close");
+    assert!(
+        http()
+            .get(format!("{url}/api/v2/buildinfo"))
+            .send()
+            .await
+            .is_err()
+    );
+    env.fake
+        .set_unreachable(false)
+        .await
+        .expect("in-process reopen");
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/buildinfo"))
+            .await
+            .status,
+        200
+    );
 }
 
 #[tokio::test]
 async fn admin_client_drives_every_operation_over_http() {
     let fake = FakeCoderd::start().await.expect("fake");
-    let admin = AdminClient::new(&format!("{}/__fake/", fake.admin_url()), &fake.admin_token());
+    let admin = AdminClient::new(
+        &format!("{}/__fake/", fake.admin_url()),
+        &fake.admin_token(),
+    );
     let client = http();
 
     let info = admin.info().await.expect("info");
@@ -232,44 +411,150 @@ async fn admin_client_drives_every_operation_over_http() {
     assert_eq!(info.operator_token, fake.operator_token());
 
     let org = admin.add_organization("Remote").await.expect("org");
-    assert!(admin.organizations().await.expect("orgs").iter().any(|o| o.id == org.id));
-    assert!(admin.add_organization("remote").await.is_err(), "duplicate names are refused");
+    assert!(
+        admin
+            .organizations()
+            .await
+            .expect("orgs")
+            .iter()
+            .any(|o| o.id == org.id)
+    );
+    assert!(
+        admin.add_organization("remote").await.is_err(),
+        "duplicate names are refused"
+    );
 
-    let secret = admin.create_key_directly("remote", "Pre-Existing", BTreeMap::from([("a".into(), "b".into())])).await.expect("key");
+    let secret = admin
+        .create_key_directly(
+            "remote",
+            "Pre-Existing",
+            BTreeMap::from([("a".into(), "b".into())]),
+        )
+        .await
+        .expect("key");
     let keys = admin.keys(&org.id).await.expect("keys");
-    assert_eq!((keys[0].name.as_str(), keys[0].tags.get("a").map(String::as_str)), ("pre-existing", Some("b")));
-    let daemon = Request::new("GET", "/api/v2/provisionerkeys/x").header("Coder-Provisioner-Daemon-Key", &secret).send(&client, &fake.url()).await;
+    assert_eq!(
+        (
+            keys[0].name.as_str(),
+            keys[0].tags.get("a").map(String::as_str)
+        ),
+        ("pre-existing", Some("b"))
+    );
+    let daemon = Request::new("GET", "/api/v2/provisionerkeys/x")
+        .header("Coder-Provisioner-Daemon-Key", &secret)
+        .send(&client, &fake.url())
+        .await;
     assert_eq!(daemon.status, 200);
     assert!(admin.keys("nope").await.is_err());
 
-    let token = admin.add_user("remote-member", UserRole::Member).await.expect("user");
-    let me = Request::new("GET", "/api/v2/users/me").token(&token).send(&client, &fake.url()).await.json();
+    let token = admin
+        .add_user("remote-member", UserRole::Member)
+        .await
+        .expect("user");
+    let me = Request::new("GET", "/api/v2/users/me")
+        .token(&token)
+        .send(&client, &fake.url())
+        .await
+        .json();
     assert_eq!(me["username"], "remote-member");
 
-    admin.set_entitlement(Entitlement::GracePeriod).await.expect("entitlement");
+    admin
+        .set_entitlement(Entitlement::GracePeriod)
+        .await
+        .expect("entitlement");
     admin.set_license(false).await.expect("license");
-    let entitlements = Request::new("GET", "/api/v2/entitlements").send(&client, &fake.url()).await.json();
-    assert_eq!(entitlements["features"]["external_provisioner_daemons"]["entitlement"], "grace_period");
+    let entitlements = Request::new("GET", "/api/v2/entitlements")
+        .send(&client, &fake.url())
+        .await
+        .json();
+    assert_eq!(
+        entitlements["features"]["external_provisioner_daemons"]["entitlement"],
+        "grace_period"
+    );
     assert_eq!(entitlements["has_license"], false);
-    admin.set_entitlements_require_token(true).await.expect("switch");
-    assert_eq!(Request::new("GET", "/api/v2/entitlements").send(&client, &fake.url()).await.status, 401);
+    admin
+        .set_entitlements_require_token(true)
+        .await
+        .expect("switch");
+    assert_eq!(
+        Request::new("GET", "/api/v2/entitlements")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        401
+    );
 
     admin.set_enterprise(false).await.expect("agpl");
-    assert_eq!(Request::new("GET", "/api/v2/entitlements").send(&client, &fake.url()).await.status, 404);
+    assert_eq!(
+        Request::new("GET", "/api/v2/entitlements")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        404
+    );
     admin.set_enterprise(true).await.expect("enterprise");
 
-    admin.inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 418)).await.expect("fault");
-    assert_eq!(Request::new("GET", "/api/v2/buildinfo").send(&client, &fake.url()).await.status, 418);
-    admin.inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).sticky()).await.expect("fault");
+    admin
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 418))
+        .await
+        .expect("fault");
+    assert_eq!(
+        Request::new("GET", "/api/v2/buildinfo")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        418
+    );
+    admin
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).sticky())
+        .await
+        .expect("fault");
     admin.clear_faults().await.expect("cleared");
-    assert_eq!(Request::new("GET", "/api/v2/buildinfo").send(&client, &fake.url()).await.status, 200);
-    assert!(admin.inject_fault(FaultSpec::status("GET", "/api/v2/unknown", 500)).await.is_err());
+    assert_eq!(
+        Request::new("GET", "/api/v2/buildinfo")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        200
+    );
+    assert!(
+        admin
+            .inject_fault(FaultSpec::status("GET", "/api/v2/unknown", 500))
+            .await
+            .is_err()
+    );
 
-    admin.set_rate_limit(Some(RateLimitSpec::NextRequests { method: None, route: None, count: 1 })).await.expect("limit");
-    assert_eq!(Request::new("GET", "/api/v2/buildinfo").send(&client, &fake.url()).await.status, 429);
-    admin.set_rate_limit(Some(RateLimitSpec::NextRequests { method: None, route: None, count: 1 })).await.expect("limit");
+    admin
+        .set_rate_limit(Some(RateLimitSpec::NextRequests {
+            method: None,
+            route: None,
+            count: 1,
+        }))
+        .await
+        .expect("limit");
+    assert_eq!(
+        Request::new("GET", "/api/v2/buildinfo")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        429
+    );
+    admin
+        .set_rate_limit(Some(RateLimitSpec::NextRequests {
+            method: None,
+            route: None,
+            count: 1,
+        }))
+        .await
+        .expect("limit");
     admin.set_rate_limit(None).await.expect("no limit");
-    assert_eq!(Request::new("GET", "/api/v2/buildinfo").send(&client, &fake.url()).await.status, 200);
+    assert_eq!(
+        Request::new("GET", "/api/v2/buildinfo")
+            .send(&client, &fake.url())
+            .await
+            .status,
+        200
+    );
 
     let journal = admin.journal().await.expect("journal");
     assert_eq!(journal.count("GET", routes::BUILD_INFO), 4);
@@ -278,7 +563,10 @@ async fn admin_client_drives_every_operation_over_http() {
 
     admin.reset().await.expect("reset");
     assert!(admin.keys("default").await.expect("keys").is_empty());
-    assert!(admin.keys("remote").await.is_err(), "added organizations are gone after reset");
+    assert!(
+        admin.keys("remote").await.is_err(),
+        "added organizations are gone after reset"
+    );
 }
 
 #[rstest]
@@ -286,9 +574,27 @@ async fn admin_client_drives_every_operation_over_http() {
 #[case::wrong_token(Some("wrong"), "GET", "/__fake/journal", None, 401)]
 #[case::unknown_route(Some("right"), "GET", "/__fake/nope", None, 404)]
 #[case::bad_body(Some("right"), "POST", "/__fake/faults", Some("{}"), 400)]
-#[case::bad_status(Some("right"), "POST", "/__fake/faults", Some(r#"{"method":"GET","route":"/api/v2/buildinfo","kind":{"type":"status","status":99}}"#), 400)]
-#[case::bad_user(Some("right"), "POST", "/__fake/users", Some(r#"{"username":"x","token":"bad"}"#), 400)]
-#[case::unknown_deployment_field(Some("right"), "PATCH", "/__fake/deployment", Some(r#"{"nope":true}"#), 400)]
+#[case::bad_status(
+    Some("right"),
+    "POST",
+    "/__fake/faults",
+    Some(r#"{"method":"GET","route":"/api/v2/buildinfo","kind":{"type":"status","status":99}}"#),
+    400
+)]
+#[case::bad_user(
+    Some("right"),
+    "POST",
+    "/__fake/users",
+    Some(r#"{"username":"x","token":"bad"}"#),
+    400
+)]
+#[case::unknown_deployment_field(
+    Some("right"),
+    "PATCH",
+    "/__fake/deployment",
+    Some(r#"{"nope":true}"#),
+    400
+)]
 #[tokio::test]
 async fn admin_api_rejects_bad_requests(
     #[case] token: Option<&str>,
@@ -297,9 +603,12 @@ async fn admin_api_rejects_bad_requests(
     #[case] body: Option<&str>,
     #[case] status: u16,
 ) {
-    let fake = FakeCoderd::start_with(fake_coderd::FakeConfig { admin_token: "right".to_string(), ..Default::default() })
-        .await
-        .expect("fake");
+    let fake = FakeCoderd::start_with(fake_coderd::FakeConfig {
+        admin_token: "right".to_string(),
+        ..Default::default()
+    })
+    .await
+    .expect("fake");
     let mut request = Request::new(method, path);
     if let Some(token) = token {
         request = request.header("Authorization", &format!("Bearer {token}"));
@@ -310,5 +619,8 @@ async fn admin_api_rejects_bad_requests(
     let answer = request.send(&http(), &fake.admin_url()).await;
     assert_eq!(answer.status, status, "{}", answer.text);
     assert!(answer.json()["message"].is_string());
-    assert!(fake.journal().is_empty(), "admin requests are not journaled");
+    assert!(
+        fake.journal().is_empty(),
+        "admin requests are not journaled"
+    );
 }

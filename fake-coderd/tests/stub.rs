@@ -28,7 +28,9 @@ fn stub(coder_url: &str, key: &str) -> Command {
 #[tokio::test]
 async fn stub_connects_with_its_key_and_stays_up_until_sigterm() {
     let fake = FakeCoderd::start().await.expect("fake");
-    let secret = fake.create_key_directly("default", "pod-key", BTreeMap::new()).expect("key");
+    let secret = fake
+        .create_key_directly("default", "pod-key", BTreeMap::new())
+        .expect("key");
     let key_id = fake.keys("default").expect("keys")[0].id.clone();
     let ready = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     let ready_addr = ready.local_addr().expect("addr");
@@ -56,29 +58,53 @@ async fn stub_connects_with_its_key_and_stays_up_until_sigterm() {
     .await
     .expect("stub logged in time");
     assert!(connected, "stub did not connect:\n{log}");
-    let probe = common::http().get(format!("http://{ready_addr}/ready")).send().await.expect("readiness answers");
+    let probe = common::http()
+        .get(format!("http://{ready_addr}/ready"))
+        .send()
+        .await
+        .expect("readiness answers");
     assert_eq!(probe.status(), 200);
 
     let journal = fake.journal();
     let fetches = journal.for_route(routes::DAEMON_KEY);
     assert_eq!(fetches.len(), 1);
-    assert_eq!(fetches[0].authenticated_key_id.as_deref(), Some(key_id.as_str()), "the pod used the key the operator wrote");
-    assert_eq!(fetches[0].daemon_key_fingerprint, Some(fingerprint(&secret)));
+    assert_eq!(
+        fetches[0].authenticated_key_id.as_deref(),
+        Some(key_id.as_str()),
+        "the pod used the key the operator wrote"
+    );
+    assert_eq!(
+        fetches[0].daemon_key_fingerprint,
+        Some(fingerprint(&secret))
+    );
     assert_eq!(journal.count("GET", routes::DAEMON_KEY), 1);
 
-    assert!(child.try_wait().expect("status").is_none(), "the stub stays up");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().expect("running")).expect("pid fits"));
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "the stub stays up"
+    );
+    let pid =
+        nix::unistd::Pid::from_raw(i32::try_from(child.id().expect("running")).expect("pid fits"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits").expect("status");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits")
+        .expect("status");
     assert!(status.success());
-    stderr.read_to_string(&mut log).await.expect("rest of the log");
+    stderr
+        .read_to_string(&mut log)
+        .await
+        .expect("rest of the log");
     assert!(!log.contains(&secret), "the key is never logged:\n{log}");
 }
 
 #[rstest::rstest]
 #[case::unknown_key("unknown", "401 Unauthorized: provisioner daemon key invalid")]
 #[case::short_key("short", "400 Bad Request: provisioner daemon key invalid")]
-#[case::unreachable("unreachable", "unable to get provisioner key details: http://127.0.0.1")]
+#[case::unreachable(
+    "unreachable",
+    "unable to get provisioner key details: http://127.0.0.1"
+)]
 #[case::organization_env("org", "cannot provide --org value with --psk or --key flags")]
 #[tokio::test]
 async fn stub_fails_clearly(#[case] situation: &str, #[case] expected: &str) {
@@ -94,7 +120,10 @@ async fn stub_fails_clearly(#[case] situation: &str, #[case] expected: &str) {
     if situation == "org" {
         command.env("CODER_ORGANIZATION", "default");
     }
-    let output = tokio::time::timeout(Duration::from_secs(30), command.output()).await.expect("exits in time").expect("runs");
+    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("exits in time")
+        .expect("runs");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(expected), "{stderr}");

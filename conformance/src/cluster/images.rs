@@ -56,7 +56,11 @@ impl Images {
     /// `fake-coderd/Dockerfile` (one Rust build, two final stages named like the images).
     pub fn build_specs(&self) -> [BuildSpec; 3] {
         [
-            BuildSpec { image: self.operator.clone(), dockerfile: "operator/Dockerfile", target: None },
+            BuildSpec {
+                image: self.operator.clone(),
+                dockerfile: "operator/Dockerfile",
+                target: None,
+            },
             BuildSpec {
                 image: self.fake_coderd.clone(),
                 dockerfile: "fake-coderd/Dockerfile",
@@ -73,7 +77,11 @@ impl Images {
 
 /// `docker build -f <repo>/<dockerfile> [--target T] -t <image> <repo>`.
 pub fn docker_build_args(spec: &BuildSpec, repo: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["build".into(), "-f".into(), repo.join(spec.dockerfile).into()];
+    let mut args: Vec<OsString> = vec![
+        "build".into(),
+        "-f".into(),
+        repo.join(spec.dockerfile).into(),
+    ];
     if let Some(target) = spec.target {
         args.extend(["--target".into(), target.into()]);
     }
@@ -83,7 +91,12 @@ pub fn docker_build_args(spec: &BuildSpec, repo: &Path) -> Vec<OsString> {
 
 /// `kind load docker-image --name <cluster> <images…>`: copies the images into every node.
 pub fn kind_load_args(cluster: &str, images: &Images) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["load".into(), "docker-image".into(), "--name".into(), cluster.into()];
+    let mut args: Vec<OsString> = vec![
+        "load".into(),
+        "docker-image".into(),
+        "--name".into(),
+        cluster.into(),
+    ];
     args.extend(images.all().map(OsString::from));
     args
 }
@@ -98,9 +111,17 @@ pub fn docker_save_args(archive: &Path, images: &Images) -> Vec<OsString> {
 /// Imports an archive into the containerd namespace the kubelet uses (`k8s.io`), inside a k3s
 /// container (`k3s ctr` is the multi-call binary's containerd client).
 pub fn k3s_import_command(archive_in_container: &str) -> Vec<String> {
-    ["k3s", "ctr", "--namespace", "k8s.io", "images", "import", archive_in_container]
-        .map(str::to_owned)
-        .to_vec()
+    [
+        "k3s",
+        "ctr",
+        "--namespace",
+        "k8s.io",
+        "images",
+        "import",
+        archive_in_container,
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// Builds the three images from `repo` with `docker build` (BuildKit: the Dockerfiles use cache
@@ -108,8 +129,12 @@ pub fn k3s_import_command(archive_in_container: &str) -> Vec<String> {
 pub async fn build(repo: &Path, images: &Images) -> anyhow::Result<()> {
     require_docker_engine("docker").await?;
     for spec in images.build_specs() {
-        eprintln!("conformance: building image {} from {}", spec.image, spec.dockerfile);
-        run(Tool::new("docker", docker_build_args(&spec, repo)).env("DOCKER_BUILDKIT", "1")).await?;
+        eprintln!(
+            "conformance: building image {} from {}",
+            spec.image, spec.dockerfile
+        );
+        run(Tool::new("docker", docker_build_args(&spec, repo)).env("DOCKER_BUILDKIT", "1"))
+            .await?;
     }
     Ok(())
 }
@@ -139,7 +164,11 @@ pub struct Tool {
 
 impl Tool {
     pub fn new(program: &str, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
-        Self { program: program.to_owned(), args: args.into_iter().map(Into::into).collect(), env: Vec::new() }
+        Self {
+            program: program.to_owned(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+        }
     }
 
     pub fn env(mut self, name: &str, value: &str) -> Self {
@@ -189,7 +218,10 @@ pub async fn run(tool: Tool) -> anyhow::Result<()> {
         .await
         .map_err(|e| spawn_error(&tool.program, e))?;
     if !status.success() {
-        bail!("`{}` failed ({status}); its output is above", tool.display());
+        bail!(
+            "`{}` failed ({status}); its output is above",
+            tool.display()
+        );
     }
     Ok(())
 }
@@ -205,7 +237,8 @@ pub async fn run_captured(tool: &Tool) -> anyhow::Result<String> {
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    String::from_utf8(output.stdout).with_context(|| format!("`{}` printed non-UTF-8", tool.display()))
+    String::from_utf8(output.stdout)
+        .with_context(|| format!("`{}` printed non-UTF-8", tool.display()))
 }
 
 fn spawn_error(program: &str, error: std::io::Error) -> anyhow::Error {
@@ -221,13 +254,22 @@ mod tests {
     use super::*;
 
     fn strings(args: &[OsString]) -> Vec<String> {
-        args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]
     fn images_are_tagged_and_never_latest() {
         let images = Images::with_tag(DEFAULT_TAG);
-        assert_eq!(images.all(), ["coder-provisioner-operator:dev", "fake-coderd:dev", "coder-stub:dev"]);
+        assert_eq!(
+            images.all(),
+            [
+                "coder-provisioner-operator:dev",
+                "fake-coderd:dev",
+                "coder-stub:dev"
+            ]
+        );
         assert!(images.all().iter().all(|i| !i.ends_with(":latest")));
     }
 
@@ -237,15 +279,40 @@ mod tests {
         let [operator, fake, stub] = Images::with_tag("t1").build_specs();
         assert_eq!(
             strings(&docker_build_args(&operator, repo)),
-            ["build", "-f", "/src/repo/operator/Dockerfile", "-t", "coder-provisioner-operator:t1", "/src/repo"]
+            [
+                "build",
+                "-f",
+                "/src/repo/operator/Dockerfile",
+                "-t",
+                "coder-provisioner-operator:t1",
+                "/src/repo"
+            ]
         );
         assert_eq!(
             strings(&docker_build_args(&fake, repo)),
-            ["build", "-f", "/src/repo/fake-coderd/Dockerfile", "--target", "fake-coderd", "-t", "fake-coderd:t1", "/src/repo"]
+            [
+                "build",
+                "-f",
+                "/src/repo/fake-coderd/Dockerfile",
+                "--target",
+                "fake-coderd",
+                "-t",
+                "fake-coderd:t1",
+                "/src/repo"
+            ]
         );
         assert_eq!(
             strings(&docker_build_args(&stub, repo)),
-            ["build", "-f", "/src/repo/fake-coderd/Dockerfile", "--target", "coder-stub", "-t", "coder-stub:t1", "/src/repo"]
+            [
+                "build",
+                "-f",
+                "/src/repo/fake-coderd/Dockerfile",
+                "--target",
+                "coder-stub",
+                "-t",
+                "coder-stub:t1",
+                "/src/repo"
+            ]
         );
     }
 
@@ -254,23 +321,51 @@ mod tests {
         let images = Images::with_tag("dev");
         assert_eq!(
             strings(&kind_load_args("c1", &images)),
-            ["load", "docker-image", "--name", "c1", "coder-provisioner-operator:dev", "fake-coderd:dev", "coder-stub:dev"]
+            [
+                "load",
+                "docker-image",
+                "--name",
+                "c1",
+                "coder-provisioner-operator:dev",
+                "fake-coderd:dev",
+                "coder-stub:dev"
+            ]
         );
         assert_eq!(
             strings(&docker_save_args(Path::new("/tmp/i.tar"), &images)),
-            ["save", "-o", "/tmp/i.tar", "coder-provisioner-operator:dev", "fake-coderd:dev", "coder-stub:dev"]
+            [
+                "save",
+                "-o",
+                "/tmp/i.tar",
+                "coder-provisioner-operator:dev",
+                "fake-coderd:dev",
+                "coder-stub:dev"
+            ]
         );
         assert_eq!(
             k3s_import_command("/images/i.tar"),
-            ["k3s", "ctr", "--namespace", "k8s.io", "images", "import", "/images/i.tar"]
+            [
+                "k3s",
+                "ctr",
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                "/images/i.tar"
+            ]
         );
     }
 
     #[tokio::test]
     async fn a_missing_tool_is_named_in_the_error() {
-        let error = require_docker_engine("/nonexistent/docker").await.expect_err("no such program");
+        let error = require_docker_engine("/nonexistent/docker")
+            .await
+            .expect_err("no such program");
         let text = format!("{error:#}");
-        assert!(text.contains("`/nonexistent/docker` is not installed"), "{text}");
+        assert!(
+            text.contains("`/nonexistent/docker` is not installed"),
+            "{text}"
+        );
         assert!(text.contains("need Docker"), "{text}");
     }
 
@@ -278,9 +373,14 @@ mod tests {
     async fn a_failing_tool_reports_its_command_line_and_stderr() {
         let tool = Tool::new("sh", ["-c", "echo broken >&2; exit 3"]);
         let error = run_captured(&tool).await.expect_err("exit 3").to_string();
-        assert!(error.contains("`sh -c echo broken >&2; exit 3` failed"), "{error}");
+        assert!(
+            error.contains("`sh -c echo broken >&2; exit 3` failed"),
+            "{error}"
+        );
         assert!(error.contains("broken"), "{error}");
-        let ok = run_captured(&Tool::new("sh", ["-c", "printf hi"])).await.expect("runs");
+        let ok = run_captured(&Tool::new("sh", ["-c", "printf hi"]))
+            .await
+            .expect("runs");
         assert_eq!(ok, "hi");
     }
 }

@@ -53,7 +53,13 @@ impl K3sOptions {
 /// `k3s server` arguments: the module's `native` snapshotter (works inside Docker on any storage
 /// driver), without the ingress controller and metrics server the suite does not use.
 pub fn k3s_server_args() -> Vec<String> {
-    ["server", "--snapshotter=native", "--disable=traefik,metrics-server"].map(str::to_owned).to_vec()
+    [
+        "server",
+        "--snapshotter=native",
+        "--disable=traefik,metrics-server",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// The container's kubeconfig with every cluster pointed at `server_url`. k3s's serving
@@ -65,8 +71,16 @@ pub fn point_kubeconfig_at(yaml: &str, host: &str, port: u16) -> anyhow::Result<
         bail!("the k3s kubeconfig names no cluster");
     }
     let loopback = matches!(host, "localhost" | "127.0.0.1" | "::1");
-    let authority = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
-    for cluster in config.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+    let authority = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    for cluster in config
+        .clusters
+        .iter_mut()
+        .filter_map(|c| c.cluster.as_mut())
+    {
         cluster.server = Some(format!("https://{authority}:{port}"));
         if !loopback {
             cluster.tls_server_name = Some("localhost".to_owned());
@@ -97,7 +111,11 @@ impl K3sCluster {
             .tempdir()
             .context("creating a folder for the k3s tier")?;
         let archive = dir.path().join("images.tar");
-        images::run(Tool::new("docker", images::docker_save_args(&archive, &options.images))).await?;
+        images::run(Tool::new(
+            "docker",
+            images::docker_save_args(&archive, &options.images),
+        ))
+        .await?;
 
         eprintln!("conformance: starting rancher/k3s:{K3S_TAG}");
         let container = K3s::default()
@@ -146,12 +164,28 @@ async fn install(
 ) -> anyhow::Result<ProvisionedCluster> {
     exec_ok(container, images::k3s_import_command(ARCHIVE_IN_CONTAINER)).await?;
     let raw = exec_ok(container, ["cat", KUBECONFIG_IN_CONTAINER]).await?;
-    let host = container.get_host().await.context("reading the Docker host")?.to_string();
-    let port = container.get_host_port_ipv4(KUBE_SECURE_PORT).await.context("reading the API server port")?;
+    let host = container
+        .get_host()
+        .await
+        .context("reading the Docker host")?
+        .to_string();
+    let port = container
+        .get_host_port_ipv4(KUBE_SECURE_PORT)
+        .await
+        .context("reading the API server port")?;
     kubeconfig::write_private(kubeconfig_path, &point_kubeconfig_at(&raw, &host, port)?)?;
     let client = kubeconfig::client_from_file(kubeconfig_path).await?;
-    let fake_coderd = install_stack(&client, &options.repo_root, &options.images, options.ready_timeout).await?;
-    eprintln!("conformance: k3s ready; kubeconfig {}", kubeconfig_path.display());
+    let fake_coderd = install_stack(
+        &client,
+        &options.repo_root,
+        &options.images,
+        options.ready_timeout,
+    )
+    .await?;
+    eprintln!(
+        "conformance: k3s ready; kubeconfig {}",
+        kubeconfig_path.display()
+    );
     Ok(ProvisionedCluster {
         kubeconfig: kubeconfig_path.to_path_buf(),
         images: options.images.clone(),
@@ -162,7 +196,10 @@ async fn install(
 /// Removes the container (testcontainers' drop), or forgets the handle so it keeps running.
 fn release(container: ContainerAsync<K3s>, keep: bool) {
     if keep {
-        eprintln!("conformance: kept k3s container {0} (remove it with: docker rm -f {0})", container.id());
+        eprintln!(
+            "conformance: kept k3s container {0} (remove it with: docker rm -f {0})",
+            container.id()
+        );
         std::mem::forget(container);
     }
 }
@@ -178,11 +215,23 @@ async fn exec_ok(
         .exec(ExecCommand::new(command).with_cmd_ready_condition(CmdWaitFor::exit()))
         .await
         .with_context(|| format!("running `{shown}` in the k3s container"))?;
-    let stdout = result.stdout_to_vec().await.with_context(|| format!("reading the output of `{shown}`"))?;
+    let stdout = result
+        .stdout_to_vec()
+        .await
+        .with_context(|| format!("reading the output of `{shown}`"))?;
     let stderr = result.stderr_to_vec().await.unwrap_or_default();
-    match result.exit_code().await.with_context(|| format!("reading the exit code of `{shown}`"))? {
-        Some(0) => String::from_utf8(stdout).with_context(|| format!("`{shown}` printed non-UTF-8")),
-        code => bail!("`{shown}` failed in the k3s container ({code:?}): {}", String::from_utf8_lossy(&stderr).trim()),
+    match result
+        .exit_code()
+        .await
+        .with_context(|| format!("reading the exit code of `{shown}`"))?
+    {
+        Some(0) => {
+            String::from_utf8(stdout).with_context(|| format!("`{shown}` printed non-UTF-8"))
+        }
+        code => bail!(
+            "`{shown}` failed in the k3s container ({code:?}): {}",
+            String::from_utf8_lossy(&stderr).trim()
+        ),
     }
 }
 
@@ -230,7 +279,8 @@ users:
 
     #[test]
     fn a_kubeconfig_without_clusters_is_refused() {
-        let error = point_kubeconfig_at("apiVersion: v1\nkind: Config\n", "localhost", 1).expect_err("no cluster");
+        let error = point_kubeconfig_at("apiVersion: v1\nkind: Config\n", "localhost", 1)
+            .expect_err("no cluster");
         assert!(error.to_string().contains("no cluster"), "{error}");
     }
 

@@ -167,35 +167,68 @@ impl KindCluster {
     /// stack. On error the cluster is deleted again (unless `keep`).
     pub async fn provision(options: KindOptions) -> anyhow::Result<Self> {
         let kind = Tool::new("kind", ["version"]);
-        images::run_captured(&kind).await.context("the kind tier needs kind (https://kind.sigs.k8s.io)")?;
+        images::run_captured(&kind)
+            .await
+            .context("the kind tier needs kind (https://kind.sigs.k8s.io)")?;
         images::require_docker_engine("docker").await?;
         if options.build_images {
             images::build(&options.repo_root, &options.images).await?;
         }
         let existing = images::run_captured(&Tool::new("kind", ["get", "clusters"])).await?;
-        let guard = KindGuard { name: options.name.clone(), keep: options.keep };
+        let guard = KindGuard {
+            name: options.name.clone(),
+            keep: options.keep,
+        };
         if cluster_listed(&existing, &options.name) {
             eprintln!("conformance: reusing kind cluster {}", options.name);
         } else {
             let config = options.repo_root.join(KIND_CONFIG);
-            eprintln!("conformance: creating kind cluster {} from {}", options.name, config.display());
-            images::run(Tool::new("kind", kind_create_args(&options.name, &config, options.ready_timeout))).await?;
+            eprintln!(
+                "conformance: creating kind cluster {} from {}",
+                options.name,
+                config.display()
+            );
+            images::run(Tool::new(
+                "kind",
+                kind_create_args(&options.name, &config, options.ready_timeout),
+            ))
+            .await?;
         }
         let dir = tempfile::Builder::new()
             .prefix("coder-conformance-kind-")
             .tempdir()
             .context("creating a folder for the kind kubeconfig")?;
         let kubeconfig_path = dir.path().join("kubeconfig");
-        let kubeconfig_yaml =
-            images::run_captured(&Tool::new("kind", ["get", "kubeconfig", "--name", &options.name])).await?;
+        let kubeconfig_yaml = images::run_captured(&Tool::new(
+            "kind",
+            ["get", "kubeconfig", "--name", &options.name],
+        ))
+        .await?;
         kubeconfig::write_private(&kubeconfig_path, &kubeconfig_yaml)?;
-        images::run(Tool::new("kind", images::kind_load_args(&options.name, &options.images))).await?;
+        images::run(Tool::new(
+            "kind",
+            images::kind_load_args(&options.name, &options.images),
+        ))
+        .await?;
         let client = kubeconfig::client_from_file(&kubeconfig_path).await?;
-        let fake_coderd =
-            install_stack(&client, &options.repo_root, &options.images, options.ready_timeout).await?;
-        eprintln!("conformance: kind cluster {} ready; kubeconfig {}", options.name, kubeconfig_path.display());
+        let fake_coderd = install_stack(
+            &client,
+            &options.repo_root,
+            &options.images,
+            options.ready_timeout,
+        )
+        .await?;
+        eprintln!(
+            "conformance: kind cluster {} ready; kubeconfig {}",
+            options.name,
+            kubeconfig_path.display()
+        );
         Ok(Self {
-            provisioned: ProvisionedCluster { kubeconfig: kubeconfig_path, images: options.images, fake_coderd },
+            provisioned: ProvisionedCluster {
+                kubeconfig: kubeconfig_path,
+                images: options.images,
+                fake_coderd,
+            },
             _dir: hold_unless_kept(dir, options.keep),
             guard,
         })
@@ -242,8 +275,14 @@ impl Drop for KindGuard {
             .status()
         {
             Ok(status) if status.success() => {}
-            Ok(status) => eprintln!("conformance: `kind delete cluster --name {}` failed ({status})", self.name),
-            Err(error) => eprintln!("conformance: could not run kind to delete cluster {}: {error}", self.name),
+            Ok(status) => eprintln!(
+                "conformance: `kind delete cluster --name {}` failed ({status})",
+                self.name
+            ),
+            Err(error) => eprintln!(
+                "conformance: could not run kind to delete cluster {}: {error}",
+                self.name
+            ),
         }
     }
 }
@@ -269,13 +308,17 @@ pub fn cluster_listed(kind_get_clusters: &str, name: &str) -> bool {
 
 /// The node images a kind configuration pins (`nodes[].image`); errors if it is no kind config.
 pub fn kind_node_images(config_yaml: &str) -> anyhow::Result<Vec<String>> {
-    let config: Value = serde_saphyr::from_str(config_yaml).context("parsing the kind configuration")?;
+    let config: Value =
+        serde_saphyr::from_str(config_yaml).context("parsing the kind configuration")?;
     if config.get("kind").and_then(Value::as_str) != Some("Cluster")
         || config.get("apiVersion").and_then(Value::as_str) != Some("kind.x-k8s.io/v1alpha4")
     {
         bail!("not a kind configuration (kind: Cluster, apiVersion: kind.x-k8s.io/v1alpha4)");
     }
-    let nodes = config.get("nodes").and_then(Value::as_array).context("the kind configuration has no nodes")?;
+    let nodes = config
+        .get("nodes")
+        .and_then(Value::as_array)
+        .context("the kind configuration has no nodes")?;
     nodes
         .iter()
         .enumerate()
@@ -311,11 +354,15 @@ pub async fn install_operator(
     image: &str,
     deadline: Instant,
 ) -> anyhow::Result<()> {
-    manifests::install_crds(client, &repo.join(CRD_DIR)).await.context("installing the CRDs")?;
+    manifests::install_crds(client, &repo.join(CRD_DIR))
+        .await
+        .context("installing the CRDs")?;
     let mut objects = manifests::read_dir(&repo.join(RBAC_DIR))?;
     objects.extend(manager_objects(repo, image)?);
     let deployments: Vec<(String, String)> = objects.iter().filter_map(deployment_ref).collect();
-    manifests::apply_objects(client, objects, &ApplyOptions::default()).await.context("installing the operator")?;
+    manifests::apply_objects(client, objects, &ApplyOptions::default())
+        .await
+        .context("installing the operator")?;
     for (namespace, name) in &deployments {
         wait_deployment_available(client, namespace, name, deadline).await?;
     }
@@ -333,14 +380,27 @@ pub async fn install_fake_coderd(
 ) -> anyhow::Result<InClusterFakeCoderd> {
     let admin_token = fake_coderd::state::random_alphanumeric(32);
     let objects = fake_coderd_objects(repo, image, &admin_token)?;
-    manifests::apply_objects(client, objects, &ApplyOptions::default()).await.context("installing the fake coderd")?;
+    manifests::apply_objects(client, objects, &ApplyOptions::default())
+        .await
+        .context("installing the fake coderd")?;
     wait_deployment_available(client, FAKE_CODERD_NAMESPACE, FAKE_CODERD_NAME, deadline).await?;
     let fake = InClusterFakeCoderd {
         namespace: FAKE_CODERD_NAMESPACE.to_owned(),
         in_cluster_url: service_url(FAKE_CODERD_NAME, FAKE_CODERD_NAMESPACE, FAKE_CODERD_PORT),
-        coderd: PortForward::to_service(client, FAKE_CODERD_NAMESPACE, FAKE_CODERD_NAME, FAKE_CODERD_PORT).await?,
-        admin: PortForward::to_service(client, FAKE_CODERD_NAMESPACE, FAKE_CODERD_NAME, FAKE_CODERD_ADMIN_PORT)
-            .await?,
+        coderd: PortForward::to_service(
+            client,
+            FAKE_CODERD_NAMESPACE,
+            FAKE_CODERD_NAME,
+            FAKE_CODERD_PORT,
+        )
+        .await?,
+        admin: PortForward::to_service(
+            client,
+            FAKE_CODERD_NAMESPACE,
+            FAKE_CODERD_NAME,
+            FAKE_CODERD_ADMIN_PORT,
+        )
+        .await?,
         admin_token,
     };
     wait_admin_answers(&fake.admin(), deadline).await?;
@@ -355,7 +415,11 @@ pub fn manager_objects(repo: &Path, image: &str) -> anyhow::Result<Vec<DynamicOb
 }
 
 /// `config/fake-coderd` with its image set to `image`, preceded by the admin Secret.
-pub fn fake_coderd_objects(repo: &Path, image: &str, admin_token: &str) -> anyhow::Result<Vec<DynamicObject>> {
+pub fn fake_coderd_objects(
+    repo: &Path,
+    image: &str,
+    admin_token: &str,
+) -> anyhow::Result<Vec<DynamicObject>> {
     let mut objects = manifests::read_dir(&repo.join(FAKE_CODERD_DIR))?;
     set_container_image(&mut objects, FAKE_CODERD_NAME, image)?;
     let secret: DynamicObject = serde_json::from_value(json!({
@@ -373,7 +437,11 @@ pub fn fake_coderd_objects(repo: &Path, image: &str, admin_token: &str) -> anyho
 
 /// Sets the image of the container named `container` in every Deployment holding one; fails
 /// when no Deployment has it (a renamed container must not silently keep an old image).
-pub fn set_container_image(objects: &mut [DynamicObject], container: &str, image: &str) -> anyhow::Result<()> {
+pub fn set_container_image(
+    objects: &mut [DynamicObject],
+    container: &str,
+    image: &str,
+) -> anyhow::Result<()> {
     let mut found = false;
     for object in objects.iter_mut().filter(|o| kind_of(o) == "Deployment") {
         let containers = object
@@ -394,14 +462,22 @@ pub fn set_container_image(objects: &mut [DynamicObject], container: &str, image
 }
 
 fn kind_of(object: &DynamicObject) -> &str {
-    object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default()
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default()
 }
 
 /// (namespace, name) of a Deployment.
 fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
     (kind_of(object) == "Deployment").then(|| {
         (
-            object.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+            object
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
             object.metadata.name.clone().unwrap_or_default(),
         )
     })
@@ -409,10 +485,18 @@ fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
 
 /// All desired replicas are available, for the current generation.
 pub fn deployment_available(deployment: &Deployment) -> bool {
-    let desired = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let Some(status) = &deployment.status else { return false };
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let Some(status) = &deployment.status else {
+        return false;
+    };
     let current = status.observed_generation >= deployment.metadata.generation;
-    current && status.updated_replicas.unwrap_or(0) >= desired && status.available_replicas.unwrap_or(0) >= desired
+    current
+        && status.updated_replicas.unwrap_or(0) >= desired
+        && status.available_replicas.unwrap_or(0) >= desired
 }
 
 /// Why the pods are not running, e.g. `fake-coderd-abc: ErrImageNeverPull (…)`.
@@ -420,10 +504,17 @@ pub fn pod_problems(pods: &[Pod]) -> Vec<String> {
     pods.iter()
         .flat_map(|pod| {
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+            let statuses = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.clone())
+                .unwrap_or_default();
             statuses.into_iter().filter_map(move |status| {
                 let waiting = status.state.as_ref()?.waiting.as_ref()?;
-                let reason = waiting.reason.clone().unwrap_or_else(|| "Waiting".to_owned());
+                let reason = waiting
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "Waiting".to_owned());
                 Some(match &waiting.message {
                     Some(message) => format!("{name}: {reason} ({message})"),
                     None => format!("{name}: {reason}"),
@@ -441,7 +532,10 @@ async fn wait_deployment_available(
 ) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     loop {
-        let deployment = deployments.get_opt(name).await.with_context(|| format!("reading Deployment {namespace}/{name}"))?;
+        let deployment = deployments
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading Deployment {namespace}/{name}"))?;
         if deployment.as_ref().is_some_and(deployment_available) {
             return Ok(());
         }
@@ -457,7 +551,9 @@ async fn wait_deployment_available(
                 Ok(list) => pod_problems(&list.items).join("; "),
                 Err(error) => format!("pods unreadable: {error}"),
             };
-            bail!("Deployment {namespace}/{name} not available before the deadline; pods: {problems}");
+            bail!(
+                "Deployment {namespace}/{name} not available before the deadline; pods: {problems}"
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -468,7 +564,8 @@ async fn wait_admin_answers(admin: &AdminClient, deadline: Instant) -> anyhow::R
         match admin.info().await {
             Ok(_) => return Ok(()),
             Err(error) if Instant::now() >= deadline => {
-                return Err(error).context("the in-cluster fake coderd's admin API does not answer");
+                return Err(error)
+                    .context("the in-cluster fake coderd's admin API does not answer");
             }
             Err(_) => tokio::time::sleep(POLL).await,
         }
@@ -477,7 +574,11 @@ async fn wait_admin_answers(admin: &AdminClient, deadline: Instant) -> anyhow::R
 
 /// `a=b,c=d` (sorted by key).
 pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 // ---- port-forwarding ----
@@ -492,17 +593,29 @@ pub struct PortForward {
 
 impl PortForward {
     /// Forwards `127.0.0.1:<free port>` to container port `port` of the Service's pods.
-    pub async fn to_service(client: &kube::Client, namespace: &str, service: &str, port: u16) -> anyhow::Result<Self> {
+    pub async fn to_service(
+        client: &kube::Client,
+        namespace: &str,
+        service: &str,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-        let found = services.get(service).await.with_context(|| format!("reading Service {namespace}/{service}"))?;
+        let found = services
+            .get(service)
+            .await
+            .with_context(|| format!("reading Service {namespace}/{service}"))?;
         let selector = found
             .spec
             .and_then(|s| s.selector)
             .filter(|s| !s.is_empty())
             .map(|s| label_selector(&s))
             .ok_or_else(|| anyhow!("Service {namespace}/{service} has no pod selector"))?;
-        let listener = TcpListener::bind("127.0.0.1:0").await.context("binding a loopback port for a port-forward")?;
-        let local = listener.local_addr().context("reading the port-forward's address")?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding a loopback port for a port-forward")?;
+        let local = listener
+            .local_addr()
+            .context("reading the port-forward's address")?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let target = format!("{namespace}/{service}:{port}");
         let task = tokio::spawn(async move {
@@ -537,11 +650,24 @@ impl Drop for PortForward {
     }
 }
 
-async fn forward(pods: &Api<Pod>, selector: &str, port: u16, mut connection: TcpStream) -> anyhow::Result<()> {
-    let list = pods.list(&ListParams::default().labels(selector)).await.context("listing pods")?;
+async fn forward(
+    pods: &Api<Pod>,
+    selector: &str,
+    port: u16,
+    mut connection: TcpStream,
+) -> anyhow::Result<()> {
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .context("listing pods")?;
     let pod = ready_pod(&list.items).with_context(|| format!("no ready pod matches {selector}"))?;
-    let mut forwarder = pods.portforward(&pod, &[port]).await.with_context(|| format!("port-forward to pod {pod}"))?;
-    let mut upstream = forwarder.take_stream(port).context("the port-forward has no stream")?;
+    let mut forwarder = pods
+        .portforward(&pod, &[port])
+        .await
+        .with_context(|| format!("port-forward to pod {pod}"))?;
+    let mut upstream = forwarder
+        .take_stream(port)
+        .context("the port-forward has no stream")?;
     // A peer closing its side ends the copy; errors after that are the usual connection resets.
     let _ = tokio::io::copy_bidirectional(&mut connection, &mut upstream).await;
     drop(upstream);
@@ -591,7 +717,11 @@ mod tests {
 
     #[test]
     fn availability_needs_every_replica_of_the_current_generation() {
-        let deployment = |generation: i64, observed: i64, updated: i32, available: i32| -> Deployment {
+        let deployment = |generation: i64,
+                          observed: i64,
+                          updated: i32,
+                          available: i32|
+         -> Deployment {
             serde_json::from_value(json!({
                 "metadata": { "name": "d", "generation": generation },
                 "spec": { "replicas": 2, "selector": {}, "template": {} },
@@ -600,9 +730,18 @@ mod tests {
             .expect("deployment")
         };
         assert!(deployment_available(&deployment(3, 3, 2, 2)));
-        assert!(!deployment_available(&deployment(3, 2, 2, 2)), "old generation");
-        assert!(!deployment_available(&deployment(3, 3, 2, 1)), "one replica short");
-        assert!(!deployment_available(&deployment(3, 3, 1, 2)), "rollout not finished");
+        assert!(
+            !deployment_available(&deployment(3, 2, 2, 2)),
+            "old generation"
+        );
+        assert!(
+            !deployment_available(&deployment(3, 3, 2, 1)),
+            "one replica short"
+        );
+        assert!(
+            !deployment_available(&deployment(3, 3, 1, 2)),
+            "rollout not finished"
+        );
     }
 
     #[test]
@@ -617,30 +756,64 @@ mod tests {
             ]},
         }))
         .expect("pod");
-        assert_eq!(pod_problems(&[pod]), ["fake-1: ErrImageNeverPull (image not present)"]);
+        assert_eq!(
+            pod_problems(&[pod]),
+            ["fake-1: ErrImageNeverPull (image not present)"]
+        );
     }
 
     #[test]
     fn kind_commands_and_cluster_listing() {
-        let args: Vec<String> = kind_create_args("c1", Path::new("/r/config/kind/kind-config.yaml"), Duration::from_secs(300))
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args: Vec<String> = kind_create_args(
+            "c1",
+            Path::new("/r/config/kind/kind-config.yaml"),
+            Duration::from_secs(300),
+        )
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
         assert_eq!(
             args,
-            ["create", "cluster", "--name", "c1", "--config", "/r/config/kind/kind-config.yaml", "--wait", "300s"]
+            [
+                "create",
+                "cluster",
+                "--name",
+                "c1",
+                "--config",
+                "/r/config/kind/kind-config.yaml",
+                "--wait",
+                "300s"
+            ]
         );
-        assert!(cluster_listed("kind\ncoder-conformance\n", "coder-conformance"));
-        assert!(!cluster_listed("coder-conformance-2\n", "coder-conformance"));
-        assert!(!cluster_listed("No kind clusters found.\n", "coder-conformance"));
+        assert!(cluster_listed(
+            "kind\ncoder-conformance\n",
+            "coder-conformance"
+        ));
+        assert!(!cluster_listed(
+            "coder-conformance-2\n",
+            "coder-conformance"
+        ));
+        assert!(!cluster_listed(
+            "No kind clusters found.\n",
+            "coder-conformance"
+        ));
     }
 
     #[test]
     fn kind_configs_must_pin_every_node_image() {
         let pinned = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n  image: kindest/node:v1\n";
-        assert_eq!(kind_node_images(pinned).expect("parses"), ["kindest/node:v1"]);
-        let unpinned = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n";
-        assert!(kind_node_images(unpinned).expect_err("no image").to_string().contains("node 1"));
+        assert_eq!(
+            kind_node_images(pinned).expect("parses"),
+            ["kindest/node:v1"]
+        );
+        let unpinned =
+            "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n";
+        assert!(
+            kind_node_images(unpinned)
+                .expect_err("no image")
+                .to_string()
+                .contains("node 1")
+        );
         assert!(kind_node_images("apiVersion: v1\nkind: ConfigMap\n").is_err());
     }
 
@@ -654,14 +827,21 @@ mod tests {
         let containers = &objects[0].data["spec"]["template"]["spec"]["containers"];
         assert_eq!(containers[0]["image"], "new:dev");
         assert_eq!(containers[1]["image"], "keep");
-        let error = set_container_image(&mut objects, "absent", "x").expect_err("no such container");
+        let error =
+            set_container_image(&mut objects, "absent", "x").expect_err("no such container");
         assert!(error.to_string().contains("\"absent\""), "{error}");
     }
 
     #[test]
     fn selectors_and_service_urls() {
-        let labels = BTreeMap::from([("b".to_owned(), "2".to_owned()), ("a".to_owned(), "1".to_owned())]);
+        let labels = BTreeMap::from([
+            ("b".to_owned(), "2".to_owned()),
+            ("a".to_owned(), "1".to_owned()),
+        ]);
         assert_eq!(label_selector(&labels), "a=1,b=2");
-        assert_eq!(service_url("fake-coderd", "coder-fake", 3000), "http://fake-coderd.coder-fake.svc:3000");
+        assert_eq!(
+            service_url("fake-coderd", "coder-fake", 3000),
+            "http://fake-coderd.coder-fake.svc:3000"
+        );
     }
 }

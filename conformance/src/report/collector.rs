@@ -30,7 +30,12 @@ struct Extras {
 
 impl Outcomes {
     /// Adds a scenario that did not run, with the reason.
-    pub fn skipped(&mut self, feature: &gherkin::Feature, scenario: &gherkin::Scenario, reason: String) {
+    pub fn skipped(
+        &mut self,
+        feature: &gherkin::Feature,
+        scenario: &gherkin::Scenario,
+        reason: String,
+    ) {
         let mut result = new_result(feature, scenario);
         result.status = Status::Skipped;
         result.attempts = 0;
@@ -40,8 +45,19 @@ impl Outcomes {
 
     /// Records what the after-hook learnt (coderd call counts, diagnostics folder); a retry's
     /// facts replace the earlier attempt's.
-    pub fn set_extras(&mut self, key: ScenarioKey, coderd_calls: Option<BTreeMap<String, usize>>, diagnostics: Option<String>) {
-        self.extras.insert(key, Extras { coderd_calls, diagnostics });
+    pub fn set_extras(
+        &mut self,
+        key: ScenarioKey,
+        coderd_calls: Option<BTreeMap<String, usize>>,
+        diagnostics: Option<String>,
+    ) {
+        self.extras.insert(
+            key,
+            Extras {
+                coderd_calls,
+                diagnostics,
+            },
+        );
     }
 
     /// The results in feature/line order, with the after-hook's facts merged in.
@@ -71,7 +87,10 @@ pub fn feature_file(feature: &gherkin::Feature) -> String {
         .path
         .as_ref()
         .and_then(|p| p.file_name())
-        .map_or_else(|| feature.name.clone(), |n| n.to_string_lossy().into_owned())
+        .map_or_else(
+            || feature.name.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        )
 }
 
 pub fn key(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioKey {
@@ -85,7 +104,11 @@ fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> Scena
         scenario: scenario.name.clone(),
         line: scenario.position.line,
         level: Level::from_tags(&tags),
-        rules: tags.iter().filter(|t| t.starts_with("R-") || t.starts_with("PR-")).cloned().collect(),
+        rules: tags
+            .iter()
+            .filter(|t| t.starts_with("R-") || t.starts_with("PR-"))
+            .cloned()
+            .collect(),
         tags,
         status: Status::Passed,
         flaky: false,
@@ -124,7 +147,11 @@ impl Collector {
             }
             event::Scenario::Step(step, event::Step::Failed(_, _, _, error))
             | event::Scenario::Background(step, event::Step::Failed(_, _, _, error)) => {
-                let reason = format!("step \"{} {}\" failed: {error}", step.keyword.trim(), step.value);
+                let reason = format!(
+                    "step \"{} {}\" failed: {error}",
+                    step.keyword.trim(),
+                    step.value
+                );
                 outcomes.annotate(&key, |r| {
                     r.status = Status::Failed;
                     r.reason = Some(reason);
@@ -133,7 +160,11 @@ impl Collector {
             event::Scenario::Step(step, event::Step::Skipped)
             | event::Scenario::Background(step, event::Step::Skipped) => {
                 // cucumber skips a step no definition matches: a suite defect, never silent.
-                let reason = format!("step \"{} {}\" has no definition", step.keyword.trim(), step.value);
+                let reason = format!(
+                    "step \"{} {}\" has no definition",
+                    step.keyword.trim(),
+                    step.value
+                );
                 outcomes.annotate(&key, |r| {
                     if r.status == Status::Passed {
                         r.status = Status::Skipped;
@@ -164,12 +195,20 @@ impl Collector {
 impl<W: cucumber::World> Writer<W> for Collector {
     type Cli = cli::Empty;
 
-    async fn handle_event(&mut self, event: parser::Result<Event<event::Cucumber<W>>>, _: &Self::Cli) {
-        let Ok(Event { value, at, .. }) = event else { return };
+    async fn handle_event(
+        &mut self,
+        event: parser::Result<Event<event::Cucumber<W>>>,
+        _: &Self::Cli,
+    ) {
+        let Ok(Event { value, at, .. }) = event else {
+            return;
+        };
         if let event::Cucumber::Feature(feature, event) = value {
             let (scenario, retryable) = match event {
                 event::Feature::Scenario(scenario, retryable) => (scenario, retryable),
-                event::Feature::Rule(_, event::Rule::Scenario(scenario, retryable)) => (scenario, retryable),
+                event::Feature::Rule(_, event::Rule::Scenario(scenario, retryable)) => {
+                    (scenario, retryable)
+                }
                 _ => return,
             };
             self.record(&feature, &scenario, &retryable.event, retryable.retries, at);
@@ -198,17 +237,34 @@ mod tests {
         (feature, scenario, step)
     }
 
-    async fn send(collector: &mut Collector, scenario_event: Scenario<TestWorld>, attempt: usize, left: usize) {
+    async fn send(
+        collector: &mut Collector,
+        scenario_event: Scenario<TestWorld>,
+        attempt: usize,
+        left: usize,
+    ) {
         let (feature, scenario, _) = feature();
-        let retries = Some(Retries { current: attempt, left });
-        let event =
-            Cucumber::scenario(Arc::new(feature), None::<Arc<gherkin::Rule>>, Arc::new(scenario), scenario_event.with_retries(retries));
-        collector.handle_event(Ok(Event::new(event)), &cli::Empty).await;
+        let retries = Some(Retries {
+            current: attempt,
+            left,
+        });
+        let event = Cucumber::scenario(
+            Arc::new(feature),
+            None::<Arc<gherkin::Rule>>,
+            Arc::new(scenario),
+            scenario_event.with_retries(retries),
+        );
+        collector
+            .handle_event(Ok(Event::new(event)), &cli::Empty)
+            .await;
     }
 
     fn failed(step: &gherkin::Step) -> Scenario<TestWorld> {
         let error = StepError::Panic(Arc::new("boom".to_owned()));
-        Scenario::Step(Arc::new(step.clone()).into(), Step::Failed(None, None, None, error))
+        Scenario::Step(
+            Arc::new(step.clone()).into(),
+            Step::Failed(None, None, None, error),
+        )
     }
 
     #[tokio::test]
@@ -239,6 +295,13 @@ mod tests {
         let results = collector.outcomes.lock().unwrap().into_results();
         assert_eq!(results[0].status, Status::Failed);
         assert!(!results[0].flaky);
-        assert!(results[0].reason.as_deref().is_some_and(|r| r.contains("a step")), "{:?}", results[0].reason);
+        assert!(
+            results[0]
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("a step")),
+            "{:?}",
+            results[0].reason
+        );
     }
 }

@@ -185,36 +185,56 @@ impl ConformanceReport {
     }
 
     pub fn from_yaml(text: &str) -> anyhow::Result<Self> {
-        serde_saphyr::from_str(text).context("the file is not a conformance report (schema mismatch)")
+        serde_saphyr::from_str(text)
+            .context("the file is not a conformance report (schema mismatch)")
     }
 }
 
 /// Checks a report against the suite's own feature files (`path → sha256`); returns the list
 /// of problems (empty = valid).
-pub fn verify(report: &ConformanceReport, suite_features: &[FeatureFile]) -> anyhow::Result<Vec<String>> {
+pub fn verify(
+    report: &ConformanceReport,
+    suite_features: &[FeatureFile],
+) -> anyhow::Result<Vec<String>> {
     if report.schema != SCHEMA {
-        bail!("unknown report schema {:?} (expected {SCHEMA})", report.schema);
+        bail!(
+            "unknown report schema {:?} (expected {SCHEMA})",
+            report.schema
+        );
     }
     let mut problems = Vec::new();
     match report.compute_digest() {
         Ok(digest) if digest == report.digest => {}
-        Ok(_) => problems.push("the digest does not match the content: the report was edited after the run".to_owned()),
+        Ok(_) => problems.push(
+            "the digest does not match the content: the report was edited after the run".to_owned(),
+        ),
         Err(error) => problems.push(format!("cannot compute the digest: {error:#}")),
     }
-    let reported: BTreeMap<&str, &str> =
-        report.suite.features.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect();
-    let ours: BTreeMap<&str, &str> = suite_features.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect();
+    let reported: BTreeMap<&str, &str> = report
+        .suite
+        .features
+        .iter()
+        .map(|f| (f.path.as_str(), f.sha256.as_str()))
+        .collect();
+    let ours: BTreeMap<&str, &str> = suite_features
+        .iter()
+        .map(|f| (f.path.as_str(), f.sha256.as_str()))
+        .collect();
     for (path, hash) in &ours {
         match reported.get(path) {
-            None => problems.push(format!("feature {path} of this suite is missing from the report")),
-            Some(theirs) if theirs != hash => {
-                problems.push(format!("feature {path} differs from this suite's (sha256 {theirs} ≠ {hash})"))
-            }
+            None => problems.push(format!(
+                "feature {path} of this suite is missing from the report"
+            )),
+            Some(theirs) if theirs != hash => problems.push(format!(
+                "feature {path} differs from this suite's (sha256 {theirs} ≠ {hash})"
+            )),
             Some(_) => {}
         }
     }
     for path in reported.keys().filter(|p| !ours.contains_key(*p)) {
-        problems.push(format!("feature {path} in the report is not part of this suite"));
+        problems.push(format!(
+            "feature {path} in the report is not part of this suite"
+        ));
     }
     let summary = summarise(&report.results);
     if summary != report.summary {
@@ -222,11 +242,16 @@ pub fn verify(report: &ConformanceReport, suite_features: &[FeatureFile]) -> any
     }
     for result in &report.results {
         if result.status == Status::Skipped && result.reason.as_deref().is_none_or(str::is_empty) {
-            problems.push(format!("{} ({}) is skipped without a reason", result.scenario, result.feature));
+            problems.push(format!(
+                "{} ({}) is skipped without a reason",
+                result.scenario, result.feature
+            ));
         }
     }
     if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
-        problems.push("claims Core conformance although a Core scenario failed or was skipped".to_owned());
+        problems.push(
+            "claims Core conformance although a Core scenario failed or was skipped".to_owned(),
+        );
     }
     Ok(problems)
 }
@@ -257,9 +282,21 @@ mod tests {
     fn report(results: Vec<ScenarioResult>) -> ConformanceReport {
         ConformanceReport {
             schema: SCHEMA.into(),
-            implementation: Implementation { name: "ref".into(), version: "0.1.0".into(), mode: "reference".into(), ..Default::default() },
-            suite: Suite { version: "0.1.0".into(), features: features() },
-            environment: Environment { tier: "local".into(), coderd: "fake".into(), simulated: vec![] },
+            implementation: Implementation {
+                name: "ref".into(),
+                version: "0.1.0".into(),
+                mode: "reference".into(),
+                ..Default::default()
+            },
+            suite: Suite {
+                version: "0.1.0".into(),
+                features: features(),
+            },
+            environment: Environment {
+                tier: "local".into(),
+                coderd: "fake".into(),
+                simulated: vec![],
+            },
             started_at: "2026-11-29T19:00:00Z".into(),
             duration_ms: 5000,
             summary: summarise(&[]),
@@ -271,7 +308,10 @@ mod tests {
     }
 
     fn features() -> Vec<FeatureFile> {
-        vec![FeatureFile { path: "a.feature".into(), sha256: sha256_hex(b"Feature: a") }]
+        vec![FeatureFile {
+            path: "a.feature".into(),
+            sha256: sha256_hex(b"Feature: a"),
+        }]
     }
 
     #[rstest]
@@ -279,7 +319,10 @@ mod tests {
     #[case(vec![result(Some(Level::Core), Status::Passed), result(Some(Level::Core), Status::Skipped)], false)]
     #[case(vec![result(Some(Level::Core), Status::Failed)], false)]
     #[case(vec![result(Some(Level::Extended), Status::Passed)], false)]
-    fn core_conformance_means_no_core_failure_or_skip(#[case] results: Vec<ScenarioResult>, #[case] conformant: bool) {
+    fn core_conformance_means_no_core_failure_or_skip(
+        #[case] results: Vec<ScenarioResult>,
+        #[case] conformant: bool,
+    ) {
         assert_eq!(summarise(&results).core_conformant, conformant);
     }
 
@@ -287,23 +330,39 @@ mod tests {
     fn a_sealed_report_verifies_after_a_yaml_round_trip() {
         let sealed = report(vec![result(Some(Level::Core), Status::Passed)]);
         let reparsed = ConformanceReport::from_yaml(&sealed.to_yaml().unwrap()).unwrap();
-        assert_eq!(verify(&reparsed, &features()).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            verify(&reparsed, &features()).unwrap(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
     fn an_edited_result_is_detected() {
         let sealed = report(vec![result(Some(Level::Core), Status::Failed)]);
-        let edited = sealed.to_yaml().unwrap().replace("status: failed", "status: passed");
-        let problems = verify(&ConformanceReport::from_yaml(&edited).unwrap(), &features()).unwrap();
-        assert!(problems.iter().any(|p| p.contains("digest")), "{problems:?}");
+        let edited = sealed
+            .to_yaml()
+            .unwrap()
+            .replace("status: failed", "status: passed");
+        let problems =
+            verify(&ConformanceReport::from_yaml(&edited).unwrap(), &features()).unwrap();
+        assert!(
+            problems.iter().any(|p| p.contains("digest")),
+            "{problems:?}"
+        );
     }
 
     #[test]
     fn a_changed_feature_file_is_detected() {
         let sealed = report(vec![result(Some(Level::Core), Status::Passed)]);
-        let ours = vec![FeatureFile { path: "a.feature".into(), sha256: sha256_hex(b"Feature: changed") }];
+        let ours = vec![FeatureFile {
+            path: "a.feature".into(),
+            sha256: sha256_hex(b"Feature: changed"),
+        }];
         let problems = verify(&sealed, &ours).unwrap();
-        assert!(problems.iter().any(|p| p.contains("differs")), "{problems:?}");
+        assert!(
+            problems.iter().any(|p| p.contains("differs")),
+            "{problems:?}"
+        );
     }
 
     #[rstest]

@@ -14,18 +14,26 @@ use crate::world::ProvisionerWorld;
 #[then(expr = "the CRD {string} is Established")]
 async fn crd_established(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(world.client());
-    wait::eventually(&format!("CRD {name} to be Established"), world.timeouts(), || async {
-        let Some(crd) = api.get_opt(&name).await? else {
-            return Ok(Err(format!("CRD {name} is not installed")));
-        };
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        Ok(if established { Ok(()) } else { Err("not Established".to_owned()) })
-    })
+    wait::eventually(
+        &format!("CRD {name} to be Established"),
+        world.timeouts(),
+        || async {
+            let Some(crd) = api.get_opt(&name).await? else {
+                return Ok(Err(format!("CRD {name} is not installed")));
+            };
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(if established {
+                Ok(())
+            } else {
+                Err("not Established".to_owned())
+            })
+        },
+    )
     .await
 }
 
@@ -43,7 +51,10 @@ async fn submitted(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<
         merge(&mut cr, &json!({ "spec": spec }));
     }
     let object = serde_json::from_value(cr).context("building the CoderProvisioner")?;
-    let params = PostParams { dry_run: true, ..Default::default() };
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
     world.last_admission = Some(match world.provisioners().create(&params, &object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) => Err(status.message),
@@ -58,9 +69,14 @@ pub fn expand_repeats(text: &str) -> String {
     let mut out = String::new();
     let mut rest = text;
     while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else { break };
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
         let inner = &rest[start + 1..start + len];
-        match inner.split_once(" x ").and_then(|(n, c)| Some((n.trim().parse::<usize>().ok()?, c.trim()))) {
+        match inner
+            .split_once(" x ")
+            .and_then(|(n, c)| Some((n.trim().parse::<usize>().ok()?, c.trim())))
+        {
             Some((count, unit)) => {
                 out.push_str(&rest[..start]);
                 out.push_str(&unit.repeat(count));
@@ -84,7 +100,10 @@ async fn submitted_expanded(world: &mut ProvisionerWorld, step: &Step) -> anyhow
 async fn sample_submitted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let cr = super::provisioner::sample(&world.env.repo_root, &world.namespace, None)?;
     let object = serde_json::from_value(cr).context("the sample is not a Kubernetes object")?;
-    let params = PostParams { dry_run: true, ..Default::default() };
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
     world.last_admission = Some(match world.provisioners().create(&params, &object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) => Err(status.message),
@@ -128,9 +147,16 @@ async fn rejected(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<(
 
 /// Printer columns (R-CRD-3) as the CRD declares them.
 #[then(expr = "the CRD {string} shows the columns:")]
-async fn printer_columns(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
+async fn printer_columns(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(world.client());
-    let crd = api.get(&name).await.with_context(|| format!("reading CRD {name}"))?;
+    let crd = api
+        .get(&name)
+        .await
+        .with_context(|| format!("reading CRD {name}"))?;
     let version = crd
         .spec
         .versions
@@ -146,7 +172,10 @@ async fn printer_columns(world: &mut ProvisionerWorld, name: String, step: &Step
         .collect();
     let expected: Vec<Vec<String>> = super::table_rows(step)?.into_iter().skip(1).collect();
     if actual != expected {
-        bail!("CRD {name} has columns {}", Value::from(actual.iter().map(|c| c.join(" ")).collect::<Vec<_>>()));
+        bail!(
+            "CRD {name} has columns {}",
+            Value::from(actual.iter().map(|c| c.join(" ")).collect::<Vec<_>>())
+        );
     }
     Ok(())
 }

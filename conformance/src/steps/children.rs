@@ -50,14 +50,24 @@ fn resource_for(kind: &str) -> anyhow::Result<ApiResource> {
         "Secret" => ("", "v1", "secrets"),
         "Role" => ("rbac.authorization.k8s.io", "v1", "roles"),
         "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-        other => bail!("unknown kind {other:?} (Deployment, ServiceAccount, Secret, Role, RoleBinding)"),
+        other => {
+            bail!("unknown kind {other:?} (Deployment, ServiceAccount, Secret, Role, RoleBinding)")
+        }
     };
-    Ok(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural))
+    Ok(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, kind),
+        plural,
+    ))
 }
 
 async fn object(world: &ProvisionerWorld, kind: &str, name: &str) -> anyhow::Result<Option<Value>> {
-    let api: Api<DynamicObject> = Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
-    Ok(api.get_opt(name).await?.map(serde_json::to_value).transpose()?)
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(serde_json::to_value)
+        .transpose()?)
 }
 
 /// R-RES-1/3/4, D-6: the object exists, the CR is its controller, and it carries the labels.
@@ -65,18 +75,31 @@ fn owned_observation(object: &Value, provisioner_uid: &str, instance: &str) -> O
     let owner = object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .and_then(|refs| refs.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)));
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        });
     match owner {
         Some(owner) if owner.get("uid").and_then(Value::as_str) == Some(provisioner_uid) => {}
         Some(owner) => return Err(format!("controlled by {owner}, not the CoderProvisioner")),
         None => return Err("no controller ownerReference".to_owned()),
     }
-    let label = |key: &str| object.pointer(&format!("/metadata/labels/{}", key.replace('/', "~1"))).and_then(Value::as_str);
+    let label = |key: &str| {
+        object
+            .pointer(&format!("/metadata/labels/{}", key.replace('/', "~1")))
+            .and_then(Value::as_str)
+    };
     if label("app.kubernetes.io/name") != Some("coder-provisioner") {
-        return Err(format!("label app.kubernetes.io/name is {:?}", label("app.kubernetes.io/name")));
+        return Err(format!(
+            "label app.kubernetes.io/name is {:?}",
+            label("app.kubernetes.io/name")
+        ));
     }
     if label("app.kubernetes.io/instance") != Some(instance) {
-        return Err(format!("label app.kubernetes.io/instance is {:?}", label("app.kubernetes.io/instance")));
+        return Err(format!(
+            "label app.kubernetes.io/instance is {:?}",
+            label("app.kubernetes.io/instance")
+        ));
     }
     if label("app.kubernetes.io/managed-by").is_none_or(str::is_empty) {
         return Err("label app.kubernetes.io/managed-by is missing or empty".to_owned());
@@ -89,12 +112,24 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
     let wanted: Vec<(String, String)> = table_rows(step)?
         .into_iter()
         .skip(1)
-        .map(|row| (row.first().cloned().unwrap_or_default(), expand(world, row.get(1).map_or("", String::as_str))))
+        .map(|row| {
+            (
+                row.first().cloned().unwrap_or_default(),
+                expand(world, row.get(1).map_or("", String::as_str)),
+            )
+        })
         .collect();
     let world = &*world;
     wait::eventually("the child objects", world.timeouts(), || async {
-        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner is gone"))?;
-        let uid = cr.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let cr = world
+            .provisioner_json()
+            .await?
+            .ok_or_else(|| anyhow!("the CoderProvisioner is gone"))?;
+        let uid = cr
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let mut problems = Vec::new();
         for (kind, name) in &wanted {
             match object(world, kind, name).await? {
@@ -106,7 +141,11 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
                 }
             }
         }
-        Ok(if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) })
+        Ok(if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        })
     })
     .await
 }
@@ -117,7 +156,10 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
 async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let children = [
         ("Deployment", format!("provisioner-{}", world.provisioner)),
-        ("ServiceAccount", format!("{}-provisioner", world.provisioner)),
+        (
+            "ServiceAccount",
+            format!("{}-provisioner", world.provisioner),
+        ),
         ("Role", format!("provisioner-{}", world.provisioner)),
         ("RoleBinding", format!("provisioner-{}", world.provisioner)),
         ("Secret", key_secret_name(world)),
@@ -128,15 +170,23 @@ async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
     timeouts.eventually = timeouts.eventually.max(std::time::Duration::from_secs(90));
     let world = &*world;
     let children = &children;
-    wait::eventually("the children to be garbage-collected", &timeouts, || async move {
-        let mut left = Vec::new();
-        for (kind, name) in children {
-            if object(world, kind, name).await?.is_some() {
-                left.push(format!("{kind} {name}"));
+    wait::eventually(
+        "the children to be garbage-collected",
+        &timeouts,
+        || async move {
+            let mut left = Vec::new();
+            for (kind, name) in children {
+                if object(world, kind, name).await?.is_some() {
+                    left.push(format!("{kind} {name}"));
+                }
             }
-        }
-        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still present: {}", left.join(", "))) })
-    })
+            Ok(if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still present: {}", left.join(", ")))
+            })
+        },
+    )
     .await
 }
 
@@ -144,12 +194,17 @@ async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 async fn no_object(world: &mut ProvisionerWorld, kind: String, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
     let window = world.timeouts().hold_window;
-    wait::stays(&format!("no {kind} {name}"), world.timeouts(), window, || async {
-        Ok(match object(world, &kind, &name).await? {
-            None => Ok(()),
-            Some(_) => Err(format!("{kind} {name} exists")),
-        })
-    })
+    wait::stays(
+        &format!("no {kind} {name}"),
+        world.timeouts(),
+        window,
+        || async {
+            Ok(match object(world, &kind, &name).await? {
+                None => Ok(()),
+                Some(_) => Err(format!("{kind} {name} exists")),
+            })
+        },
+    )
     .await
 }
 
@@ -167,12 +222,22 @@ async fn container_eventually(
     let check = &check;
     wait::eventually(what, world.timeouts(), || async move {
         let Some(found) = deployment(world).await? else {
-            return Ok(Err(format!("Deployment {} does not exist", deployment_name(world))));
+            return Ok(Err(format!(
+                "Deployment {} does not exist",
+                deployment_name(world)
+            )));
         };
-        let containers = found.spec.and_then(|s| s.template.spec).map(|s| s.containers).unwrap_or_default();
+        let containers = found
+            .spec
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers)
+            .unwrap_or_default();
         Ok(match containers.as_slice() {
             [container] => check(container),
-            other => Err(format!("the pod has {} containers, expected exactly one", other.len())),
+            other => Err(format!(
+                "the pod has {} containers, expected exactly one",
+                other.len()
+            )),
         })
     })
     .await
@@ -187,7 +252,11 @@ async fn container_command(world: &mut ProvisionerWorld, expected: String) -> an
     let expected = json_list(&expected)?;
     container_eventually(world, &format!("command {expected:?}"), |c| {
         let actual = c.command.clone().unwrap_or_default();
-        if actual == expected { Ok(()) } else { Err(format!("command is {actual:?}")) }
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(format!("command is {actual:?}"))
+        }
     })
     .await
 }
@@ -197,7 +266,11 @@ async fn container_args(world: &mut ProvisionerWorld, expected: String) -> anyho
     let expected = json_list(&expected)?;
     container_eventually(world, &format!("args {expected:?}"), |c| {
         let actual = c.args.clone().unwrap_or_default();
-        if actual == expected { Ok(()) } else { Err(format!("args are {actual:?}")) }
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(format!("args are {actual:?}"))
+        }
     })
     .await
 }
@@ -205,7 +278,11 @@ async fn container_args(world: &mut ProvisionerWorld, expected: String) -> anyho
 #[then(expr = "the provisioner container's image is {string}")]
 async fn container_image(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
     container_eventually(world, &format!("image {expected}"), |c| {
-        if c.image.as_deref() == Some(expected.as_str()) { Ok(()) } else { Err(format!("image is {:?}", c.image)) }
+        if c.image.as_deref() == Some(expected.as_str()) {
+            Ok(())
+        } else {
+            Err(format!("image is {:?}", c.image))
+        }
     })
     .await
 }
@@ -235,14 +312,21 @@ async fn container_env(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
             .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
             .map(normalise_env)
             .collect();
-        if actual == expected { Ok(()) } else { Err(format!("env is {}", Value::Array(actual))) }
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(format!("env is {}", Value::Array(actual)))
+        }
     })
     .await
 }
 
 /// Drops defaulted fields the API server adds (`optional`) so tables stay readable.
 fn normalise_env(mut env: Value) -> Value {
-    if let Some(reference) = env.pointer_mut("/valueFrom/secretKeyRef").and_then(Value::as_object_mut) {
+    if let Some(reference) = env
+        .pointer_mut("/valueFrom/secretKeyRef")
+        .and_then(Value::as_object_mut)
+    {
         reference.remove("optional");
     }
     env
@@ -252,7 +336,11 @@ fn normalise_env(mut env: Value) -> Value {
 async fn container_lacks_env(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     container_eventually(world, &format!("no env var {name}"), |c| {
         let env = c.env.clone().unwrap_or_default();
-        if env.iter().any(|e| e.name == name) { Err(format!("{name} is set")) } else { Ok(()) }
+        if env.iter().any(|e| e.name == name) {
+            Err(format!("{name} is set"))
+        } else {
+            Ok(())
+        }
     })
     .await
 }
@@ -261,8 +349,13 @@ async fn container_lacks_env(world: &mut ProvisionerWorld, name: String) -> anyh
 async fn container_resources(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     let expected = docstring_yaml(step)?;
     container_eventually(world, "the container resources", |c| {
-        let actual = serde_json::to_value(c.resources.clone().unwrap_or_default()).unwrap_or(Value::Null);
-        if quantities_equal(&actual, &expected) { Ok(()) } else { Err(format!("resources are {actual}")) }
+        let actual =
+            serde_json::to_value(c.resources.clone().unwrap_or_default()).unwrap_or(Value::Null);
+        if quantities_equal(&actual, &expected) {
+            Ok(())
+        } else {
+            Err(format!("resources are {actual}"))
+        }
     })
     .await
 }
@@ -271,7 +364,9 @@ async fn container_resources(world: &mut ProvisionerWorld, step: &Step) -> anyho
 fn quantities_equal(actual: &Value, expected: &Value) -> bool {
     match (actual, expected) {
         (Value::Object(a), Value::Object(e)) => {
-            a.len() == e.len() && e.iter().all(|(k, v)| a.get(k).is_some_and(|av| quantities_equal(av, v)))
+            a.len() == e.len()
+                && e.iter()
+                    .all(|(k, v)| a.get(k).is_some_and(|av| quantities_equal(av, v)))
         }
         (a, e) => scalar(a) == scalar(e),
     }
@@ -287,10 +382,21 @@ fn scalar(value: &Value) -> String {
 #[then(expr = "the provisioner Deployment has {int} replica(s)")]
 async fn deployment_replicas(world: &mut ProvisionerWorld, expected: i32) -> anyhow::Result<()> {
     let world = &*world;
-    wait::eventually(&format!("{expected} replicas"), world.timeouts(), || async {
-        let replicas = deployment(world).await?.and_then(|d| d.spec).and_then(|s| s.replicas);
-        Ok(if replicas == Some(expected) { Ok(()) } else { Err(format!("replicas are {replicas:?}")) })
-    })
+    wait::eventually(
+        &format!("{expected} replicas"),
+        world.timeouts(),
+        || async {
+            let replicas = deployment(world)
+                .await?
+                .and_then(|d| d.spec)
+                .and_then(|s| s.replicas);
+            Ok(if replicas == Some(expected) {
+                Ok(())
+            } else {
+                Err(format!("replicas are {replicas:?}"))
+            })
+        },
+    )
     .await
 }
 
@@ -298,14 +404,22 @@ async fn deployment_replicas(world: &mut ProvisionerWorld, expected: i32) -> any
 async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
     let expected = expand(world, &expected);
     let world = &*world;
-    wait::eventually(&format!("serviceAccountName {expected}"), world.timeouts(), || async {
-        let actual = deployment(world)
-            .await?
-            .and_then(|d| d.spec)
-            .and_then(|s| s.template.spec)
-            .and_then(|s| s.service_account_name);
-        Ok(if actual.as_deref() == Some(expected.as_str()) { Ok(()) } else { Err(format!("it is {actual:?}")) })
-    })
+    wait::eventually(
+        &format!("serviceAccountName {expected}"),
+        world.timeouts(),
+        || async {
+            let actual = deployment(world)
+                .await?
+                .and_then(|d| d.spec)
+                .and_then(|s| s.template.spec)
+                .and_then(|s| s.service_account_name);
+            Ok(if actual.as_deref() == Some(expected.as_str()) {
+                Ok(())
+            } else {
+                Err(format!("it is {actual:?}"))
+            })
+        },
+    )
     .await
 }
 
@@ -319,9 +433,15 @@ async fn pod_template(world: &ProvisionerWorld) -> anyhow::Result<Option<String>
 
 #[then("the provisioner pod template is remembered")]
 async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let template = wait::eventually("the Deployment's pod template", world.timeouts(), || async {
-        Ok(pod_template(world).await?.ok_or_else(|| "no Deployment yet".to_owned()))
-    })
+    let template = wait::eventually(
+        "the Deployment's pod template",
+        world.timeouts(),
+        || async {
+            Ok(pod_template(world)
+                .await?
+                .ok_or_else(|| "no Deployment yet".to_owned()))
+        },
+    )
     .await?;
     world.remembered.insert("podTemplate".to_owned(), template);
     Ok(())
@@ -330,12 +450,16 @@ async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 #[then("the provisioner pod template changes")]
 async fn template_changes(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let before = remembered(world, "podTemplate")?;
-    wait::eventually("the pod template to change (pods roll)", world.timeouts(), || async {
-        Ok(match pod_template(world).await? {
-            Some(now) if now != before => Ok(()),
-            _ => Err("the pod template is unchanged".to_owned()),
-        })
-    })
+    wait::eventually(
+        "the pod template to change (pods roll)",
+        world.timeouts(),
+        || async {
+            Ok(match pod_template(world).await? {
+                Some(now) if now != before => Ok(()),
+                _ => Err("the pod template is unchanged".to_owned()),
+            })
+        },
+    )
     .await
 }
 
@@ -344,13 +468,18 @@ async fn deployment_unchanged(world: &mut ProvisionerWorld) -> anyhow::Result<()
     let before = remembered(world, "podTemplate")?;
     let window = world.timeouts().hold_window;
     let world = &*world;
-    wait::stays("the Deployment to keep its pod template", world.timeouts(), window, || async {
-        Ok(match pod_template(world).await? {
-            Some(now) if now == before => Ok(()),
-            Some(_) => Err("the pod template changed".to_owned()),
-            None => Err("the Deployment is gone".to_owned()),
-        })
-    })
+    wait::stays(
+        "the Deployment to keep its pod template",
+        world.timeouts(),
+        window,
+        || async {
+            Ok(match pod_template(world).await? {
+                Some(now) if now == before => Ok(()),
+                Some(_) => Err("the pod template changed".to_owned()),
+                None => Err("the Deployment is gone".to_owned()),
+            })
+        },
+    )
     .await
 }
 
@@ -367,7 +496,11 @@ fn remembered(world: &ProvisionerWorld, key: &str) -> anyhow::Result<String> {
 async fn role_rules(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
     let name = expand(world, &name);
     // Comma-separated; `""` is the core API group.
-    let split = |cell: &str| -> Vec<String> { cell.split(',').map(|s| s.trim().trim_matches('"').to_owned()).collect() };
+    let split = |cell: &str| -> Vec<String> {
+        cell.split(',')
+            .map(|s| s.trim().trim_matches('"').to_owned())
+            .collect()
+    };
     let expected: Vec<(Vec<String>, Vec<String>, Vec<String>)> = table_rows(step)?
         .into_iter()
         .skip(1)
@@ -377,25 +510,48 @@ async fn role_rules(world: &mut ProvisionerWorld, name: String, step: &Step) -> 
         })
         .collect();
     let world = &*world;
-    wait::eventually(&format!("the rules of Role {name}"), world.timeouts(), || async {
-        let api: Api<Role> = world.api();
-        let Some(role) = api.get_opt(&name).await? else {
-            return Ok(Err(format!("Role {name} does not exist")));
-        };
-        let actual: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
-            .rules
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| (r.api_groups.unwrap_or_default(), r.resources.unwrap_or_default(), r.verbs))
-            .collect();
-        Ok(if actual == expected { Ok(()) } else { Err(format!("rules are {actual:?}")) })
-    })
+    wait::eventually(
+        &format!("the rules of Role {name}"),
+        world.timeouts(),
+        || async {
+            let api: Api<Role> = world.api();
+            let Some(role) = api.get_opt(&name).await? else {
+                return Ok(Err(format!("Role {name} does not exist")));
+            };
+            let actual: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+                .rules
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.api_groups.unwrap_or_default(),
+                        r.resources.unwrap_or_default(),
+                        r.verbs,
+                    )
+                })
+                .collect();
+            Ok(if actual == expected {
+                Ok(())
+            } else {
+                Err(format!("rules are {actual:?}"))
+            })
+        },
+    )
     .await
 }
 
 #[then(expr = "the RoleBinding {string} binds Role {string} to ServiceAccount {string}")]
-async fn role_binding(world: &mut ProvisionerWorld, name: String, role: String, account: String) -> anyhow::Result<()> {
-    let (name, role, account) = (expand(world, &name), expand(world, &role), expand(world, &account));
+async fn role_binding(
+    world: &mut ProvisionerWorld,
+    name: String,
+    role: String,
+    account: String,
+) -> anyhow::Result<()> {
+    let (name, role, account) = (
+        expand(world, &name),
+        expand(world, &role),
+        expand(world, &account),
+    );
     let world = &*world;
     wait::eventually(&format!("RoleBinding {name}"), world.timeouts(), || async {
         let api: Api<RoleBinding> = world.api();
@@ -411,7 +567,10 @@ async fn role_binding(world: &mut ProvisionerWorld, name: String, role: String, 
         Ok(if role_ok && subject_ok {
             Ok(())
         } else {
-            Err(format!("roleRef {:?}, subjects {subjects:?}", binding.role_ref))
+            Err(format!(
+                "roleRef {:?}, subjects {subjects:?}",
+                binding.role_ref
+            ))
         })
     })
     .await
@@ -419,27 +578,40 @@ async fn role_binding(world: &mut ProvisionerWorld, name: String, role: String, 
 
 /// R-RES-6: asked of the API server with SubjectAccessReviews for the operator's own
 /// ServiceAccount (known when the suite started the operator).
-#[then("the operator's ServiceAccount may get, list, watch, create, update, patch and delete pods and persistentvolumeclaims")]
+#[then(
+    "the operator's ServiceAccount may get, list, watch, create, update, patch and delete pods and persistentvolumeclaims"
+)]
 async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
     let (namespace, name) = match &world.env.operator {
         crate::world::Operator::Started(process) => {
             let process = process.lock().await;
-            let process = process.as_ref().ok_or_else(|| anyhow!("the operator was already stopped"))?;
+            let process = process
+                .as_ref()
+                .ok_or_else(|| anyhow!("the operator was already stopped"))?;
             let (namespace, name) = process.service_account();
             (namespace.to_owned(), name.to_owned())
         }
-        crate::world::Operator::Installed => bail!("the operator's identity is unknown with --operator installed"),
+        crate::world::Operator::Installed => {
+            bail!("the operator's identity is unknown with --operator installed")
+        }
     };
     let user = format!("system:serviceaccount:{namespace}:{name}");
     let api: Api<SubjectAccessReview> = Api::all(world.client());
     let mut denied = Vec::new();
     for resource in ["pods", "persistentvolumeclaims"] {
-        for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
                     user: Some(user.clone()),
-                    groups: Some(vec!["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{namespace}")]),
+                    groups: Some(vec![
+                        "system:serviceaccounts".to_owned(),
+                        format!("system:serviceaccounts:{namespace}"),
+                    ]),
                     resource_attributes: Some(ResourceAttributes {
                         namespace: Some(world.namespace.clone()),
                         resource: Some(resource.to_owned()),
@@ -450,14 +622,20 @@ async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
                 },
                 ..Default::default()
             };
-            let answer = api.create(&PostParams::default(), &review).await.context("asking a SubjectAccessReview")?;
+            let answer = api
+                .create(&PostParams::default(), &review)
+                .await
+                .context("asking a SubjectAccessReview")?;
             if !answer.status.is_some_and(|s| s.allowed) {
                 denied.push(format!("{verb} {resource}"));
             }
         }
     }
     if !denied.is_empty() {
-        bail!("{user} may not {}: it cannot grant the provisioner's Role (RBAC escalation)", denied.join(", "));
+        bail!(
+            "{user} may not {}: it cannot grant the provisioner's Role (RBAC escalation)",
+            denied.join(", ")
+        );
     }
     Ok(())
 }
@@ -496,7 +674,9 @@ async fn foreign_secret(world: &mut ProvisionerWorld, name: String) -> anyhow::R
         .create(&PostParams::default(), &serde_json::from_value(secret)?)
         .await
         .with_context(|| format!("creating Secret {name}"))?;
-    world.remembered.insert(format!("secret:{name}"), secret_digest(&created));
+    world
+        .remembered
+        .insert(format!("secret:{name}"), secret_digest(&created));
     Ok(())
 }
 
@@ -506,13 +686,20 @@ async fn secret_unchanged(world: &mut ProvisionerWorld, name: String) -> anyhow:
     let before = remembered(world, &format!("secret:{name}"))?;
     let window = world.timeouts().hold_window;
     let world = &*world;
-    wait::stays(&format!("Secret {name} to stay unchanged"), world.timeouts(), window, || async {
-        Ok(match secret(world, &name).await? {
-            Some(now) if secret_digest(&now) == before => Ok(()),
-            Some(_) => Err("its data, labels, annotations or ownerReferences changed".to_owned()),
-            None => Err("it was deleted".to_owned()),
-        })
-    })
+    wait::stays(
+        &format!("Secret {name} to stay unchanged"),
+        world.timeouts(),
+        window,
+        || async {
+            Ok(match secret(world, &name).await? {
+                Some(now) if secret_digest(&now) == before => Ok(()),
+                Some(_) => {
+                    Err("its data, labels, annotations or ownerReferences changed".to_owned())
+                }
+                None => Err("it was deleted".to_owned()),
+            })
+        },
+    )
     .await
 }
 
@@ -521,7 +708,9 @@ async fn secret_deleted(world: &mut ProvisionerWorld, name: String) -> anyhow::R
     world.mark_action().await?;
     let name = expand(world, &name);
     let api: Api<Secret> = world.api();
-    api.delete(&name, &DeleteParams::default()).await.with_context(|| format!("deleting Secret {name}"))?;
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting Secret {name}"))?;
     Ok(())
 }
 
@@ -536,19 +725,28 @@ async fn key_secret_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 #[then(expr = "the Secret {string} holds a provisioner key")]
 async fn secret_holds_key(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
-    let digest = wait::eventually(&format!("Secret {name} with a key"), world.timeouts(), || async {
-        let Some(found) = secret(world, &name).await? else {
-            return Ok(Err(format!("Secret {name} does not exist")));
-        };
-        let value = found.data.as_ref().and_then(|d| d.get("key")).map(|v| v.0.clone()).unwrap_or_default();
-        Ok(if found.type_.as_deref() != Some("Opaque") {
-            Err(format!("type is {:?}", found.type_))
-        } else if value.is_empty() {
-            Err("data.key is empty".to_owned())
-        } else {
-            Ok(hex::encode(Sha256::digest(&value)))
-        })
-    })
+    let digest = wait::eventually(
+        &format!("Secret {name} with a key"),
+        world.timeouts(),
+        || async {
+            let Some(found) = secret(world, &name).await? else {
+                return Ok(Err(format!("Secret {name} does not exist")));
+            };
+            let value = found
+                .data
+                .as_ref()
+                .and_then(|d| d.get("key"))
+                .map(|v| v.0.clone())
+                .unwrap_or_default();
+            Ok(if found.type_.as_deref() != Some("Opaque") {
+                Err(format!("type is {:?}", found.type_))
+            } else if value.is_empty() {
+                Err("data.key is empty".to_owned())
+            } else {
+                Ok(hex::encode(Sha256::digest(&value)))
+            })
+        },
+    )
     .await?;
     world.remembered.insert(format!("key:{name}"), digest);
     Ok(())
@@ -564,13 +762,19 @@ fn key_digest(found: &Secret) -> Option<String> {
 async fn secret_key_new(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
     let previous = remembered(world, &format!("key:{name}"))?;
-    let digest = wait::eventually(&format!("a new key in Secret {name}"), world.timeouts(), || async {
-        Ok(match secret(world, &name).await?.as_ref().and_then(key_digest) {
-            Some(now) if now != previous => Ok(now),
-            Some(_) => Err("it still holds the previous key".to_owned()),
-            None => Err("it does not exist or holds no key".to_owned()),
-        })
-    })
+    let digest = wait::eventually(
+        &format!("a new key in Secret {name}"),
+        world.timeouts(),
+        || async {
+            Ok(
+                match secret(world, &name).await?.as_ref().and_then(key_digest) {
+                    Some(now) if now != previous => Ok(now),
+                    Some(_) => Err("it still holds the previous key".to_owned()),
+                    None => Err("it does not exist or holds no key".to_owned()),
+                },
+            )
+        },
+    )
     .await?;
     world.remembered.insert(format!("key:{name}"), digest);
     Ok(())
@@ -581,21 +785,32 @@ async fn secret_key_kept(world: &mut ProvisionerWorld, name: String) -> anyhow::
     let name = expand(world, &name);
     let previous = remembered(world, &format!("key:{name}"))?;
     let world = &*world;
-    wait::still(&format!("Secret {name} to keep its key"), world.timeouts(), || async {
-        Ok(match secret(world, &name).await?.as_ref().and_then(key_digest) {
-            Some(now) if now == previous => Ok(()),
-            _ => Err("its key changed or vanished".to_owned()),
-        })
-    })
+    wait::still(
+        &format!("Secret {name} to keep its key"),
+        world.timeouts(),
+        || async {
+            Ok(
+                match secret(world, &name).await?.as_ref().and_then(key_digest) {
+                    Some(now) if now == previous => Ok(()),
+                    _ => Err("its key changed or vanished".to_owned()),
+                },
+            )
+        },
+    )
     .await
 }
 
 /// A Secret referenced by `extraEnv` (R-CRED-*): metadata from the docstring (placeholders as
 /// in [`expand`]), one data key `value`.
 #[given(expr = "a credential Secret {string} with metadata:")]
-async fn credential_secret(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
-    let metadata: Value = serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
-        .context("the docstring is not valid YAML")?;
+async fn credential_secret(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let metadata: Value =
+        serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
+            .context("the docstring is not valid YAML")?;
     let mut secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name},
@@ -604,21 +819,34 @@ async fn credential_secret(world: &mut ProvisionerWorld, name: String, step: &St
     });
     merge(&mut secret, &json!({ "metadata": metadata }));
     let api: Api<Secret> = world.api();
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&secret))
-        .await
-        .with_context(|| format!("writing Secret {name}"))?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await
+    .with_context(|| format!("writing Secret {name}"))?;
     Ok(())
 }
 
 #[when(expr = "the credential Secret {string} metadata is changed to:")]
-async fn credential_secret_changed(world: &mut ProvisionerWorld, name: String, step: &Step) -> anyhow::Result<()> {
+async fn credential_secret_changed(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
     world.mark_action().await?;
-    let metadata: Value = serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
-        .context("the docstring is not valid YAML")?;
+    let metadata: Value =
+        serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
+            .context("the docstring is not valid YAML")?;
     let api: Api<Secret> = world.api();
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({ "metadata": metadata })))
-        .await
-        .with_context(|| format!("changing Secret {name}"))?;
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "metadata": metadata })),
+    )
+    .await
+    .with_context(|| format!("changing Secret {name}"))?;
     Ok(())
 }
 
@@ -651,7 +879,9 @@ async fn refuse_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 async fn accept_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
     let api: Api<ResourceQuota> = world.api();
-    api.delete(ROLE_QUOTA, &DeleteParams::default()).await.context("deleting the ResourceQuota")?;
+    api.delete(ROLE_QUOTA, &DeleteParams::default())
+        .await
+        .context("deleting the ResourceQuota")?;
     Ok(())
 }
 
@@ -664,7 +894,11 @@ mod tests {
     #[case(json!({"limits": {"cpu": "1"}}), json!({"limits": {"cpu": 1}}), true)]
     #[case(json!({"limits": {"cpu": "1"}}), json!({"limits": {"cpu": "2"}}), false)]
     #[case(json!({"limits": {"cpu": "1"}, "requests": {}}), json!({"limits": {"cpu": "1"}}), false)]
-    fn quantities_compare_as_strings(#[case] actual: Value, #[case] expected: Value, #[case] equal: bool) {
+    fn quantities_compare_as_strings(
+        #[case] actual: Value,
+        #[case] expected: Value,
+        #[case] equal: bool,
+    ) {
         assert_eq!(quantities_equal(&actual, &expected), equal);
     }
 

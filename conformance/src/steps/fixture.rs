@@ -18,11 +18,16 @@ use crate::world::{CONTROL_PLANE, FIELD_MANAGER, OPERATOR_TOKEN_SECRET, Provisio
 /// never rounded up, so the stamp is never in the future.
 pub fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
-    jiff::Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
+    jiff::Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
 }
 
 /// Creates the fixture control plane (or checks the existing one given with `--control-plane`).
-pub async fn ready_control_plane(world: &mut ProvisionerWorld, organization: Option<&str>) -> anyhow::Result<()> {
+pub async fn ready_control_plane(
+    world: &mut ProvisionerWorld,
+    organization: Option<&str>,
+) -> anyhow::Result<()> {
     if let Some(existing) = world.env.existing_control_plane.clone() {
         return check_existing_control_plane(world, &existing.name).await;
     }
@@ -38,9 +43,13 @@ pub async fn ready_control_plane(world: &mut ProvisionerWorld, organization: Opt
         },
     });
     let api = world.control_planes();
-    api.patch(CONTROL_PLANE, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&control_plane))
-        .await
-        .context("creating the CoderControlPlane")?;
+    api.patch(
+        CONTROL_PLANE,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&control_plane),
+    )
+    .await
+    .context("creating the CoderControlPlane")?;
     let status = json!({"status": {
         "phase": "Ready",
         "url": world.env.coderd.url,
@@ -60,14 +69,21 @@ async fn check_existing_control_plane(world: &ProvisionerWorld, name: &str) -> a
         .with_context(|| format!("--control-plane {}/{name} does not exist", world.namespace))?;
     let control_plane = serde_json::to_value(control_plane)?;
     let phase = str_at(&control_plane, "/status/phase");
-    let access = control_plane.pointer("/status/operatorAccessReady").and_then(Value::as_bool);
+    let access = control_plane
+        .pointer("/status/operatorAccessReady")
+        .and_then(Value::as_bool);
     if phase != Some("Ready") || access != Some(true) {
-        bail!("control plane {name} is not usable: phase {phase:?}, operatorAccessReady {access:?}");
+        bail!(
+            "control plane {name} is not usable: phase {phase:?}, operatorAccessReady {access:?}"
+        );
     }
     Ok(())
 }
 
-pub async fn patch_control_plane_status(world: &ProvisionerWorld, patch: &Value) -> anyhow::Result<()> {
+pub async fn patch_control_plane_status(
+    world: &ProvisionerWorld,
+    patch: &Value,
+) -> anyhow::Result<()> {
     world
         .control_planes()
         .patch_status(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(patch))
@@ -84,7 +100,10 @@ async fn a_ready_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<(
 /// Changes the control plane's status with a YAML merge patch (`null` removes a field).
 #[given("the control plane status is changed to:")]
 #[when("the control plane status is changed to:")]
-async fn control_plane_status_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+async fn control_plane_status_changed(
+    world: &mut ProvisionerWorld,
+    step: &Step,
+) -> anyhow::Result<()> {
     world.mark_action().await?;
     let text = super::children::expand(world, step.docstring.as_deref().unwrap_or_default());
     let patch: Value = serde_saphyr::from_str(&text).context("the docstring is not valid YAML")?;
@@ -92,11 +111,18 @@ async fn control_plane_status_changed(world: &mut ProvisionerWorld, step: &Step)
 }
 
 #[given("the control plane's spec is changed to:")]
-async fn control_plane_spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+async fn control_plane_spec_changed(
+    world: &mut ProvisionerWorld,
+    step: &Step,
+) -> anyhow::Result<()> {
     let patch = json!({ "spec": docstring_yaml(step)? });
     world
         .control_planes()
-        .patch(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            CONTROL_PLANE,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .context("changing the CoderControlPlane spec")?;
     Ok(())
@@ -140,8 +166,16 @@ async fn control_plane_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<(
 #[given("no control plane exists")]
 async fn no_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     // Nothing to create; the step states the precondition and checks it.
-    if world.control_planes().get_opt(CONTROL_PLANE).await?.is_some() {
-        bail!("a CoderControlPlane {CONTROL_PLANE} already exists in {}", world.namespace);
+    if world
+        .control_planes()
+        .get_opt(CONTROL_PLANE)
+        .await?
+        .is_some()
+    {
+        bail!(
+            "a CoderControlPlane {CONTROL_PLANE} already exists in {}",
+            world.namespace
+        );
     }
     Ok(())
 }

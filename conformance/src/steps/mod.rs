@@ -26,7 +26,8 @@ pub fn docstring_yaml(step: &Step) -> anyhow::Result<Value> {
         .docstring
         .as_deref()
         .ok_or_else(|| anyhow!("step \"{}\" needs a docstring", step.value))?;
-    serde_saphyr::from_str(text).with_context(|| format!("the docstring of step \"{}\" is not valid YAML", step.value))
+    serde_saphyr::from_str(text)
+        .with_context(|| format!("the docstring of step \"{}\" is not valid YAML", step.value))
 }
 
 /// The rows of a step's data table (header row included), trimmed.
@@ -35,7 +36,11 @@ pub fn table_rows(step: &Step) -> anyhow::Result<Vec<Vec<String>>> {
         .table
         .as_ref()
         .ok_or_else(|| anyhow!("step \"{}\" needs a data table", step.value))?;
-    Ok(table.rows.iter().map(|row| row.iter().map(|cell| cell.trim().to_owned()).collect()).collect())
+    Ok(table
+        .rows
+        .iter()
+        .map(|row| row.iter().map(|cell| cell.trim().to_owned()).collect())
+        .collect())
 }
 
 /// RFC 7386 JSON merge patch: objects merge recursively, `null` removes, anything else replaces.
@@ -65,7 +70,10 @@ pub fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
 
 /// Renders conditions as `Type=Status Reason` lines, for failure messages.
 pub fn describe_conditions(object: &Value) -> String {
-    let Some(conditions) = object.pointer("/status/conditions").and_then(Value::as_array) else {
+    let Some(conditions) = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+    else {
         return "no conditions".to_owned();
     };
     conditions
@@ -88,8 +96,14 @@ pub fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
 
 /// The coderd routes scenarios name, as `(alias, route template)`; the journal records templates.
 pub const ROUTES: &[(&str, &str)] = &[
-    ("provisionerkeys", "/api/v2/organizations/{organization}/provisionerkeys"),
-    ("provisionerkey", "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}"),
+    (
+        "provisionerkeys",
+        "/api/v2/organizations/{organization}/provisionerkeys",
+    ),
+    (
+        "provisionerkey",
+        "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}",
+    ),
     ("entitlements", "/api/v2/entitlements"),
     ("organization", "/api/v2/organizations/{organization}"),
 ];
@@ -101,7 +115,10 @@ pub fn route_template(alias: &str) -> anyhow::Result<&'static str> {
         .map(|(_, template)| *template)
         .ok_or_else(|| {
             let known: Vec<_> = ROUTES.iter().map(|(name, _)| *name).collect();
-            anyhow!("unknown coderd route \"{alias}\"; known: {}", known.join(", "))
+            anyhow!(
+                "unknown coderd route \"{alias}\"; known: {}",
+                known.join(", ")
+            )
         })
 }
 
@@ -120,7 +137,11 @@ mod tests {
     #[case(json!({"a": 1, "b": {"c": 2}}), json!({"b": {"c": 3, "d": 4}}), json!({"a": 1, "b": {"c": 3, "d": 4}}))]
     #[case(json!({"a": 1, "b": 2}), json!({"a": null}), json!({"b": 2}))]
     #[case(json!({"a": [1, 2]}), json!({"a": [3]}), json!({"a": [3]}))]
-    fn merge_follows_rfc7386(#[case] mut target: Value, #[case] patch: Value, #[case] expected: Value) {
+    fn merge_follows_rfc7386(
+        #[case] mut target: Value,
+        #[case] patch: Value,
+        #[case] expected: Value,
+    ) {
         merge(&mut target, &patch);
         assert_eq!(target, expected);
     }
@@ -130,7 +151,10 @@ mod tests {
         let cr = json!({"status": {"conditions": [
             {"type": "A", "status": "True", "reason": "Fine"},
             {"type": "B", "status": "False", "reason": "Broken"}]}});
-        assert_eq!(condition(&cr, "B").and_then(|c| c["reason"].as_str()), Some("Broken"));
+        assert_eq!(
+            condition(&cr, "B").and_then(|c| c["reason"].as_str()),
+            Some("Broken")
+        );
         assert!(condition(&cr, "C").is_none());
         assert_eq!(describe_conditions(&cr), "A=True Fine, B=False Broken");
     }

@@ -16,21 +16,37 @@ use crate::world::{CONTROL_PLANE, FIELD_MANAGER, ProvisionerWorld};
 pub const SAMPLE_PATH: &str = "config/samples/coder_v1alpha1_coderprovisioner.yaml";
 
 /// The sample CR, moved into the scenario's namespace and organization.
-pub fn sample(repo_root: &Path, namespace: &str, organization: Option<&str>) -> anyhow::Result<Value> {
+pub fn sample(
+    repo_root: &Path,
+    namespace: &str,
+    organization: Option<&str>,
+) -> anyhow::Result<Value> {
     let path = repo_root.join(SAMPLE_PATH);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading the sample {}", path.display()))?;
-    let mut cr: Value = serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the sample {}", path.display()))?;
+    let mut cr: Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     merge(&mut cr, &json!({"metadata": {"namespace": namespace}}));
     if let Some(organization) = organization {
-        merge(&mut cr, &json!({"spec": {"organizationName": organization}}));
+        merge(
+            &mut cr,
+            &json!({"spec": {"organizationName": organization}}),
+        );
     }
     Ok(cr)
 }
 
-async fn apply_sample(world: &mut ProvisionerWorld, spec_patch: Option<Value>) -> anyhow::Result<()> {
+async fn apply_sample(
+    world: &mut ProvisionerWorld,
+    spec_patch: Option<Value>,
+) -> anyhow::Result<()> {
     world.mark_action().await?;
     let organization = world.coderd.as_ref().map(|c| c.organization.clone());
-    let mut cr = sample(&world.env.repo_root, &world.namespace, organization.as_deref())?;
+    let mut cr = sample(
+        &world.env.repo_root,
+        &world.namespace,
+        organization.as_deref(),
+    )?;
     if let Some(patch) = spec_patch {
         merge(&mut cr, &json!({ "spec": patch }));
     }
@@ -39,7 +55,11 @@ async fn apply_sample(world: &mut ProvisionerWorld, spec_patch: Option<Value>) -
         .to_owned();
     world
         .provisioners()
-        .patch(&world.provisioner, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cr))
+        .patch(
+            &world.provisioner,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&cr),
+        )
         .await
         .with_context(|| format!("applying CoderProvisioner {}", world.provisioner))?;
     Ok(())
@@ -54,7 +74,10 @@ async fn the_sample_is_applied(world: &mut ProvisionerWorld) -> anyhow::Result<(
 /// The sample with the docstring (YAML) merged into its spec.
 #[given("the sample provisioner is applied with spec:")]
 #[when("the sample provisioner is applied with spec:")]
-async fn the_sample_is_applied_with(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+async fn the_sample_is_applied_with(
+    world: &mut ProvisionerWorld,
+    step: &Step,
+) -> anyhow::Result<()> {
     apply_sample(world, Some(docstring_yaml(step)?)).await
 }
 
@@ -70,7 +93,11 @@ async fn spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Resu
     let patch = json!({ "spec": docstring_yaml(step)? });
     world
         .provisioners()
-        .patch(&world.provisioner, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &world.provisioner,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .context("changing the CoderProvisioner spec")?;
     Ok(())
@@ -89,15 +116,21 @@ async fn provisioner_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 
 #[then("the provisioner is gone")]
 async fn provisioner_gone(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::eventually("the CoderProvisioner to be gone (finalizer removed)", world.timeouts(), || async {
-        Ok(match world.provisioner_json().await? {
-            None => Ok(()),
-            Some(cr) => Err(format!(
-                "it still exists with finalizers {}",
-                cr.pointer("/metadata/finalizers").cloned().unwrap_or(Value::Null)
-            )),
-        })
-    })
+    wait::eventually(
+        "the CoderProvisioner to be gone (finalizer removed)",
+        world.timeouts(),
+        || async {
+            Ok(match world.provisioner_json().await? {
+                None => Ok(()),
+                Some(cr) => Err(format!(
+                    "it still exists with finalizers {}",
+                    cr.pointer("/metadata/finalizers")
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                )),
+            })
+        },
+    )
     .await
 }
 
@@ -109,16 +142,26 @@ async fn unrelated_updates(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let nudge = json!({"metadata": {"annotations": {"conformance.coder.com/nudge": world.id}}});
     let cr = world
         .provisioners()
-        .patch(&world.provisioner, &PatchParams::default(), &Patch::Merge(&nudge))
+        .patch(
+            &world.provisioner,
+            &PatchParams::default(),
+            &Patch::Merge(&nudge),
+        )
         .await
         .context("annotating the CoderProvisioner")?;
     world
         .control_planes()
-        .patch(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(&nudge))
+        .patch(
+            CONTROL_PLANE,
+            &PatchParams::default(),
+            &Patch::Merge(&nudge),
+        )
         .await
         .context("annotating the CoderControlPlane")?;
     let resource_version = cr.metadata.resource_version.unwrap_or_default();
-    world.remembered.insert("resourceVersion".to_owned(), resource_version);
+    world
+        .remembered
+        .insert("resourceVersion".to_owned(), resource_version);
     Ok(())
 }
 
@@ -130,15 +173,26 @@ async fn status_not_written(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         .cloned()
         .ok_or_else(|| anyhow!("no earlier step remembered the CR's resourceVersion"))?;
     let window = world.timeouts().hold_window;
-    wait::stays("the CoderProvisioner's resourceVersion to stay unchanged", world.timeouts(), window, || async {
-        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-        let now = str_at(&cr, "/metadata/resourceVersion").unwrap_or_default();
-        Ok(if now == expected {
-            Ok(())
-        } else {
-            Err(format!("resourceVersion moved from {expected} to {now} (status: {})", describe_conditions(&cr)))
-        })
-    })
+    wait::stays(
+        "the CoderProvisioner's resourceVersion to stay unchanged",
+        world.timeouts(),
+        window,
+        || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            let now = str_at(&cr, "/metadata/resourceVersion").unwrap_or_default();
+            Ok(if now == expected {
+                Ok(())
+            } else {
+                Err(format!(
+                    "resourceVersion moved from {expected} to {now} (status: {})",
+                    describe_conditions(&cr)
+                ))
+            })
+        },
+    )
     .await
 }
 
@@ -150,17 +204,25 @@ async fn operator_restarted(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 
 fn ready_observation(cr: &Value) -> Result<(), String> {
     let phase = str_at(cr, "/status/phase");
-    let ready = cr.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+    let ready = cr
+        .pointer("/status/readyReplicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
     if phase == Some("Ready") && ready >= 1 {
         Ok(())
     } else {
-        Err(format!("phase {phase:?}, readyReplicas {ready}, conditions: {}", describe_conditions(cr)))
+        Err(format!(
+            "phase {phase:?}, readyReplicas {ready}, conditions: {}",
+            describe_conditions(cr)
+        ))
     }
 }
 
 #[then("the provisioner becomes Ready")]
 async fn becomes_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    world.provisioner_eventually("the CoderProvisioner to be Ready", ready_observation).await
+    world
+        .provisioner_eventually("the CoderProvisioner to be Ready", ready_observation)
+        .await
 }
 
 /// For behaviour the contract allows a longer delay for (e.g. D-3's periodic re-check, ≤ 60 s):
@@ -169,11 +231,16 @@ async fn becomes_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 #[then(expr = "the provisioner becomes Ready within {int} seconds")]
 async fn becomes_ready_within(world: &mut ProvisionerWorld, seconds: u64) -> anyhow::Result<()> {
     let mut timeouts = *world.timeouts();
-    timeouts.eventually = timeouts.eventually.max(std::time::Duration::from_secs(seconds));
+    timeouts.eventually = timeouts
+        .eventually
+        .max(std::time::Duration::from_secs(seconds));
     wait::eventually("the CoderProvisioner to be Ready", &timeouts, || async {
         Ok(match world.provisioner_json().await? {
             Some(cr) => ready_observation(&cr),
-            None => Err(format!("CoderProvisioner {} does not exist", world.provisioner)),
+            None => Err(format!(
+                "CoderProvisioner {} does not exist",
+                world.provisioner
+            )),
         })
     })
     .await
@@ -181,30 +248,53 @@ async fn becomes_ready_within(world: &mut ProvisionerWorld, seconds: u64) -> any
 
 #[then("the provisioner is still Ready")]
 async fn still_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::still("the CoderProvisioner to stay Ready", world.timeouts(), || async {
-        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-        Ok(ready_observation(&cr))
-    })
+    wait::still(
+        "the CoderProvisioner to stay Ready",
+        world.timeouts(),
+        || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            Ok(ready_observation(&cr))
+        },
+    )
     .await
 }
 
 #[then(expr = "the provisioner stays in phase {string} during the observation window")]
 async fn stays_in_phase(world: &mut ProvisionerWorld, phase: String) -> anyhow::Result<()> {
     let window = world.timeouts().hold_window;
-    wait::stays(&format!("the CoderProvisioner to stay {phase}"), world.timeouts(), window, || async {
-        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-        let now = str_at(&cr, "/status/phase");
-        // A CR the operator has not touched yet has no phase: that is not Ready either.
-        Ok(if now.unwrap_or("Pending") == phase {
-            Ok(())
-        } else {
-            Err(format!("phase is {now:?}; conditions: {}", describe_conditions(&cr)))
-        })
-    })
+    wait::stays(
+        &format!("the CoderProvisioner to stay {phase}"),
+        world.timeouts(),
+        window,
+        || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            let now = str_at(&cr, "/status/phase");
+            // A CR the operator has not touched yet has no phase: that is not Ready either.
+            Ok(if now.unwrap_or("Pending") == phase {
+                Ok(())
+            } else {
+                Err(format!(
+                    "phase is {now:?}; conditions: {}",
+                    describe_conditions(&cr)
+                ))
+            })
+        },
+    )
     .await
 }
 
-fn condition_observation(cr: &Value, kind: &str, status: &str, reason: Option<&str>) -> Result<Value, String> {
+fn condition_observation(
+    cr: &Value,
+    kind: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> Result<Value, String> {
     match condition(cr, kind) {
         Some(found)
             if str_at(found, "/status") == Some(status)
@@ -227,7 +317,11 @@ async fn has_condition_with_reason(
 }
 
 #[then(expr = "the provisioner has condition {string} {string}")]
-async fn has_condition(world: &mut ProvisionerWorld, kind: String, status: String) -> anyhow::Result<()> {
+async fn has_condition(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    status: String,
+) -> anyhow::Result<()> {
     expect_condition(world, &kind, &status, None).await
 }
 
@@ -242,13 +336,19 @@ async fn expect_condition(
         .provisioner_eventually(&what, |cr| condition_observation(cr, kind, status, reason))
         .await?;
     if let Some(message) = str_at(&found, "/message") {
-        world.remembered.insert(format!("message:{kind}"), message.to_owned());
+        world
+            .remembered
+            .insert(format!("message:{kind}"), message.to_owned());
     }
     Ok(())
 }
 
 #[then(expr = "the {word} condition's message mentions {string}")]
-async fn condition_message_mentions(world: &mut ProvisionerWorld, kind: String, text: String) -> anyhow::Result<()> {
+async fn condition_message_mentions(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    text: String,
+) -> anyhow::Result<()> {
     let message = world
         .remembered
         .get(&format!("message:{kind}"))
@@ -261,13 +361,20 @@ async fn condition_message_mentions(world: &mut ProvisionerWorld, kind: String, 
 
 #[then(expr = "the provisioner has no condition {string}")]
 async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
-    wait::still(&format!("no {kind} condition"), world.timeouts(), || async {
-        let cr = world.provisioner_json().await?.ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-        Ok(match condition(&cr, &kind) {
-            None => Ok(()),
-            Some(found) => Err(format!("found {found}")),
-        })
-    })
+    wait::still(
+        &format!("no {kind} condition"),
+        world.timeouts(),
+        || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            Ok(match condition(&cr, &kind) {
+                None => Ok(()),
+                Some(found) => Err(format!("found {found}")),
+            })
+        },
+    )
     .await
 }
 
@@ -275,11 +382,19 @@ async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow:
 async fn carries_finalizer(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world
         .provisioner_eventually("the key-cleanup finalizer", |cr| {
-            let finalizers = cr.pointer("/metadata/finalizers").cloned().unwrap_or(Value::Null);
-            let present = finalizers
-                .as_array()
-                .is_some_and(|f| f.iter().any(|v| v.as_str() == Some("coder.com/provisioner-key-cleanup")));
-            if present { Ok(()) } else { Err(format!("finalizers: {finalizers}")) }
+            let finalizers = cr
+                .pointer("/metadata/finalizers")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let present = finalizers.as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|v| v.as_str() == Some("coder.com/provisioner-key-cleanup"))
+            });
+            if present {
+                Ok(())
+            } else {
+                Err(format!("finalizers: {finalizers}"))
+            }
         })
         .await
 }
@@ -291,9 +406,13 @@ async fn observes_generation(world: &mut ProvisionerWorld) -> anyhow::Result<()>
     world
         .provisioner_eventually("status.observedGeneration = metadata.generation", |cr| {
             let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
-            let observed = cr.pointer("/status/observedGeneration").and_then(Value::as_i64);
+            let observed = cr
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
             if observed != generation {
-                return Err(format!("observedGeneration {observed:?}, generation {generation:?}"));
+                return Err(format!(
+                    "observedGeneration {observed:?}, generation {generation:?}"
+                ));
             }
             let stale: Vec<String> = cr
                 .pointer("/status/conditions")
@@ -301,9 +420,22 @@ async fn observes_generation(world: &mut ProvisionerWorld) -> anyhow::Result<()>
                 .into_iter()
                 .flatten()
                 .filter(|c| c.get("observedGeneration").and_then(Value::as_i64) != generation)
-                .map(|c| format!("{} observed {:?}", str_at(c, "/type").unwrap_or("?"), c.get("observedGeneration")))
+                .map(|c| {
+                    format!(
+                        "{} observed {:?}",
+                        str_at(c, "/type").unwrap_or("?"),
+                        c.get("observedGeneration")
+                    )
+                })
                 .collect();
-            if stale.is_empty() { Ok(()) } else { Err(format!("conditions behind generation {generation:?}: {}", stale.join(", "))) }
+            if stale.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "conditions behind generation {generation:?}: {}",
+                    stale.join(", ")
+                ))
+            }
         })
         .await
 }
@@ -315,23 +447,33 @@ async fn warning_event(world: &mut ProvisionerWorld, reason: String) -> anyhow::
     use k8s_openapi::api::core::v1::Event;
     let api: kube::Api<Event> = world.api();
     let name = world.provisioner.clone();
-    wait::eventually(&format!("a Warning Event {reason}"), world.timeouts(), || async {
-        let events = api.list(&Default::default()).await?.items;
-        let found = events.iter().any(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some(reason.as_str())
-                && e.involved_object.name.as_deref() == Some(name.as_str())
-        });
-        Ok(if found {
-            Ok(())
-        } else {
-            let seen: Vec<String> = events
-                .iter()
-                .map(|e| format!("{} {}", e.type_.as_deref().unwrap_or(""), e.reason.as_deref().unwrap_or("")))
-                .collect();
-            Err(format!("events: {}", seen.join(", ")))
-        })
-    })
+    wait::eventually(
+        &format!("a Warning Event {reason}"),
+        world.timeouts(),
+        || async {
+            let events = api.list(&Default::default()).await?.items;
+            let found = events.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason.as_str())
+                    && e.involved_object.name.as_deref() == Some(name.as_str())
+            });
+            Ok(if found {
+                Ok(())
+            } else {
+                let seen: Vec<String> = events
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {}",
+                            e.type_.as_deref().unwrap_or(""),
+                            e.reason.as_deref().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                Err(format!("events: {}", seen.join(", ")))
+            })
+        },
+    )
     .await
 }
 
@@ -339,15 +481,28 @@ async fn warning_event(world: &mut ProvisionerWorld, reason: String) -> anyhow::
 #[then("the provisioner status records its provisioner key")]
 async fn status_records_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let (organization_id, key_id) = world
-        .provisioner_eventually("status.organizationID and status.provisionerKeyID", |cr| {
-            match (str_at(cr, "/status/organizationID"), str_at(cr, "/status/provisionerKeyID")) {
-                (Some(org), Some(key)) if !org.is_empty() && !key.is_empty() => Ok((org.to_owned(), key.to_owned())),
-                _ => Err(format!("status: {}", cr.get("status").cloned().unwrap_or(Value::Null))),
-            }
-        })
+        .provisioner_eventually(
+            "status.organizationID and status.provisionerKeyID",
+            |cr| match (
+                str_at(cr, "/status/organizationID"),
+                str_at(cr, "/status/provisionerKeyID"),
+            ) {
+                (Some(org), Some(key)) if !org.is_empty() && !key.is_empty() => {
+                    Ok((org.to_owned(), key.to_owned()))
+                }
+                _ => Err(format!(
+                    "status: {}",
+                    cr.get("status").cloned().unwrap_or(Value::Null)
+                )),
+            },
+        )
         .await?;
-    world.remembered.insert("organizationID".to_owned(), organization_id);
-    world.remembered.insert("provisionerKeyID".to_owned(), key_id);
+    world
+        .remembered
+        .insert("organizationID".to_owned(), organization_id);
+    world
+        .remembered
+        .insert("provisionerKeyID".to_owned(), key_id);
     Ok(())
 }
 
@@ -356,7 +511,10 @@ async fn status_records_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 #[then("the provisioner status has:")]
 async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     let rows = super::table_rows(step)?;
-    let organization = world.coderd.as_ref().map(|c| (c.organization.clone(), c.organization_id.clone()));
+    let organization = world
+        .coderd
+        .as_ref()
+        .map(|c| (c.organization.clone(), c.organization_id.clone()));
     let expected: Vec<(String, String)> = rows
         .into_iter()
         .skip(1)
@@ -382,10 +540,15 @@ async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result
                         Value::String(s) => s.clone(),
                         other => other.to_string(),
                     });
-                    (actual.as_deref() != Some(value.as_str())).then(|| format!("{field}: {actual:?} ≠ {value:?}"))
+                    (actual.as_deref() != Some(value.as_str()))
+                        .then(|| format!("{field}: {actual:?} ≠ {value:?}"))
                 })
                 .collect();
-            if mismatches.is_empty() { Ok(()) } else { Err(mismatches.join("; ")) }
+            if mismatches.is_empty() {
+                Ok(())
+            } else {
+                Err(mismatches.join("; "))
+            }
         })
         .await
 }

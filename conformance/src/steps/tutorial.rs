@@ -17,8 +17,7 @@ use crate::wait;
 use crate::world::ProvisionerWorld;
 
 /// The sample URL the tutorial applies.
-pub const SAMPLE_URL: &str =
-    "https://raw.githubusercontent.com/coder/coder-k8s/main/config/samples/coder_v1alpha1_coderprovisioner.yaml";
+pub const SAMPLE_URL: &str = "https://raw.githubusercontent.com/coder/coder-k8s/main/config/samples/coder_v1alpha1_coderprovisioner.yaml";
 
 /// What one command printed.
 #[derive(Clone, Debug, Default)]
@@ -39,7 +38,9 @@ async fn run(world: &ProvisionerWorld, command: &str) -> anyhow::Result<CommandO
         .kubectl
         .as_ref()
         .ok_or_else(|| anyhow!("no kubectl binary was found (local tier: the control-plane binaries folder; otherwise PATH)"))?;
-    let folder = kubectl.parent().ok_or_else(|| anyhow!("kubectl path {} has no folder", kubectl.display()))?;
+    let folder = kubectl
+        .parent()
+        .ok_or_else(|| anyhow!("kubectl path {} has no folder", kubectl.display()))?;
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut paths = vec![folder.to_path_buf()];
     paths.extend(std::env::split_paths(&path));
@@ -86,7 +87,10 @@ async fn i_run(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> 
 }
 
 fn last(world: &ProvisionerWorld) -> anyhow::Result<&(String, CommandOutput)> {
-    world.last_command.as_ref().ok_or_else(|| anyhow!("no command was run yet (\"When I run:\")"))
+    world
+        .last_command
+        .as_ref()
+        .ok_or_else(|| anyhow!("no command was run yet (\"When I run:\")"))
 }
 
 /// Exact comparison: the docstring is the output, each line ended by a newline.
@@ -98,7 +102,10 @@ async fn output_is(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<
         bail!("`{command}` failed: {}", output.stderr.trim());
     }
     if output.stdout != expected {
-        bail!("`{command}` printed {:?}, the tutorial expects {expected:?}", output.stdout);
+        bail!(
+            "`{command}` printed {:?}, the tutorial expects {expected:?}",
+            output.stdout
+        );
     }
     Ok(())
 }
@@ -115,7 +122,10 @@ async fn output_mentions(world: &mut ProvisionerWorld, step: &Step) -> anyhow::R
         .filter(|text| !output.stdout.contains(text.as_str()))
         .collect();
     if !missing.is_empty() {
-        bail!("`{command}` printed {:?}, which lacks {missing:?}", output.stdout);
+        bail!(
+            "`{command}` printed {:?}, which lacks {missing:?}",
+            output.stdout
+        );
     }
     Ok(())
 }
@@ -133,24 +143,42 @@ fn verify_observation(output: &CommandOutput, first: &str, lines: &[String]) -> 
     let rest: Vec<&str> = printed.collect();
     let missing: Vec<&String> = lines
         .iter()
-        .filter(|wanted| !rest.iter().any(|line| *line == wanted.as_str() || line.starts_with(&format!("{wanted} "))))
+        .filter(|wanted| {
+            !rest
+                .iter()
+                .any(|line| *line == wanted.as_str() || line.starts_with(&format!("{wanted} ")))
+        })
         .collect();
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!("printed {:?}, which lacks {missing:?}", output.stdout))
+        Err(format!(
+            "printed {:?}, which lacks {missing:?}",
+            output.stdout
+        ))
     }
 }
 
 #[then(expr = "running it again eventually prints {string} first and includes the lines:")]
-async fn eventually_prints(world: &mut ProvisionerWorld, first: String, step: &Step) -> anyhow::Result<()> {
-    let lines: Vec<String> = table_rows(step)?.into_iter().filter_map(|row| row.into_iter().next()).collect();
+async fn eventually_prints(
+    world: &mut ProvisionerWorld,
+    first: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let lines: Vec<String> = table_rows(step)?
+        .into_iter()
+        .filter_map(|row| row.into_iter().next())
+        .collect();
     let command = last(world)?.0.clone();
     let world = &*world;
-    wait::eventually(&format!("`{command}` to print {first} and {lines:?}"), world.timeouts(), || async {
-        let output = run(world, &command).await?;
-        Ok(verify_observation(&output, &first, &lines))
-    })
+    wait::eventually(
+        &format!("`{command}` to print {first} and {lines:?}"),
+        world.timeouts(),
+        || async {
+            let output = run(world, &command).await?;
+            Ok(verify_observation(&output, &first, &lines))
+        },
+    )
     .await
 }
 
@@ -167,16 +195,38 @@ mod tests {
     }
 
     fn printed(stdout: &str) -> CommandOutput {
-        CommandOutput { stdout: stdout.to_owned(), stderr: String::new(), success: true }
+        CommandOutput {
+            stdout: stdout.to_owned(),
+            stderr: String::new(),
+            success: true,
+        }
     }
 
     #[rstest]
-    #[case("Ready\nCredentialsReady=True CredentialsValid\nDeploymentReady=True MinimumReplicasReady\n", true)]
-    #[case("Pending\nCredentialsReady=True CredentialsValid\nDeploymentReady=True MinimumReplicasReady\n", false)]
-    #[case("Ready\nCredentialsReady=False CredentialLabelMissing\nDeploymentReady=True MinimumReplicasReady\n", false)]
-    #[case("Ready\nCredentialsReady=TrueX y\nDeploymentReady=True MinimumReplicasReady\n", false)]
+    #[case(
+        "Ready\nCredentialsReady=True CredentialsValid\nDeploymentReady=True MinimumReplicasReady\n",
+        true
+    )]
+    #[case(
+        "Pending\nCredentialsReady=True CredentialsValid\nDeploymentReady=True MinimumReplicasReady\n",
+        false
+    )]
+    #[case(
+        "Ready\nCredentialsReady=False CredentialLabelMissing\nDeploymentReady=True MinimumReplicasReady\n",
+        false
+    )]
+    #[case(
+        "Ready\nCredentialsReady=TrueX y\nDeploymentReady=True MinimumReplicasReady\n",
+        false
+    )]
     fn verify_output_is_checked_line_by_line(#[case] stdout: &str, #[case] ok: bool) {
-        let lines = vec!["CredentialsReady=True".to_owned(), "DeploymentReady=True".to_owned()];
-        assert_eq!(verify_observation(&printed(stdout), "Ready", &lines).is_ok(), ok);
+        let lines = vec![
+            "CredentialsReady=True".to_owned(),
+            "DeploymentReady=True".to_owned(),
+        ];
+        assert_eq!(
+            verify_observation(&printed(stdout), "Ready", &lines).is_ok(),
+            ok
+        );
     }
 }

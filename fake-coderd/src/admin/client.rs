@@ -7,7 +7,10 @@ use reqwest::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{DeploymentPatch, FakeInfo, KeySecret, NewKey, NewOrganization, PREFIX, Reachability, SessionToken, error_message};
+use super::{
+    DeploymentPatch, FakeInfo, KeySecret, NewKey, NewOrganization, PREFIX, Reachability,
+    SessionToken, error_message,
+};
 use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
@@ -23,7 +26,9 @@ pub struct AdminClient {
 
 impl std::fmt::Debug for AdminClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminClient").field("base_url", &self.base_url).finish_non_exhaustive()
+        f.debug_struct("AdminClient")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -41,27 +46,55 @@ impl AdminClient {
         }
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<&(impl Serialize + ?Sized)>) -> anyhow::Result<String> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<String> {
         let url = format!("{}{PREFIX}{path}", self.base_url);
-        let mut request = self.http.request(method.clone(), &url).bearer_auth(&self.admin_token);
+        let mut request = self
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&self.admin_token);
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.with_context(|| format!("admin {method} {url}"))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("admin {method} {url}"))?;
         let status = response.status();
-        let text = response.text().await.with_context(|| format!("reading admin {method} {url}"))?;
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("reading admin {method} {url}"))?;
         if !status.is_success() {
-            bail!("admin {method} {url} answered {status}: {}", error_message(&text));
+            bail!(
+                "admin {method} {url} answered {status}: {}",
+                error_message(&text)
+            );
         }
         Ok(text)
     }
 
-    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&(impl Serialize + ?Sized)>) -> anyhow::Result<T> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<T> {
         let text = self.send(method, path, body).await?;
-        serde_json::from_str(&text).map_err(|error| anyhow!("admin {path}: unexpected answer: {error}"))
+        serde_json::from_str(&text)
+            .map_err(|error| anyhow!("admin {path}: unexpected answer: {error}"))
     }
 
-    async fn command(&self, method: Method, path: &str, body: Option<&(impl Serialize + ?Sized)>) -> anyhow::Result<()> {
+    async fn command(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> anyhow::Result<()> {
         self.send(method, path, body).await.map(drop)
     }
 
@@ -76,26 +109,42 @@ impl AdminClient {
     }
 
     pub async fn set_entitlement(&self, entitlement: Entitlement) -> anyhow::Result<()> {
-        self.patch_deployment(&DeploymentPatch { entitlement: Some(entitlement), ..DeploymentPatch::default() }).await
+        self.patch_deployment(&DeploymentPatch {
+            entitlement: Some(entitlement),
+            ..DeploymentPatch::default()
+        })
+        .await
     }
 
     pub async fn set_license(&self, has_license: bool) -> anyhow::Result<()> {
-        self.patch_deployment(&DeploymentPatch { has_license: Some(has_license), ..DeploymentPatch::default() }).await
+        self.patch_deployment(&DeploymentPatch {
+            has_license: Some(has_license),
+            ..DeploymentPatch::default()
+        })
+        .await
     }
 
     /// coderd-api.md §2.4: whether `/entitlements` demands a session token.
     pub async fn set_entitlements_require_token(&self, require: bool) -> anyhow::Result<()> {
-        self.patch_deployment(&DeploymentPatch { entitlements_require_token: Some(require), ..DeploymentPatch::default() })
-            .await
+        self.patch_deployment(&DeploymentPatch {
+            entitlements_require_token: Some(require),
+            ..DeploymentPatch::default()
+        })
+        .await
     }
 
     /// `false` models an AGPL coderd (no entitlements or provisioner-key routes).
     pub async fn set_enterprise(&self, enterprise: bool) -> anyhow::Result<()> {
-        self.patch_deployment(&DeploymentPatch { enterprise: Some(enterprise), ..DeploymentPatch::default() }).await
+        self.patch_deployment(&DeploymentPatch {
+            enterprise: Some(enterprise),
+            ..DeploymentPatch::default()
+        })
+        .await
     }
 
     pub async fn patch_deployment(&self, patch: &DeploymentPatch) -> anyhow::Result<()> {
-        self.command(Method::PATCH, "/deployment", Some(patch)).await
+        self.command(Method::PATCH, "/deployment", Some(patch))
+            .await
     }
 
     pub async fn organizations(&self) -> anyhow::Result<Vec<Organization>> {
@@ -103,7 +152,14 @@ impl AdminClient {
     }
 
     pub async fn add_organization(&self, name: &str) -> anyhow::Result<Organization> {
-        self.call(Method::POST, "/organizations", Some(&NewOrganization { name: name.to_string() })).await
+        self.call(
+            Method::POST,
+            "/organizations",
+            Some(&NewOrganization {
+                name: name.to_string(),
+            }),
+        )
+        .await
     }
 
     /// Adds a user (member of `default`) and returns their session token.
@@ -131,18 +187,42 @@ impl AdminClient {
 
     /// Closes (`true`) or reopens on the same port (`false`) the coderd listener; the admin API stays up.
     pub async fn set_unreachable(&self, unreachable: bool) -> anyhow::Result<()> {
-        self.command(Method::PUT, "/reachability", Some(&Reachability { unreachable })).await
+        self.command(
+            Method::PUT,
+            "/reachability",
+            Some(&Reachability { unreachable }),
+        )
+        .await
     }
 
     /// The organization's keys (no secrets), by organization name, id or `default`.
     pub async fn keys(&self, org: &str) -> anyhow::Result<Vec<ProvisionerKey>> {
-        self.call(Method::GET, &format!("/organizations/{}/keys", encode(org)), None::<&()>).await
+        self.call(
+            Method::GET,
+            &format!("/organizations/{}/keys", encode(org)),
+            None::<&()>,
+        )
+        .await
     }
 
     /// Creates a key as another client would have (not journaled); returns its plaintext.
-    pub async fn create_key_directly(&self, org: &str, name: &str, tags: BTreeMap<String, String>) -> anyhow::Result<String> {
-        let new = NewKey { name: name.to_string(), tags };
-        let secret: KeySecret = self.call(Method::POST, &format!("/organizations/{}/keys", encode(org)), Some(&new)).await?;
+    pub async fn create_key_directly(
+        &self,
+        org: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+    ) -> anyhow::Result<String> {
+        let new = NewKey {
+            name: name.to_string(),
+            tags,
+        };
+        let secret: KeySecret = self
+            .call(
+                Method::POST,
+                &format!("/organizations/{}/keys", encode(org)),
+                Some(&new),
+            )
+            .await?;
         Ok(secret.key)
     }
 

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wiremock::matchers::any;
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
@@ -89,7 +89,8 @@ fn error(status: u16, message: impl Into<String>) -> Reply {
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
-    serde_json::from_slice(body).map_err(|decode| error(400, format!("invalid request body: {decode}")))
+    serde_json::from_slice(body)
+        .map_err(|decode| error(400, format!("invalid request body: {decode}")))
 }
 
 fn done(outcome: Result<(), String>) -> Reply {
@@ -126,24 +127,39 @@ impl AdminResponder {
         );
         match receiver.recv_timeout(REACHABILITY_WAIT) {
             Ok(outcome) => done(outcome),
-            Err(_) => error(500, format!("the coderd listener did not change within {REACHABILITY_WAIT:?}")),
+            Err(_) => error(
+                500,
+                format!("the coderd listener did not change within {REACHABILITY_WAIT:?}"),
+            ),
         }
     }
 
     fn route(&self, request: &Request) -> Result<Reply, Reply> {
-        let path = request.url.path().strip_prefix(PREFIX).unwrap_or("<outside the admin prefix>");
+        let path = request
+            .url
+            .path()
+            .strip_prefix(PREFIX)
+            .unwrap_or("<outside the admin prefix>");
         let decoded: Vec<String> = path
             .trim_start_matches('/')
             .split('/')
-            .map(|segment| percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned())
+            .map(|segment| {
+                percent_encoding::percent_decode_str(segment)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
             .collect();
         let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let body = request.body.as_slice();
-        let with_world = |operation: &dyn Fn(&mut World) -> Reply| operation(&mut self.shared.lock());
+        let with_world =
+            |operation: &dyn Fn(&mut World) -> Reply| operation(&mut self.shared.lock());
         let reply = match (request.method.as_str(), segments.as_slice()) {
             ("GET", ["info"]) => Reply::json(
                 200,
-                FakeInfo { coderd_url: self.coderd_url.clone(), operator_token: self.shared.lock().operator_token().to_string() },
+                FakeInfo {
+                    coderd_url: self.coderd_url.clone(),
+                    operator_token: self.shared.lock().operator_token().to_string(),
+                },
             ),
             ("POST", ["reset"]) => with_world(&|world| done(world.reset())),
             ("PATCH", ["deployment"]) => {
@@ -164,14 +180,18 @@ impl AdminResponder {
                     Reply::empty(204)
                 })
             }
-            ("GET", ["organizations"]) => with_world(&|world| Reply::json(200, world.state.organizations())),
+            ("GET", ["organizations"]) => {
+                with_world(&|world| Reply::json(200, world.state.organizations()))
+            }
             ("POST", ["organizations"]) => {
                 let new: NewOrganization = parse(body)?;
                 with_world(&|world| json_or_400(world.add_organization(&new.name)))
             }
             ("POST", ["users"]) => {
                 let user: SeedUser = parse(body)?;
-                with_world(&|world| json_or_400(world.add_user(&user).map(|token| SessionToken { token })))
+                with_world(&|world| {
+                    json_or_400(world.add_user(&user).map(|token| SessionToken { token }))
+                })
             }
             ("POST", ["faults"]) => {
                 let fault: FaultSpec = parse(body)?;
@@ -192,11 +212,17 @@ impl AdminResponder {
                 let reachability: Reachability = parse(body)?;
                 self.set_unreachable(reachability.unreachable)
             }
-            ("GET", ["organizations", org, "keys"]) => with_world(&|world| json_or_400(world.keys(org))),
+            ("GET", ["organizations", org, "keys"]) => {
+                with_world(&|world| json_or_400(world.keys(org)))
+            }
             ("POST", ["organizations", org, "keys"]) => {
                 let new: NewKey = parse(body)?;
                 with_world(&|world| {
-                    json_or_400(world.create_key_directly(org, &new.name, new.tags.clone()).map(|key| KeySecret { key }))
+                    json_or_400(
+                        world
+                            .create_key_directly(org, &new.name, new.tags.clone())
+                            .map(|key| KeySecret { key }),
+                    )
                 })
             }
             ("GET", ["journal"]) => with_world(&|world| Reply::json(200, world.journal())),
@@ -204,7 +230,14 @@ impl AdminResponder {
                 world.clear_journal();
                 Reply::empty(204)
             }),
-            _ => error(404, format!("unknown admin route {} {}", request.method, request.url.path())),
+            _ => error(
+                404,
+                format!(
+                    "unknown admin route {} {}",
+                    request.method,
+                    request.url.path()
+                ),
+            ),
         };
         Ok(reply)
     }
@@ -213,21 +246,36 @@ impl AdminResponder {
 impl Respond for AdminResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         if !self.authorized(request) {
-            return error(401, "admin token required: send 'Authorization: Bearer <admin token>'").into_template();
+            return error(
+                401,
+                "admin token required: send 'Authorization: Bearer <admin token>'",
+            )
+            .into_template();
         }
-        self.route(request).unwrap_or_else(|reply| reply).into_template()
+        self.route(request)
+            .unwrap_or_else(|reply| reply)
+            .into_template()
     }
 }
 
 /// The single admin mock: every request on the admin listener goes to the admin router.
 pub fn mock(shared: Arc<Shared>, token: String, coderd_url: String) -> Mock {
-    Mock::given(any()).respond_with(AdminResponder { shared, token, coderd_url })
+    Mock::given(any()).respond_with(AdminResponder {
+        shared,
+        token,
+        coderd_url,
+    })
 }
 
 /// Used by the admin client to decode `{"message": ...}` error bodies.
 pub(crate) fn error_message(body: &str) -> String {
     serde_json::from_str::<Value>(body)
         .ok()
-        .and_then(|value| value.get("message").and_then(Value::as_str).map(str::to_string))
+        .and_then(|value| {
+            value
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| body.to_string())
 }

@@ -21,9 +21,16 @@ async fn serve_readiness(invocation: &Invocation) -> Result<Option<MockServer>, 
     let Some(addr) = invocation.readiness_addr else {
         return Ok(None);
     };
-    let listener = std::net::TcpListener::bind(addr).map_err(|error| format!("binding readiness address {addr}: {error}"))?;
-    let server = MockServer::builder().listener(listener).disable_request_recording().start().await;
-    server.register(Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("ok"))).await;
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|error| format!("binding readiness address {addr}: {error}"))?;
+    let server = MockServer::builder()
+        .listener(listener)
+        .disable_request_recording()
+        .start()
+        .await;
+    server
+        .register(Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("ok")))
+        .await;
     tracing::info!(%addr, "readiness endpoint serving");
     Ok(Some(server))
 }

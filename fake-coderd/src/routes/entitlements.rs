@@ -16,10 +16,16 @@ pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiErro
     }
     let mut features = Map::new();
     for name in OTHER_FEATURES {
-        features.insert(name.to_string(), json!({"entitlement": "not_entitled", "enabled": false}));
+        features.insert(
+            name.to_string(),
+            json!({"entitlement": "not_entitled", "enabled": false}),
+        );
     }
     if let Some(value) = state.entitlement.wire_value() {
-        features.insert(FEATURE.to_string(), json!({"entitlement": value, "enabled": state.entitlement.enabled()}));
+        features.insert(
+            FEATURE.to_string(),
+            json!({"entitlement": value, "enabled": state.entitlement.enabled()}),
+        );
     }
     let warnings: Vec<&str> = match state.entitlement {
         Entitlement::GracePeriod => vec!["Your license expired and is in its grace period."],

@@ -29,11 +29,20 @@ pub const ENTITLEMENTS: &str = "/api/v2/entitlements";
 pub const PROVISIONER_KEYS: &str = "/api/v2/organizations/{organization}/provisionerkeys";
 pub const LIST_KEYS: &str = PROVISIONER_KEYS;
 pub const CREATE_KEY: &str = PROVISIONER_KEYS;
-pub const DELETE_KEY: &str = "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
+pub const DELETE_KEY: &str =
+    "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
 /// §2.9 step 1, authenticated by `Coder-Provisioner-Daemon-Key`.
 pub const DAEMON_KEY: &str = "/api/v2/provisionerkeys/{provisionerkey}";
 /// Every route template the fake serves.
-pub const TEMPLATES: [&str; 7] = [BUILD_INFO, USER, ORGANIZATION, ENTITLEMENTS, PROVISIONER_KEYS, DELETE_KEY, DAEMON_KEY];
+pub const TEMPLATES: [&str; 7] = [
+    BUILD_INFO,
+    USER,
+    ORGANIZATION,
+    ENTITLEMENTS,
+    PROVISIONER_KEYS,
+    DELETE_KEY,
+    DAEMON_KEY,
+];
 
 pub const SESSION_TOKEN_HEADER: &str = "Coder-Session-Token";
 pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
@@ -71,7 +80,11 @@ impl Endpoint {
     pub fn is_enterprise_only(self) -> bool {
         matches!(
             self,
-            Endpoint::Entitlements | Endpoint::ListKeys | Endpoint::CreateKey | Endpoint::DeleteKey | Endpoint::DaemonKey
+            Endpoint::Entitlements
+                | Endpoint::ListKeys
+                | Endpoint::CreateKey
+                | Endpoint::DeleteKey
+                | Endpoint::DaemonKey
         )
     }
 
@@ -92,8 +105,10 @@ impl Endpoint {
 /// A method the route does not serve is also answered as an unknown route.
 pub fn classify(method: &str, path: &str) -> Option<(Endpoint, Vec<String>)> {
     let rest = path.strip_prefix(API_PREFIX)?;
-    let segments: Vec<String> =
-        rest.split('/').map(|segment| percent_decode_str(segment).decode_utf8_lossy().into_owned()).collect();
+    let segments: Vec<String> = rest
+        .split('/')
+        .map(|segment| percent_decode_str(segment).decode_utf8_lossy().into_owned())
+        .collect();
     let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     let endpoint = match (method, parts.as_slice()) {
         ("GET", ["buildinfo"]) => Endpoint::BuildInfo,
@@ -131,7 +146,11 @@ pub struct Call {
 }
 
 fn header(request: &Request, name: &str) -> Option<String> {
-    request.headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_string)
+    request
+        .headers
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string)
 }
 
 fn cookie(request: &Request, name: &str) -> Option<String> {
@@ -159,7 +178,11 @@ fn redacted_path(request: &Request) -> String {
             .url
             .query_pairs()
             .map(|(key, value)| {
-                if key == SESSION_TOKEN_COOKIE { format!("{key}={REDACTED}") } else { format!("{key}={value}") }
+                if key == SESSION_TOKEN_COOKIE {
+                    format!("{key}={REDACTED}")
+                } else {
+                    format!("{key}={value}")
+                }
             })
             .collect();
         redacted = format!("{redacted}?{}", pairs.join("&"));
@@ -169,8 +192,11 @@ fn redacted_path(request: &Request) -> String {
 
 impl Call {
     pub fn from_request(request: &Request, params: Vec<String>) -> Call {
-        let query_token =
-            request.url.query_pairs().find(|(key, _)| key == SESSION_TOKEN_COOKIE).map(|(_, value)| value.into_owned());
+        let query_token = request
+            .url
+            .query_pairs()
+            .find(|(key, _)| key == SESSION_TOKEN_COOKIE)
+            .map(|(_, value)| value.into_owned());
         Call {
             method: request.method.as_str().to_string(),
             params,
@@ -187,13 +213,21 @@ impl Call {
     }
 
     fn param(&self, index: usize) -> &str {
-        self.params.get(index).map(String::as_str).unwrap_or_default()
+        self.params
+            .get(index)
+            .map(String::as_str)
+            .unwrap_or_default()
     }
 }
 
 /// The handler of an endpoint, after faults and the rate limiter. `user` is the outcome of session
 /// authentication, which each handler enforces (or not) in the order of §1.6.
-fn dispatch(world: &mut World, endpoint: Endpoint, call: &Call, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
+fn dispatch(
+    world: &mut World,
+    endpoint: Endpoint,
+    call: &Call,
+    user: Result<User, ApiError>,
+) -> Result<Reply, ApiError> {
     let state = &mut world.state;
     match endpoint {
         Endpoint::BuildInfo => Ok(buildinfo::get()),
@@ -202,14 +236,19 @@ fn dispatch(world: &mut World, endpoint: Endpoint, call: &Call, user: Result<Use
         Endpoint::Organization => organizations::get(state, &user?, call.param(0)),
         Endpoint::ListKeys => provisioner_keys::list(state, &user?, call.param(0)),
         Endpoint::CreateKey => provisioner_keys::create(state, &user?, call.param(0), &call.body),
-        Endpoint::DeleteKey => provisioner_keys::delete(state, &user?, call.param(0), call.param(1)),
+        Endpoint::DeleteKey => {
+            provisioner_keys::delete(state, &user?, call.param(0), call.param(1))
+        }
         Endpoint::DaemonKey => provisioner_keys::daemon_key(state, call),
     }
 }
 
 /// Rate limiter, then the endpoint (or "Route not found").
 fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
-    let user = world.state.authenticate(call.session_token.as_deref()).cloned();
+    let user = world
+        .state
+        .authenticate(call.session_token.as_deref())
+        .cloned();
     let caller = Caller {
         method: &call.method,
         route: endpoint.map(Endpoint::template),
@@ -229,20 +268,33 @@ fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
 }
 
 /// The whole pipeline for one request; returns the answer and how long to hold it back.
-pub fn serve(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> (Reply, Option<Duration>) {
-    let endpoint = endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only());
+pub fn serve(
+    world: &mut World,
+    endpoint: Option<Endpoint>,
+    call: &Call,
+) -> (Reply, Option<Duration>) {
+    let endpoint =
+        endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only());
     let route = endpoint.map(Endpoint::template);
     let fault = route.and_then(|route| world.faults.take(&call.method, route));
     let mut delay = None;
     let reply = match fault {
-        Some(FaultSpec { kind: FaultKind::Status { status, body }, apply_then_fail: false, .. }) => {
-            FaultSpec::reply(status, &body)
-        }
+        Some(FaultSpec {
+            kind: FaultKind::Status { status, body },
+            apply_then_fail: false,
+            ..
+        }) => FaultSpec::reply(status, &body),
         fault => {
             let reply = handle(world, endpoint, call);
             match fault {
-                Some(FaultSpec { kind: FaultKind::Status { status, body }, .. }) => FaultSpec::reply(status, &body),
-                Some(FaultSpec { kind: FaultKind::Delay { millis }, .. }) => {
+                Some(FaultSpec {
+                    kind: FaultKind::Status { status, body },
+                    ..
+                }) => FaultSpec::reply(status, &body),
+                Some(FaultSpec {
+                    kind: FaultKind::Delay { millis },
+                    ..
+                }) => {
                     delay = Some(Duration::from_millis(millis));
                     reply
                 }
@@ -251,16 +303,30 @@ pub fn serve(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> (Rep
         }
     };
     let authenticated_key_id = match (&reply.body, endpoint) {
-        (ReplyBody::Json(body), Some(Endpoint::DaemonKey)) if reply.status == 200 => {
-            body.get("id").and_then(|id| id.as_str()).map(str::to_string)
-        }
+        (ReplyBody::Json(body), Some(Endpoint::DaemonKey)) if reply.status == 200 => body
+            .get("id")
+            .and_then(|id| id.as_str())
+            .map(str::to_string),
         _ => None,
     };
-    world.journal.record(journal_entry(call, route, reply.status, authenticated_key_id));
-    (reply.with_header("X-Coder-Build-Version", BUILD_VERSION), delay)
+    world.journal.record(journal_entry(
+        call,
+        route,
+        reply.status,
+        authenticated_key_id,
+    ));
+    (
+        reply.with_header("X-Coder-Build-Version", BUILD_VERSION),
+        delay,
+    )
 }
 
-fn journal_entry(call: &Call, route: Option<&str>, status: u16, authenticated_key_id: Option<String>) -> JournalEntry {
+fn journal_entry(
+    call: &Call,
+    route: Option<&str>,
+    status: u16,
+    authenticated_key_id: Option<String>,
+) -> JournalEntry {
     tracing::info!(method = %call.method, path = %call.redacted_path, status, "coderd request");
     JournalEntry {
         seq: 0,
@@ -270,7 +336,11 @@ fn journal_entry(call: &Call, route: Option<&str>, status: u16, authenticated_ke
         route: route.map(str::to_string),
         status,
         session_token_fingerprint: call.session_token.as_deref().map(fingerprint),
-        daemon_key_fingerprint: call.daemon_key.as_deref().filter(|key| !key.is_empty()).map(fingerprint),
+        daemon_key_fingerprint: call
+            .daemon_key
+            .as_deref()
+            .filter(|key| !key.is_empty())
+            .map(fingerprint),
         bypass_ratelimit: call.bypass.clone(),
         body: redact_body(&call.body),
         authenticated_key_id,
@@ -298,7 +368,9 @@ struct EndpointResponder {
 
 impl Respond for EndpointResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        let params = classify(request.method.as_str(), request.url.path()).map(|(_, params)| params).unwrap_or_default();
+        let params = classify(request.method.as_str(), request.url.path())
+            .map(|(_, params)| params)
+            .unwrap_or_default();
         let call = Call::from_request(request, params);
         let (reply, delay) = serve(&mut self.shared.lock(), self.endpoint, &call);
         let template = reply.into_template();
@@ -324,7 +396,9 @@ impl Match for ResetFault {
         }
         world.faults.take(method, endpoint.template());
         let call = Call::from_request(request, params);
-        world.journal.record(journal_entry(&call, Some(endpoint.template()), 0, None));
+        world
+            .journal
+            .record(journal_entry(&call, Some(endpoint.template()), 0, None));
         true
     }
 }
@@ -332,17 +406,28 @@ impl Match for ResetFault {
 /// All coderd mocks: resets first, one per endpoint, then the "Route not found" fallback.
 pub fn mocks(shared: &Arc<Shared>) -> Vec<Mock> {
     let reset = Mock::given(ResetFault(Arc::clone(shared)))
-        .respond_with_err(|_: &Request| std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset"))
+        .respond_with_err(|_: &Request| {
+            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset")
+        })
         .with_priority(1);
     let endpoints = Endpoint::ALL.into_iter().map(|endpoint| {
         Mock::given(RouteIs(Some(endpoint)))
-            .respond_with(EndpointResponder { endpoint: Some(endpoint), shared: Arc::clone(shared) })
+            .respond_with(EndpointResponder {
+                endpoint: Some(endpoint),
+                shared: Arc::clone(shared),
+            })
             .with_priority(5)
     });
     let fallback = Mock::given(RouteIs(None))
-        .respond_with(EndpointResponder { endpoint: None, shared: Arc::clone(shared) })
+        .respond_with(EndpointResponder {
+            endpoint: None,
+            shared: Arc::clone(shared),
+        })
         .with_priority(10);
-    std::iter::once(reset).chain(endpoints).chain(std::iter::once(fallback)).collect()
+    std::iter::once(reset)
+        .chain(endpoints)
+        .chain(std::iter::once(fallback))
+        .collect()
 }
 
 #[cfg(test)]
@@ -361,8 +446,13 @@ mod tests {
     #[case("PUT", "/api/v2/buildinfo", None)]
     #[case("GET", "/api/v2/organizations/x/provisionerkeys/daemons", None)]
     #[case("GET", "/api/v3/buildinfo", None)]
-    fn classifies_routes(#[case] method: &str, #[case] path: &str, #[case] expected: Option<(Endpoint, Vec<&str>)>) {
-        let expected = expected.map(|(endpoint, params)| (endpoint, params.into_iter().map(String::from).collect()));
+    fn classifies_routes(
+        #[case] method: &str,
+        #[case] path: &str,
+        #[case] expected: Option<(Endpoint, Vec<&str>)>,
+    ) {
+        let expected = expected
+            .map(|(endpoint, params)| (endpoint, params.into_iter().map(String::from).collect()));
         assert_eq!(classify(method, path), expected);
     }
 }

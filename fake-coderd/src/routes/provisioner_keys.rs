@@ -13,7 +13,11 @@ use crate::state::{KEY_SECRET_LENGTH, Organization, State, User};
 /// §1.6 after authentication: organization lookup (400/404), feature gate (403), then permission.
 /// Only owners may manage keys here; the spec leaves non-owner permissions open, and the fake answers
 /// them with the §1.5 forbidden response.
-fn gated_organization<'s>(state: &'s State, caller: &User, ident: &str) -> Result<&'s Organization, ApiError> {
+fn gated_organization<'s>(
+    state: &'s State,
+    caller: &User,
+    ident: &str,
+) -> Result<&'s Organization, ApiError> {
     let org = state.organization_for(caller, ident)?;
     if !state.entitlement.enabled() {
         return Err(ApiError::feature_gate());
@@ -42,7 +46,11 @@ pub fn create(state: &mut State, caller: &User, org: &str, body: &[u8]) -> Resul
     let org_id = gated_organization(state, caller, org)?.id.clone();
     let request: CreateRequest =
         serde_json::from_slice(body).map_err(|error| ApiError::invalid_json(error.to_string()))?;
-    let secret = state.create_key(&org_id, &request.name.unwrap_or_default(), request.tags.unwrap_or_default())?;
+    let secret = state.create_key(
+        &org_id,
+        &request.name.unwrap_or_default(),
+        request.tags.unwrap_or_default(),
+    )?;
     Ok(Reply::json(201, json!({ "key": secret })))
 }
 
@@ -57,7 +65,10 @@ pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
     let key = call.daemon_key.as_deref().filter(|key| !key.is_empty());
     let psk = call.daemon_psk.as_deref().filter(|psk| !psk.is_empty());
     match (key, psk) {
-        (Some(_), Some(_)) => Err(ApiError::new(400, "provisioner daemon key and psk provided, but only one is allowed")),
+        (Some(_), Some(_)) => Err(ApiError::new(
+            400,
+            "provisioner daemon key and psk provided, but only one is allowed",
+        )),
         (None, Some(psk)) if state.daemon_psk.is_some() => {
             if state.daemon_psk.as_deref() != Some(psk) {
                 return Err(ApiError::new(401, "provisioner daemon psk invalid"));
@@ -68,9 +79,12 @@ pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
         (None, _) => Err(ApiError::new(401, "provisioner daemon key required")),
         (Some(key), None) => {
             if key.len() != KEY_SECRET_LENGTH {
-                return Err(ApiError::new(400, "provisioner daemon key invalid").with_detail("must be 43 characters"));
+                return Err(ApiError::new(400, "provisioner daemon key invalid")
+                    .with_detail("must be 43 characters"));
             }
-            let view = state.key_by_secret(key).ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))?;
+            let view = state
+                .key_by_secret(key)
+                .ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))?;
             Ok(Reply::json(200, view))
         }
     }

@@ -12,7 +12,10 @@ pub const JSON: &str = "application/json; charset=utf-8";
 /// Installs the ring provider (once per process) and builds a client.
 pub fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("reqwest client builds")
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("reqwest client builds")
 }
 
 #[derive(Debug)]
@@ -33,8 +36,15 @@ impl Answer {
 
     /// The body as JSON; also asserts the §1.1 content type that every JSON answer must carry.
     pub fn json(&self) -> Value {
-        assert_eq!(self.content_type(), Some(JSON), "JSON answer {} without JSON content type: {}", self.status, self.text);
-        serde_json::from_str(&self.text).unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.text))
+        assert_eq!(
+            self.content_type(),
+            Some(JSON),
+            "JSON answer {} without JSON content type: {}",
+            self.status,
+            self.text
+        );
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.text))
     }
 }
 
@@ -47,7 +57,12 @@ pub struct Request<'a> {
 
 impl<'a> Request<'a> {
     pub fn new(method: &'a str, path: &'a str) -> Self {
-        Self { method, path, headers: Vec::new(), body: None }
+        Self {
+            method,
+            path,
+            headers: Vec::new(),
+            body: None,
+        }
     }
 
     pub fn token(self, token: &str) -> Self {
@@ -73,11 +88,18 @@ impl<'a> Request<'a> {
         if let Some(body) = self.body {
             request = request.body(body);
         }
-        let response = request.send().await.unwrap_or_else(|error| panic!("{} {}: {error}", self.method, self.path));
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("{} {}: {error}", self.method, self.path));
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.expect("body readable");
-        Answer { status, headers, text }
+        Answer {
+            status,
+            headers,
+            text,
+        }
     }
 }
 
@@ -89,7 +111,10 @@ pub struct Env {
 
 impl Env {
     pub async fn start() -> Env {
-        Env { fake: FakeCoderd::start().await.expect("fake starts"), http: http() }
+        Env {
+            fake: FakeCoderd::start().await.expect("fake starts"),
+            http: http(),
+        }
     }
 
     pub async fn send(&self, request: Request<'_>) -> Answer {
@@ -104,13 +129,19 @@ impl Env {
     pub async fn create_key(&self, org: &str, name: &str) -> Answer {
         let path = format!("/api/v2/organizations/{org}/provisionerkeys");
         let body = serde_json::json!({ "name": name, "tags": null }).to_string();
-        self.as_operator(Request::new("POST", &path).body(&body)).await
+        self.as_operator(Request::new("POST", &path).body(&body))
+            .await
     }
 }
 
 /// Sorted top-level field names of a JSON object.
 pub fn field_names(value: &Value) -> Vec<String> {
-    let mut names: Vec<String> = value.as_object().expect("a JSON object").keys().cloned().collect();
+    let mut names: Vec<String> = value
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .cloned()
+        .collect();
     names.sort();
     names
 }

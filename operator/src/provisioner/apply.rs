@@ -121,12 +121,13 @@ where
         + Debug,
 {
     let name = object.meta().name.clone().unwrap_or_default();
-    api_for(client, object).patch(
-        &name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(object),
-    )
-    .await
+    api_for(client, object)
+        .patch(
+            &name,
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(object),
+        )
+        .await
 }
 
 /// The API of `object`'s kind in `object`'s namespace.
