@@ -288,7 +288,8 @@ impl ProvisionerWorld {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => {
-                return Err(error).with_context(|| format!("deleting namespace {}", self.namespace));
+                return Err(error)
+                    .with_context(|| format!("deleting namespace {}", self.namespace));
             }
         }
         self.owns_namespace = false;

@@ -4,7 +4,7 @@ use anyhow::{Context as _, anyhow, bail};
 use cucumber::gherkin::Step;
 use cucumber::{then, when};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 use super::{docstring_yaml, merge};
@@ -51,14 +51,23 @@ async fn submitted(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<
         merge(&mut cr, &json!({ "spec": spec }));
     }
     let object = serde_json::from_value(cr).context("building the CoderProvisioner")?;
+    submit_dry_run(world, &object, "submitting the CoderProvisioner").await
+}
+
+/// Creates `object` with server-side dry-run and records the API server's verdict.
+async fn submit_dry_run(
+    world: &mut ProvisionerWorld,
+    object: &DynamicObject,
+    what: &'static str,
+) -> anyhow::Result<()> {
     let params = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    world.last_admission = Some(match world.provisioners().create(&params, &object).await {
+    world.last_admission = Some(match world.provisioners().create(&params, object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) => Err(status.message),
-        Err(other) => return Err(other).context("submitting the CoderProvisioner"),
+        Err(other) => return Err(other).context(what),
     });
     Ok(())
 }
@@ -100,16 +109,7 @@ async fn submitted_expanded(world: &mut ProvisionerWorld, step: &Step) -> anyhow
 async fn sample_submitted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let cr = super::provisioner::sample(&world.env.repo_root, &world.namespace, None)?;
     let object = serde_json::from_value(cr).context("the sample is not a Kubernetes object")?;
-    let params = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    world.last_admission = Some(match world.provisioners().create(&params, &object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err(status.message),
-        Err(other) => return Err(other).context("submitting the sample"),
-    });
-    Ok(())
+    submit_dry_run(world, &object, "submitting the sample").await
 }
 
 fn admission(world: &ProvisionerWorld) -> anyhow::Result<&Result<(), String>> {

@@ -39,26 +39,31 @@ async fn saw_exactly(
 ) -> anyhow::Result<()> {
     let template = route_template(&alias)?;
     let what = format!("exactly {expected} {method} on {template}");
-    wait::eventually(&what, world.timeouts(), || async {
-        let journal = world.journal().await?;
-        let seen = count(&journal, &method, template);
-        Ok(if seen == expected {
-            Ok(())
-        } else {
-            Err(format!("saw {seen}; calls: {}", describe(&journal)))
-        })
+    let exact = |seen| seen == expected;
+    wait::eventually(&what, world.timeouts(), || {
+        count_observation(world, &method, template, exact)
     })
     .await?;
-    wait::still(&what, world.timeouts(), || async {
-        let journal = world.journal().await?;
-        let seen = count(&journal, &method, template);
-        Ok(if seen == expected {
-            Ok(())
-        } else {
-            Err(format!("saw {seen}; calls: {}", describe(&journal)))
-        })
+    wait::still(&what, world.timeouts(), || {
+        count_observation(world, &method, template, exact)
     })
     .await
+}
+
+/// One look at the journal: whether the number of `method` calls on `template` is acceptable.
+async fn count_observation(
+    world: &ProvisionerWorld,
+    method: &str,
+    template: &str,
+    acceptable: impl Fn(usize) -> bool,
+) -> anyhow::Result<wait::Observation<()>> {
+    let journal = world.journal().await?;
+    let seen = count(&journal, method, template);
+    Ok(if acceptable(seen) {
+        Ok(())
+    } else {
+        Err(format!("saw {seen}; calls: {}", describe(&journal)))
+    })
 }
 
 #[then(expr = "coderd saw at least {int} {word} on {string}")]
@@ -72,15 +77,7 @@ async fn saw_at_least(
     wait::eventually(
         &format!("at least {minimum} {method} on {template}"),
         world.timeouts(),
-        || async {
-            let journal = world.journal().await?;
-            let seen = count(&journal, &method, template);
-            Ok(if seen >= minimum {
-                Ok(())
-            } else {
-                Err(format!("saw {seen}; calls: {}", describe(&journal)))
-            })
-        },
+        || count_observation(world, &method, template, |seen| seen >= minimum),
     )
     .await
 }
