@@ -27,6 +27,21 @@ Feature: The provisioner key Secret
     And coderd saw no POST on "provisionerkeys"
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
+  @R-SEC-12 @core
+  Scenario: A key Secret controlled by another provisioner is refused
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    When a second provisioner "second-provisioner" is applied with spec:
+      """
+      key:
+        secretName: {provisioner}-provisioner-key
+      """
+    Then the provisioner "second-provisioner" has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
+    And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And the provisioner is still Ready
+
   @R-SEC-13 @D-3 @core
   Scenario: The provisioner proceeds once the refused Secret is gone
     Given a Ready control plane with operator access

@@ -71,6 +71,7 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "daemon-with-organization-env", breakage: Breakage::Code, breaks: &["R-POD-14"] },
     // The tutorial's rules.
     Variant { name: "unowned-key-secret-adopted", breakage: Breakage::Code, breaks: &["R-SEC-8", "R-SEC-10", "R-SEC-11", "D-3"] },
+    Variant { name: "key-secret-of-another-provisioner-adopted", breakage: Breakage::Code, breaks: &["R-SEC-12"] },
     Variant { name: "credential-secrets-unchecked", breakage: Breakage::Code, breaks: &["R-CRED-3", "R-CRED-5", "R-CRED-7", "D-2"] },
     Variant { name: "credential-origin-prefix-match", breakage: Breakage::Code, breaks: &["R-CRED-6", "D-2"] },
     Variant { name: "cleanup-by-spec-key-name", breakage: Breakage::Code, breaks: &["R-DEL-3"] },

@@ -404,24 +404,36 @@ impl ProvisionerWorld {
 
     /// The CoderProvisioner as JSON (or `None` when absent).
     pub async fn provisioner_json(&self) -> anyhow::Result<Option<Value>> {
-        let object = self.provisioners().get_opt(&self.provisioner).await?;
+        self.provisioner_json_named(&self.provisioner).await
+    }
+
+    async fn provisioner_json_named(&self, name: &str) -> anyhow::Result<Option<Value>> {
+        let object = self.provisioners().get_opt(name).await?;
         Ok(object.map(serde_json::to_value).transpose()?)
     }
 
-    /// Polls the CR until `check` accepts it.
+    /// Polls the scenario's CR until `check` accepts it.
     pub async fn provisioner_eventually<T>(
         &self,
         what: &str,
         check: impl Fn(&Value) -> Observation<T>,
     ) -> anyhow::Result<T> {
+        self.provisioner_named_eventually(&self.provisioner, what, check)
+            .await
+    }
+
+    /// Polls the CR `name` in the scenario's namespace until `check` accepts it.
+    pub async fn provisioner_named_eventually<T>(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value) -> Observation<T>,
+    ) -> anyhow::Result<T> {
         let check = &check;
         wait::eventually(what, self.timeouts(), || async move {
-            Ok(match self.provisioner_json().await? {
+            Ok(match self.provisioner_json_named(name).await? {
                 Some(cr) => check(&cr),
-                None => Err(format!(
-                    "CoderProvisioner {} does not exist",
-                    self.provisioner
-                )),
+                None => Err(format!("CoderProvisioner {name} does not exist")),
             })
         })
         .await

@@ -76,6 +76,12 @@ struct RunArgs {
     /// Timeout of each coderd request, in seconds.
     #[arg(long, default_value_t = 30)]
     coderd_timeout: u64,
+    /// Reconciles run at the same time. Each holds API server and coderd connections, and
+    /// passes that overlap less see fewer stale copies, so a bound keeps memory and writes flat
+    /// when many CRs change at once.
+    #[arg(long, default_value_t = ControllerSettings::default().max_concurrent_reconciles,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
     /// Field manager name for server-side apply.
     #[arg(long, default_value = "coder-provisioner-operator")]
     field_manager: String,
@@ -128,6 +134,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let settings = ControllerSettings {
         namespace: (args.namespace != "all").then(|| args.namespace.clone()),
         coderd_timeout: Duration::from_secs(args.coderd_timeout),
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
         field_manager: args.field_manager.clone(),
     };
     // The readiness of the current controller run; every leadership term starts a fresh one.

@@ -34,6 +34,9 @@ pub enum Bug {
     /// An existing key Secret the CR does not control is adopted instead of refused
     /// (R-SEC-8, R-SEC-10, R-SEC-11, D-3).
     UnownedKeySecretAdopted,
+    /// A key Secret controlled by any CoderProvisioner counts as owned (kind checked, uid not),
+    /// so a second CR naming the first one's Secret takes it over (R-SEC-12).
+    KeySecretOfAnotherProvisionerAdopted,
     /// Secrets named by `extraEnv` secretKeyRefs are not checked at all (R-CRED-3…7, D-2).
     CredentialSecretsUnchecked,
     /// A destination "matches" when it starts with the control plane's origin, so lookalike
@@ -61,11 +64,12 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
         Bug::UnownedKeySecretAdopted,
+        Bug::KeySecretOfAnotherProvisionerAdopted,
         Bug::CredentialSecretsUnchecked,
         Bug::CredentialOriginPrefixMatch,
         Bug::CleanupBySpecKeyName,
@@ -85,6 +89,9 @@ impl Bug {
             Bug::DaemonWithoutCoderCommand => "daemon-without-coder-command",
             Bug::DaemonWithOrganizationEnv => "daemon-with-organization-env",
             Bug::UnownedKeySecretAdopted => "unowned-key-secret-adopted",
+            Bug::KeySecretOfAnotherProvisionerAdopted => {
+                "key-secret-of-another-provisioner-adopted"
+            }
             Bug::CredentialSecretsUnchecked => "credential-secrets-unchecked",
             Bug::CredentialOriginPrefixMatch => "credential-origin-prefix-match",
             Bug::CleanupBySpecKeyName => "cleanup-by-spec-key-name",

@@ -2,6 +2,7 @@
 //! "control planes" on the coderd side), a CoderControlPlane for each of them in every namespace,
 //! the readiness stand-in (contract D-8), a watch on CoderProvisioners and the operator as a
 //! child process under `config/rbac`.
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::apimetrics::{self, ApiScrape, WriteCounts, WriteKind};
-use super::model::{ApiWrites, CoderdTraffic, OperatorUse, ScaleResult};
-use super::procfs::Footprint;
+use super::model::{ApiWrites, CoderdTraffic, CpuBreakdown, OperatorUse, ScaleResult};
+use super::procfs::{self, Footprint};
 use super::stats::{Latency, millis};
 use super::watch::{Key, ProvisionerWatch};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
@@ -96,6 +97,8 @@ fn token_secret_name(index: usize) -> String {
 pub struct Mark {
     api: ApiScrape,
     footprint: Footprint,
+    /// CPU seconds since start, by process (see [`BenchRun::cpu_readings`]).
+    cpu: BTreeMap<String, f64>,
     modifications: u64,
     at: Instant,
 }
@@ -109,6 +112,8 @@ pub struct Delta {
     pub api_requests: u64,
     pub operator: OperatorUse,
     pub footprint: Footprint,
+    /// CPU seconds by process over the phase, with its wall time.
+    pub cpu: CpuBreakdown,
     pub modifications: u64,
     pub elapsed: Duration,
 }
@@ -194,6 +199,7 @@ impl BenchRun {
             api: apimetrics::scrape(&self.admin).await?,
             footprint: self.footprint()?,
             modifications: self.watch.modifications(),
+            cpu: self.cpu_readings(),
             at: Instant::now(),
         })
     }
@@ -208,6 +214,8 @@ impl BenchRun {
         let journal: Vec<JournalEntry> = self.fakes.iter().flat_map(FakeCoderd::journal).collect();
         let after = apimetrics::scrape(&self.admin).await?;
         let footprint = self.footprint()?;
+        let cpu = self.cpu_readings();
+        let elapsed = mark.at.elapsed();
         Ok(Delta {
             coderd: CoderdTraffic::from_journal(&journal, crs),
             journal,
@@ -218,12 +226,34 @@ impl BenchRun {
             api_requests: after.requests.saturating_sub(mark.api.requests),
             operator: OperatorUse::between(mark.footprint, footprint),
             footprint,
+            cpu: CpuBreakdown::between(&mark.cpu, &cpu, millis(elapsed)),
             modifications: self
                 .watch
                 .modifications()
                 .saturating_sub(mark.modifications),
-            elapsed: mark.at.elapsed(),
+            elapsed,
         })
+    }
+
+    /// CPU seconds since start of the operator, the local control plane's processes (named by
+    /// `/proc/<pid>/comm`) and this process; one that cannot be read is left out.
+    fn cpu_readings(&self) -> BTreeMap<String, f64> {
+        let mut readings = BTreeMap::new();
+        if let Some(seconds) = self.operator.pid().and_then(procfs::read_cpu_seconds) {
+            readings.insert("operator".to_owned(), seconds);
+        }
+        for pid in self.cluster.child_pids() {
+            if let (Some(name), Some(seconds)) = (
+                procfs::read_process_name(pid),
+                procfs::read_cpu_seconds(pid),
+            ) {
+                *readings.entry(name).or_default() += seconds;
+            }
+        }
+        if let Some(seconds) = procfs::read_cpu_seconds(std::process::id()) {
+            readings.insert("bench".to_owned(), seconds);
+        }
+        readings
     }
 
     fn footprint(&self) -> anyhow::Result<Footprint> {
@@ -300,6 +330,7 @@ impl BenchRun {
                 peak_rss_kib: delta.footprint.peak_rss_kib,
                 cpu_seconds: delta.operator.cpu_seconds,
             },
+            cpu: delta.cpu.clone(),
         };
         Ok((result, delta))
     }
@@ -347,6 +378,10 @@ impl BenchRun {
             .await?;
         // A new process: its whole CPU time and peak belong to this phase.
         delta.operator = OperatorUse::between(Footprint::default(), delta.footprint);
+        delta
+            .cpu
+            .cpu_seconds
+            .insert("operator".to_owned(), delta.operator.cpu_seconds);
         Ok((reconciled, delta))
     }
 

@@ -130,7 +130,7 @@ impl BenchArgs {
 }
 
 /// Plain-words description of every measurement, stored in the JSON next to the figures.
-const METHODS: [&str; 8] = [
+const METHODS: [&str; 9] = [
     "Every phase starts a fresh local control plane (etcd + kube-apiserver + GC/namespace controllers), \
      in-process fake coderds and the operator as a child process with the ServiceAccount of config/rbac.",
     "Time to Ready: a watch on CoderProvisioners records when each is first seen with status.phase Ready; \
@@ -142,6 +142,9 @@ const METHODS: [&str; 8] = [
      minus the bench's own CoderProvisioner creates; the counter has no user label, so attribution is by resource.",
     "Operator footprint: peak RSS is VmHWM of /proc/<pid>/status (whole process life); CPU is utime+stime of \
      /proc/<pid>/stat over the phase (for restart: the new process's whole life).",
+    "CPU by process (scale, restart): utime+stime of /proc/<pid>/stat over the phase for the operator, the local control \
+     plane's kube-apiserver, etcd and kube-controller-manager (named by /proc/<pid>/comm) and the bench process itself \
+     (fake coderds, readiness simulator, watches); their total can be compared with the phase's wall time × CPUs.",
     "Restart: 'reconciled again' is when the new process's coder_provisioner_operator_reconciles_total reaches the number of CRs \
      (its initial list queues every CR once); the counts include the settle window after that point.",
     "Churn: sticky 429 faults on GET/POST …/provisionerkeys and DELETE …/provisionerkeys/{name} are switched on and off every \
@@ -370,6 +373,7 @@ async fn steady_and_restart(
             cr_modifications: delta.modifications,
             ready_at_end: run.ready_now(),
             operator: delta.operator,
+            cpu: delta.cpu,
         });
     }
     Ok(())

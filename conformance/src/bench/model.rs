@@ -142,6 +142,59 @@ impl OperatorUse {
     }
 }
 
+/// The processes of a CPU breakdown, in report order.
+pub const CPU_PROCESSES: [&str; 5] = [
+    "operator",
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "bench",
+];
+
+/// Where the CPU time of a phase went, by process, next to the phase's wall time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CpuBreakdown {
+    /// Wall time between the phase's first and last CPU reading.
+    pub wall_ms: u64,
+    /// Process → utime+stime of `/proc/<pid>/stat` consumed during the phase, seconds: the
+    /// operator, the local control plane's kube-apiserver, etcd and kube-controller-manager (named
+    /// by `/proc/<pid>/comm`), and the bench process itself (fake coderds, readiness simulator,
+    /// watches). A process that could not be read at both ends is absent.
+    pub cpu_seconds: BTreeMap<String, f64>,
+}
+
+impl CpuBreakdown {
+    /// The difference of two readings (process → CPU seconds since it started), for the
+    /// processes in both.
+    pub fn between(
+        start: &BTreeMap<String, f64>,
+        end: &BTreeMap<String, f64>,
+        wall_ms: u64,
+    ) -> Self {
+        Self {
+            wall_ms,
+            cpu_seconds: end
+                .iter()
+                .filter_map(|(name, end)| {
+                    start
+                        .get(name)
+                        .map(|start| (name.clone(), (end - start).max(0.0)))
+                })
+                .collect(),
+        }
+    }
+
+    /// CPU seconds of every process read.
+    pub fn total(&self) -> f64 {
+        self.cpu_seconds.values().sum()
+    }
+
+    /// The CPU seconds the machine had to give during the phase: wall time × `cpus`.
+    pub fn available(&self, cpus: usize) -> f64 {
+        self.wall_ms as f64 / 1000.0 * cpus as f64
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ScaleResult {
     pub size: usize,
@@ -158,6 +211,9 @@ pub struct ScaleResult {
     /// kube-apiserver requests from all clients (operator, readiness simulator, bench) in the phase.
     pub api_requests_all_clients: u64,
     pub operator: OperatorUse,
+    /// CPU seconds by process from the first create to the end of the settle window.
+    #[serde(default)]
+    pub cpu: CpuBreakdown,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -189,6 +245,10 @@ pub struct RestartResult {
     pub cr_modifications: u64,
     pub ready_at_end: usize,
     pub operator: OperatorUse,
+    /// CPU seconds by process from the SIGKILL to the end of the settle window (operator: the new
+    /// process's whole life).
+    #[serde(default)]
+    pub cpu: CpuBreakdown,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -418,6 +478,16 @@ pub(crate) mod tests {
                 peak_rss_kib: rss_kib,
                 cpu_seconds: 1.5,
             },
+            cpu: CpuBreakdown {
+                wall_ms: all_ready_ms.unwrap_or(600_000) + 10_000,
+                cpu_seconds: BTreeMap::from([
+                    ("operator".to_owned(), 1.5),
+                    ("kube-apiserver".to_owned(), 4.25),
+                    ("etcd".to_owned(), 2.0),
+                    ("kube-controller-manager".to_owned(), 0.25),
+                    ("bench".to_owned(), size as f64 / 100.0),
+                ]),
+            },
         }
     }
 
@@ -540,6 +610,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_cpu_breakdown_keeps_processes_read_at_both_ends() {
+        let start = BTreeMap::from([
+            ("operator".to_owned(), 1.0),
+            ("etcd".to_owned(), 5.0),
+            ("bench".to_owned(), 2.0),
+        ]);
+        let end = BTreeMap::from([
+            ("operator".to_owned(), 3.5),
+            // A restarted process: its counter went back, which is never negative CPU.
+            ("etcd".to_owned(), 0.5),
+            ("kube-apiserver".to_owned(), 9.0),
+        ]);
+        let cpu = CpuBreakdown::between(&start, &end, 2_000);
+        assert_eq!(
+            cpu.cpu_seconds,
+            BTreeMap::from([("etcd".to_owned(), 0.0), ("operator".to_owned(), 2.5)])
+        );
+        assert_eq!(cpu.total(), 2.5);
+        assert_eq!(cpu.available(2), 4.0);
+    }
+
+    #[test]
+    fn an_older_document_without_cpu_breakdowns_still_parses() {
+        let mut value = serde_json::to_value(sample_report()).expect("json");
+        for scale in value["scale"].as_array_mut().expect("scale") {
+            scale.as_object_mut().expect("object").remove("cpu");
+        }
+        let back: BenchReport = serde_json::from_value(value).expect("deserialize");
+        assert_eq!(back.scale[0].cpu, CpuBreakdown::default());
+    }
+
+    #[test]
     fn the_document_round_trips_through_json() {
         let mut report = sample_report();
         report.targets = evaluate_targets(&report);
@@ -550,5 +652,9 @@ pub(crate) mod tests {
         assert_eq!(value["schema"], SCHEMA);
         assert_eq!(value["scale"][0]["latency"]["p95_ms"], 200);
         assert_eq!(value["targets"][0]["status"], "met");
+        assert_eq!(
+            value["scale"][0]["cpu"]["cpu_seconds"]["kube-apiserver"],
+            4.25
+        );
     }
 }

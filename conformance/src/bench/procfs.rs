@@ -1,5 +1,5 @@
 //! The operator's footprint from `/proc/<pid>`: peak resident set (`VmHWM`) and CPU time
-//! (`utime + stime`).
+//! (`utime + stime`); the CPU time and name of any process (for the CPU breakdown by process).
 use serde::{Deserialize, Serialize};
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, fixed at 100 in Linux's ABI).
@@ -21,13 +21,39 @@ impl Footprint {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         let peak_rss_kib = parse_vm_hwm_kib(&status)
             .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/status has no VmHWM line"))?;
-        let ticks = parse_cpu_ticks(&stat)
+        let cpu_seconds = parse_cpu_seconds(&stat)
             .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no utime/stime fields"))?;
         Ok(Self {
             peak_rss_kib,
-            cpu_seconds: ticks as f64 / USER_HZ,
+            cpu_seconds,
         })
     }
+}
+
+/// User + system CPU time of `pid` since it started, seconds; `None` if it cannot be read (the
+/// process is gone, or the file is not in the expected format).
+pub fn read_cpu_seconds(pid: u32) -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The breakdown's name for `pid`, from `/proc/<pid>/comm`; `None` if it cannot be read.
+pub fn read_process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(process_name(&comm))
+}
+
+/// `/proc/<pid>/comm` → the process's name: the kernel cuts `comm` to 15 bytes, so
+/// `kube-controller` stands for `kube-controller-manager`.
+pub fn process_name(comm: &str) -> String {
+    match comm.trim_end() {
+        "kube-controller" => "kube-controller-manager".to_owned(),
+        name => name.to_owned(),
+    }
+}
+
+/// utime + stime of `/proc/<pid>/stat`, in seconds.
+pub fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    parse_cpu_ticks(stat).map(|ticks| ticks as f64 / USER_HZ)
 }
 
 /// `VmHWM:     12345 kB` → 12345.
@@ -68,6 +94,30 @@ mod tests {
         assert_eq!(parse_cpu_ticks(stat), Some(175));
         assert_eq!(parse_cpu_ticks("4242 (op) S 1"), None);
         assert_eq!(parse_cpu_ticks("no parenthesis"), None);
+    }
+
+    #[test]
+    fn cpu_seconds_are_ticks_over_user_hz() {
+        let stat = "7 (etcd) S 1 7 7 0 -1 4194560 500 0 0 0 1234 66 0 0 20 0 9 0 100 1000 200";
+        assert_eq!(parse_cpu_seconds(stat), Some(13.0));
+        assert_eq!(parse_cpu_seconds("7 (etcd) S 1"), None);
+    }
+
+    #[test]
+    fn the_truncated_controller_manager_comm_gets_its_full_name() {
+        assert_eq!(process_name("kube-controller\n"), "kube-controller-manager");
+        assert_eq!(process_name("kube-apiserver\n"), "kube-apiserver");
+        assert_eq!(process_name("etcd\n"), "etcd");
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_a_name_and_a_missing_one_has_none() {
+        let pid = std::process::id();
+        assert!(read_cpu_seconds(pid).is_some_and(|s| s >= 0.0));
+        assert!(read_process_name(pid).is_some_and(|name| !name.is_empty()));
+        // Above the largest pid Linux hands out (2^22).
+        assert_eq!(read_cpu_seconds(u32::MAX), None);
+        assert_eq!(read_process_name(u32::MAX), None);
     }
 
     #[test]

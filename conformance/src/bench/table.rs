@@ -2,7 +2,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::model::{BenchReport, CoderdTraffic, TargetStatus};
+use super::model::{BenchReport, CPU_PROCESSES, CoderdTraffic, CpuBreakdown, TargetStatus};
 
 /// Left-aligned first column, right-aligned numbers, two spaces between columns.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -83,6 +83,51 @@ fn api_load(requests: u64, over_ms: u64) -> String {
     )
 }
 
+/// The processes of `breakdowns` in report order: the known ones, then any other by name.
+fn cpu_processes<'a>(breakdowns: impl IntoIterator<Item = &'a CpuBreakdown>) -> Vec<String> {
+    let others: BTreeSet<&String> = breakdowns
+        .into_iter()
+        .flat_map(|cpu| cpu.cpu_seconds.keys())
+        .filter(|name| !CPU_PROCESSES.contains(&name.as_str()))
+        .collect();
+    CPU_PROCESSES
+        .iter()
+        .map(|name| (*name).to_owned())
+        .chain(others.into_iter().cloned())
+        .collect()
+}
+
+fn cpu_seconds(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{v:.2}"))
+}
+
+/// CPU seconds by process, one column per breakdown, then their total and wall time × CPUs.
+fn cpu_table(first: &str, columns: &[(String, &CpuBreakdown)], cpus: usize) -> String {
+    let headers: Vec<&str> = std::iter::once(first)
+        .chain(columns.iter().map(|(name, _)| name.as_str()))
+        .collect();
+    let mut rows: Vec<Vec<String>> = cpu_processes(columns.iter().map(|(_, cpu)| *cpu))
+        .into_iter()
+        .map(|process| {
+            let values: Vec<String> = columns
+                .iter()
+                .map(|(_, cpu)| cpu_seconds(cpu.cpu_seconds.get(&process).copied()))
+                .collect();
+            std::iter::once(process).chain(values).collect()
+        })
+        .collect();
+    let summary = |label: &str, value: &dyn Fn(&CpuBreakdown) -> f64| -> Vec<String> {
+        std::iter::once(label.to_owned())
+            .chain(columns.iter().map(|(_, cpu)| cpu_seconds(Some(value(cpu)))))
+            .collect()
+    };
+    rows.push(summary("total", &CpuBreakdown::total));
+    rows.push(summary(&format!("wall × CPUs ({cpus})"), &|cpu| {
+        cpu.available(cpus)
+    }));
+    table(&headers, &rows)
+}
+
 fn traffic_line(traffic: &CoderdTraffic) -> String {
     format!(
         "{} coderd requests ({} per CR; key calls {}, entitlements {}, 429 answers {})",
@@ -147,6 +192,15 @@ pub fn render(report: &BenchReport) -> String {
             ],
             &rows,
         );
+        if report.scale.iter().any(|s| !s.cpu.cpu_seconds.is_empty()) {
+            out += "\nCPU seconds by process (scale phase: first create to end of settle window)\n";
+            let columns: Vec<(String, &CpuBreakdown)> = report
+                .scale
+                .iter()
+                .map(|s| (format!("N={}", s.size), &s.cpu))
+                .collect();
+            out += &cpu_table("process", &columns, env.cpus);
+        }
         out += "\ncoderd requests per CR by route\n";
         let routes: BTreeSet<&String> = report
             .scale
@@ -237,6 +291,13 @@ pub fn render(report: &BenchReport) -> String {
             restart.operator.cpu_seconds
         );
         out += &writes_by_kind(&restart.writes);
+        if !restart.cpu.cpu_seconds.is_empty() {
+            let columns = [(format!("N={}", restart.size), &restart.cpu)];
+            out += "  CPU seconds by process (SIGKILL to end of settle window)\n";
+            for line in cpu_table("process", &columns, env.cpus).lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
         out += &api_load(
             restart.api_requests_all_clients,
             restart.reconciled_ms.unwrap_or(0) + restart.settle_ms,
@@ -407,6 +468,7 @@ mod tests {
             cr_modifications: 0,
             ready_at_end: 10,
             operator: base.operator,
+            cpu: base.cpu.clone(),
         });
         let run = ChurnRun::from(base);
         report.churn = Some(ChurnResult {
@@ -437,6 +499,8 @@ mod tests {
             "only scenarios matching @tutorial",
             "all clients (operator, readiness simulator, bench): 600 (10.00/s)",
             "56.00 s",
+            "  CPU seconds by process (SIGKILL to end of settle window)",
+            "\n  kube-apiserver            4.25\n",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
@@ -445,6 +509,51 @@ mod tests {
             1,
             "no line for a phase without writes"
         );
+    }
+
+    #[test]
+    fn the_scale_phase_has_a_cpu_breakdown_by_process() {
+        let mut report = sample_report();
+        // A process that could not be read in one run, and one outside the known set.
+        report.scale[0].cpu.cpu_seconds.remove("etcd");
+        report.scale[2]
+            .cpu
+            .cpu_seconds
+            .insert("kube-scheduler".to_owned(), 1.0);
+        let text = render(&report);
+        let section: Vec<&str> = text
+            .split("CPU seconds by process (scale phase")
+            .nth(1)
+            .expect("a CPU breakdown section")
+            .lines()
+            .skip(1)
+            .take_while(|line| !line.is_empty())
+            .collect();
+        assert_eq!(
+            section,
+            [
+                "process                    N=1  N=500  N=1000",
+                "-----------------------  -----  -----  ------",
+                "operator                  1.50   1.50    1.50",
+                "kube-apiserver            4.25   4.25    4.25",
+                "etcd                         —   2.00    2.00",
+                "kube-controller-manager   0.25   0.25    0.25",
+                "bench                     0.01   5.00   10.00",
+                "kube-scheduler               —      —    1.00",
+                "total                     6.01  13.00   19.00",
+                "wall × CPUs (2)          21.80  60.00  160.00",
+            ],
+            "in\n{text}"
+        );
+    }
+
+    #[test]
+    fn an_older_report_without_cpu_breakdowns_has_no_breakdown_table() {
+        let mut report = sample_report();
+        for scale in &mut report.scale {
+            scale.cpu = Default::default();
+        }
+        assert!(!render(&report).contains("CPU seconds by process"));
     }
 
     #[test]

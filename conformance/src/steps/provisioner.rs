@@ -8,6 +8,7 @@ use cucumber::{given, then, when};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::children::expand;
 use super::{condition, describe_conditions, docstring_yaml, merge, str_at};
 use crate::wait;
 use crate::world::{CONTROL_PLANE, FIELD_MANAGER, ProvisionerWorld};
@@ -36,8 +37,11 @@ pub fn sample(
     Ok(cr)
 }
 
+/// Applies the sample (renamed to `name` when given) with `spec_patch` merged into its spec;
+/// the scenario's provisioner becomes the sample unless it was renamed.
 async fn apply_sample(
     world: &mut ProvisionerWorld,
+    name: Option<&str>,
     spec_patch: Option<Value>,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
@@ -50,25 +54,31 @@ async fn apply_sample(
     if let Some(patch) = spec_patch {
         merge(&mut cr, &json!({ "spec": patch }));
     }
-    world.provisioner = str_at(&cr, "/metadata/name")
-        .ok_or_else(|| anyhow!("the sample has no metadata.name"))?
-        .to_owned();
+    match name {
+        Some(name) => merge(&mut cr, &json!({"metadata": {"name": name}})),
+        None => {
+            world.provisioner = str_at(&cr, "/metadata/name")
+                .ok_or_else(|| anyhow!("the sample has no metadata.name"))?
+                .to_owned()
+        }
+    }
+    let name = str_at(&cr, "/metadata/name").unwrap_or_default().to_owned();
     world
         .provisioners()
         .patch(
-            &world.provisioner,
+            &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&cr),
         )
         .await
-        .with_context(|| format!("applying CoderProvisioner {}", world.provisioner))?;
+        .with_context(|| format!("applying CoderProvisioner {name}"))?;
     Ok(())
 }
 
 #[given("the sample provisioner is applied")]
 #[when("the sample provisioner is applied")]
 async fn the_sample_is_applied(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    apply_sample(world, None).await
+    apply_sample(world, None, None).await
 }
 
 /// The sample with the docstring (YAML) merged into its spec.
@@ -78,12 +88,29 @@ async fn the_sample_is_applied_with(
     world: &mut ProvisionerWorld,
     step: &Step,
 ) -> anyhow::Result<()> {
-    apply_sample(world, Some(docstring_yaml(step)?)).await
+    apply_sample(world, None, Some(docstring_yaml(step)?)).await
+}
+
+/// Another CR next to the scenario's provisioner: the sample named `name`, with the docstring
+/// (placeholders expanded, so it can name the first provisioner's objects) merged into its spec.
+#[when(expr = "a second provisioner {string} is applied with spec:")]
+async fn second_provisioner_applied(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let text = step
+        .docstring
+        .as_deref()
+        .ok_or_else(|| anyhow!("step \"{}\" needs a docstring", step.value))?;
+    let spec = serde_saphyr::from_str(&expand(world, text))
+        .with_context(|| format!("the docstring of step \"{}\" is not valid YAML", step.value))?;
+    apply_sample(world, Some(&name), Some(spec)).await
 }
 
 #[given("the sample provisioner is Ready")]
 async fn the_sample_is_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    apply_sample(world, None).await?;
+    apply_sample(world, None, None).await?;
     becomes_ready(world).await
 }
 
@@ -314,6 +341,23 @@ async fn has_condition_with_reason(
     reason: String,
 ) -> anyhow::Result<()> {
     expect_condition(world, &kind, &status, Some(&reason)).await
+}
+
+#[then(expr = "the provisioner {string} has condition {string} {string} with reason {string}")]
+async fn named_has_condition_with_reason(
+    world: &mut ProvisionerWorld,
+    name: String,
+    kind: String,
+    status: String,
+    reason: String,
+) -> anyhow::Result<()> {
+    let what = format!("{name}: condition {kind}={status} {reason}");
+    world
+        .provisioner_named_eventually(&name, &what, |cr| {
+            condition_observation(cr, &kind, &status, Some(&reason))
+        })
+        .await?;
+    Ok(())
 }
 
 #[then(expr = "the provisioner has condition {string} {string}")]

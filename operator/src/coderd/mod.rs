@@ -18,7 +18,7 @@ use std::error::Error as _;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderValue, RETRY_AFTER};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use url::Url;
@@ -67,6 +67,71 @@ impl Default for ClientOptions {
 type OrganizationCache = HashMap<(String, String), Organization>;
 static ORGANIZATIONS: LazyLock<Mutex<OrganizationCache>> = LazyLock::new(Default::default);
 
+/// The HTTP side shared by every [`CoderdClient`] built from it: one connection pool and one TLS
+/// configuration. The reconciler needs a client per pass (the token is re-read each time);
+/// building the HTTP client each time cost a TLS set-up and a fresh connection per pass.
+#[derive(Clone, Debug)]
+pub struct Connector {
+    http: reqwest::Client,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Connector {
+    pub fn new(opts: ClientOptions) -> Result<Self, CoderdError> {
+        // reqwest is built without a crypto provider (ring only in this workspace); installing it
+        // here keeps the client usable from any binary. A second install is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(opts.timeout)
+            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!(
+                "coder-provisioner-operator/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(|e| CoderdError::InvalidConfiguration {
+                detail: error_chain(&e),
+            })?;
+        Ok(Self {
+            http,
+            metrics: opts.metrics,
+        })
+    }
+
+    /// A client for `base_url` that authenticates with `session_token`.
+    pub fn client(
+        &self,
+        base_url: &str,
+        session_token: SecretString,
+    ) -> Result<CoderdClient, CoderdError> {
+        let base = Url::parse(base_url.trim()).map_err(|e| CoderdError::InvalidConfiguration {
+            detail: format!("coderd URL {base_url:?}: {e}"),
+        })?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(CoderdError::InvalidConfiguration {
+                detail: format!("coderd URL {base_url:?} must be an http(s) URL"),
+            });
+        }
+        let mut token_header = HeaderValue::from_str(session_token.expose()).map_err(|_| {
+            CoderdError::InvalidConfiguration {
+                detail:
+                    "the session token contains characters that cannot be sent in an HTTP header"
+                        .to_owned(),
+            }
+        })?;
+        token_header.set_sensitive(true);
+        Ok(CoderdClient {
+            inner: Arc::new(Inner {
+                http: self.http.clone(),
+                base,
+                token: session_token,
+                token_header,
+                metrics: self.metrics.clone(),
+            }),
+        })
+    }
+}
+
 /// A coderd API client for one base URL and one session token. Cheap to clone; clones share
 /// the connection pool.
 #[derive(Clone, Debug)]
@@ -79,6 +144,8 @@ struct Inner {
     http: reqwest::Client,
     base: Url,
     token: SecretString,
+    /// `token` as a header value marked sensitive (never printed by the HTTP stack).
+    token_header: HeaderValue,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -98,52 +165,13 @@ struct Answer {
 }
 
 impl CoderdClient {
+    /// A client with its own connection pool; see [`Connector`] to share one.
     pub fn new(
         base_url: &str,
         session_token: SecretString,
         opts: ClientOptions,
     ) -> Result<Self, CoderdError> {
-        let base = Url::parse(base_url.trim()).map_err(|e| CoderdError::InvalidConfiguration {
-            detail: format!("coderd URL {base_url:?}: {e}"),
-        })?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(CoderdError::InvalidConfiguration {
-                detail: format!("coderd URL {base_url:?} must be an http(s) URL"),
-            });
-        }
-        let mut token_value = HeaderValue::from_str(session_token.expose()).map_err(|_| {
-            CoderdError::InvalidConfiguration {
-                detail:
-                    "the session token contains characters that cannot be sent in an HTTP header"
-                        .to_owned(),
-            }
-        })?;
-        token_value.set_sensitive(true);
-        let mut headers = HeaderMap::new();
-        headers.insert(SESSION_TOKEN_HEADER, token_value);
-        // reqwest is built without a crypto provider (ring only in this workspace); installing it
-        // here keeps the client usable from any binary. A second install is a harmless no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(opts.timeout)
-            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!(
-                "coder-provisioner-operator/",
-                env!("CARGO_PKG_VERSION")
-            ))
-            .build()
-            .map_err(|e| CoderdError::InvalidConfiguration {
-                detail: error_chain(&e),
-            })?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                http,
-                base,
-                token: session_token,
-                metrics: opts.metrics,
-            }),
-        })
+        Connector::new(opts)?.client(base_url, session_token)
     }
 
     /// `GET /api/v2/organizations/{name_or_id}`.
@@ -320,7 +348,11 @@ impl CoderdClient {
         bypass: Bypass,
     ) -> Result<Answer, CoderdError> {
         let request = |with_bypass: bool| {
-            let mut request = self.inner.http.request(method.clone(), url.clone());
+            let mut request = self
+                .inner
+                .http
+                .request(method.clone(), url.clone())
+                .header(SESSION_TOKEN_HEADER, self.inner.token_header.clone());
             if let Some(body) = &body {
                 request = request
                     .header(reqwest::header::CONTENT_TYPE, "application/json")

@@ -349,7 +349,12 @@ pub fn is_controlled_by(secret: &Secret, uid: &str) -> bool {
         .owner_references
         .iter()
         .flatten()
-        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+        .any(|owner| {
+            owner.controller == Some(true)
+                && (owner.uid == uid
+                    || seeded::active(Bug::KeySecretOfAnotherProvisionerAdopted)
+                        && owner.kind == "CoderProvisioner")
+        })
 }
 
 #[cfg(test)]

@@ -1,14 +1,18 @@
 //! The CoderProvisioner reconciler as a pipeline:
 //! `dereference` (read) → `gates` (pure checks of D-1) → `keys` (coderd key lifecycle) →
 //! `children` (pure objects) → `apply` (server-side apply) → `status` (pure, written once per change).
+//! Shared between passes: `entitlement_cache` (one entitlements request per coderd and window)
+//! and `own_writes` (the statuses written but not yet seen back through the watch).
 pub mod apply;
 pub mod backoff;
 pub mod children;
 pub mod credentials;
 pub mod dereference;
+pub mod entitlement_cache;
 pub mod gates;
 pub mod keys;
 pub mod names;
+pub mod own_writes;
 pub mod status;
 
 #[cfg(test)]
@@ -28,15 +32,17 @@ use tracing::{info, warn};
 use crate::api::{
     CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
 };
-use crate::coderd::{ClientOptions, CoderdClient, CoderdError, SecretString};
+use crate::coderd::{CoderdClient, CoderdError, Connector, SecretString};
 use crate::runtime::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
 use self::backoff::{AttemptCounters, HoldOff};
 use self::children::ChildInputs;
+use self::entitlement_cache::EntitlementCache;
 use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
 use self::names::Names;
+use self::own_writes::StatusLedger;
 use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
@@ -48,7 +54,8 @@ pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling
 pub struct Context {
     pub client: Client,
     pub field_manager: String,
-    pub coderd_timeout: Duration,
+    /// Builds the coderd client of each pass on one shared connection pool.
+    pub coderd: Connector,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// Consecutive 429 outcomes per CR (§11).
@@ -57,6 +64,8 @@ pub struct Context {
     pub failures: AttemptCounters,
     /// Earliest next coderd key call per CR after a 429 or a key failure.
     pub key_hold_off: HoldOff,
+    pub entitlements: EntitlementCache,
+    pub own_writes: StatusLedger,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,11 +80,7 @@ pub enum Error {
 
 impl Context {
     fn coderd(&self, url: &str, token: &SecretString) -> Result<CoderdClient, CoderdError> {
-        let options = ClientOptions {
-            timeout: self.coderd_timeout,
-            metrics: Some(self.metrics.clone()),
-        };
-        CoderdClient::new(url, token.clone(), options)
+        self.coderd.client(url, token.clone())
     }
 
     /// Publishes an Event on the CR; failures only log (events are advisory).
@@ -153,6 +158,8 @@ pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>)
 struct StatusWriter<'a> {
     ctx: &'a Context,
     cr: &'a CoderProvisioner,
+    /// resourceVersion of the CR as of the last write (the pass's copy before the first one).
+    base_version: Option<String>,
     current: Option<CoderProvisionerStatus>,
 }
 
@@ -170,7 +177,17 @@ impl StatusWriter<'_> {
             Timestamp::now(),
         );
         if status::status_changed(self.current.as_ref(), &next) {
-            apply::apply_status(&self.ctx.client, &self.ctx.field_manager, self.cr, &next).await?;
+            let written =
+                apply::apply_status(&self.ctx.client, &self.ctx.field_manager, self.cr, &next)
+                    .await?;
+            let written_version = written.metadata.resource_version;
+            self.ctx.own_writes.record(
+                self.cr,
+                self.base_version.as_deref(),
+                &next,
+                written_version.as_deref(),
+            );
+            self.base_version = written_version;
             self.current = Some(next);
         }
         Ok(())
@@ -179,12 +196,25 @@ impl StatusWriter<'_> {
 
 /// One full pass for a live CR. The status is written at the end whatever the outcome.
 async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+    // A cached copy from before this operator's last status write: continue from that write.
+    let caught_up;
+    let cr = match ctx.own_writes.newer_status(cr) {
+        Some(status) => {
+            caught_up = CoderProvisioner {
+                status: Some(status),
+                ..cr.clone()
+            };
+            &caught_up
+        }
+        None => cr,
+    };
     let names = Names::for_provisioner(cr);
     let observed = dereference::observe(&ctx.client, cr, &names).await?;
     let mut report = PassReport::default();
     let mut writer = StatusWriter {
         ctx,
         cr,
+        base_version: cr.metadata.resource_version.clone(),
         current: cr.status.clone(),
     };
     let mut deployment = observed.deployment.clone();
@@ -302,10 +332,14 @@ async fn run_pipeline(
             EntitlementSource::Fresh(outcome) => outcome,
             EntitlementSource::AskCoderd => match &coderd {
                 Ok(client) => {
-                    let answer = client.entitlements().await;
-                    gates::entitlement_from_coderd(
-                        answer.as_ref().map(|e| e.external_provisioner_daemons()),
-                    )
+                    let answer = ctx
+                        .entitlements
+                        .reading(&control_plane.url, &token, || async {
+                            let entitlements = client.entitlements().await?;
+                            Ok(entitlements.external_provisioner_daemons())
+                        })
+                        .await;
+                    gates::entitlement_from_coderd(answer.as_ref().cloned())
                 }
                 Err(error) => gates::entitlement_from_coderd(Err(error)),
             },
@@ -501,6 +535,7 @@ async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyE
 /// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
 async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
     let key = object_key(cr);
+    ctx.own_writes.forget(cr);
     ctx.failures.reset(&key);
     ctx.rate_limits.reset(&key);
     ctx.key_hold_off.clear(&key);

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
@@ -32,9 +32,13 @@ use tracing::{info, warn};
 use crate::api::{
     CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY,
 };
+use crate::coderd::{ClientOptions, Connector};
 use crate::provisioner::backoff::{AttemptCounters, HoldOff};
 use crate::provisioner::credentials::credential_refs;
+use crate::provisioner::entitlement_cache::EntitlementCache;
+use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
+use crate::provisioner::own_writes::StatusLedger;
 use crate::provisioner::{Context, error_policy, reconcile};
 use crate::runtime::metrics::Metrics;
 
@@ -61,6 +65,8 @@ pub struct ControllerSettings {
     pub namespace: Option<String>,
     /// Whole-request timeout of coderd calls.
     pub coderd_timeout: Duration,
+    /// Reconciles running at the same time (at least 1).
+    pub max_concurrent_reconciles: u16,
     /// Server-side apply field manager of children and status.
     pub field_manager: String,
 }
@@ -70,6 +76,7 @@ impl Default for ControllerSettings {
         Self {
             namespace: None,
             coderd_timeout: Duration::from_secs(30),
+            max_concurrent_reconciles: 32,
             field_manager: CONTROLLER_NAME.to_owned(),
         }
     }
@@ -138,7 +145,8 @@ pub async fn run(
     let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let credentials = watcher::Config::default().labels(&format!("{CREDENTIAL_LABEL}=true"));
 
-    let controller = Controller::new(provisioners, watcher::Config::default());
+    let controller = Controller::new(provisioners, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(settings.max_concurrent_reconciles));
     let store = controller.store();
     let ready_store = store.clone();
     tokio::spawn(async move {
@@ -167,11 +175,16 @@ pub async fn run(
         ),
         client: client.clone(),
         field_manager: settings.field_manager.clone(),
-        coderd_timeout: settings.coderd_timeout,
+        coderd: Connector::new(ClientOptions {
+            timeout: settings.coderd_timeout,
+            metrics: Some(metrics.clone()),
+        })?,
         metrics,
         rate_limits: AttemptCounters::default(),
         failures: AttemptCounters::default(),
         key_hold_off: HoldOff::default(),
+        entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
+        own_writes: StatusLedger::default(),
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
