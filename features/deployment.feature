@@ -92,6 +92,29 @@ Feature: The provisioner Deployment
         memory: 1Gi
       """
 
+  @R-POD-5 @R-POD-6 @extended
+  Scenario: Image pull Secrets and the termination grace period come from the spec
+    When the sample provisioner is applied with spec:
+      """
+      imagePullSecrets:
+        - name: registry-credentials
+      terminationGracePeriodSeconds: 30
+      """
+    Then the provisioner pod spec has:
+      """
+      imagePullSecrets:
+        - name: registry-credentials
+      terminationGracePeriodSeconds: 30
+      """
+
+  @R-POD-6 @extended
+  Scenario: Without a grace period in the spec the pods get 600 seconds
+    When the sample provisioner is applied
+    Then the provisioner pod spec has:
+      """
+      terminationGracePeriodSeconds: 600
+      """
+
   @R-POD-4 @R-RES-1 @R-RES-3 @core
   Scenario: The pods run as the provisioner's ServiceAccount
     When the sample provisioner is applied

@@ -31,8 +31,7 @@ fn key_secret_name(world: &ProvisionerWorld) -> String {
 
 /// Replaces the run-time placeholders of feature-file text: `{provisioner}` (the CR name),
 /// `{url}` and `{origin}` (the coderd URL the control plane publishes), `{authority}` (its
-/// host and port), `{other origin}` (the same coderd under another origin: `localhost`
-/// instead of `127.0.0.1`).
+/// host and port), `{other origin}` (the same coderd under another origin, see [`other_origin`]).
 pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
     let url = &world.env.coderd.url;
     let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
@@ -40,7 +39,37 @@ pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
         .replace("{url}", url)
         .replace("{origin}", url)
         .replace("{authority}", authority)
-        .replace("{other origin}", &url.replace("127.0.0.1", "localhost"))
+        .replace("{other origin}", &other_origin(url))
+}
+
+/// `url` with a host that reaches the same server but is another origin (R-CRED-10 compares
+/// hosts as written): `127.0.0.1` ↔ `localhost` (local tier), `<service>.<namespace>.svc` ↔
+/// `….svc.cluster.local` (the in-cluster fake on kind and k3s, whose cluster domain is the
+/// default), any other name as an absolute name with a trailing dot.
+pub fn other_origin(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return url.to_owned();
+    };
+    let host = parsed.host_str().unwrap_or_default().to_owned();
+    let other = match host.as_str() {
+        "127.0.0.1" => "localhost".to_owned(),
+        "localhost" => "127.0.0.1".to_owned(),
+        name if name.ends_with(".svc.cluster.local") => {
+            name.trim_end_matches(".cluster.local").to_owned()
+        }
+        name if name.ends_with(".svc") => format!("{name}.cluster.local"),
+        name if name.ends_with('.') => name.trim_end_matches('.').to_owned(),
+        name => format!("{name}."),
+    };
+    if parsed.set_host(Some(&other)).is_err() {
+        return url.to_owned();
+    }
+    // `Url` always writes a path; the control plane's URL had none (or its own).
+    let mut text = parsed.to_string();
+    if !url.ends_with('/') && text.ends_with('/') {
+        text.pop();
+    }
+    text
 }
 
 fn resource_for(kind: &str) -> anyhow::Result<ApiResource> {
@@ -421,6 +450,46 @@ async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> 
         },
     )
     .await
+}
+
+/// Every field of the docstring (YAML) is in the Deployment's pod spec with the same value;
+/// fields the docstring does not name are not looked at.
+#[then("the provisioner pod spec has:")]
+async fn pod_spec_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    let expected = docstring_yaml(step)?;
+    let world = &*world;
+    wait::eventually("the pod spec fields", world.timeouts(), || async {
+        let actual = deployment(world)
+            .await?
+            .and_then(|d| d.spec)
+            .and_then(|s| s.template.spec)
+            .map(serde_json::to_value)
+            .transpose()?
+            .unwrap_or(Value::Null);
+        Ok(contains(&actual, &expected, "spec.template.spec"))
+    })
+    .await
+}
+
+/// Whether `actual` holds every field of `expected` (lists item by item, same length;
+/// scalars compared as text), naming the first difference.
+fn contains(actual: &Value, expected: &Value, path: &str) -> Observation<()> {
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(e)) => e.iter().try_for_each(|(key, want)| {
+            contains(
+                a.get(key).unwrap_or(&Value::Null),
+                want,
+                &format!("{path}.{key}"),
+            )
+        }),
+        (Value::Array(a), Value::Array(e)) if a.len() == e.len() => a
+            .iter()
+            .zip(e)
+            .enumerate()
+            .try_for_each(|(i, (have, want))| contains(have, want, &format!("{path}[{i}]"))),
+        (a, e) if !a.is_object() && !a.is_array() && scalar(a) == scalar(e) => Ok(()),
+        (a, e) => Err(format!("{path} is {a}, expected {e}")),
+    }
 }
 
 async fn pod_template(world: &ProvisionerWorld) -> anyhow::Result<Option<String>> {
@@ -907,6 +976,41 @@ mod tests {
             "ownerReferences": [{"uid": owner_uid, "controller": true}],
             "labels": {"app.kubernetes.io/name": "coder-provisioner", "app.kubernetes.io/instance": "p",
                        "app.kubernetes.io/managed-by": "anyone"}}})
+    }
+
+    #[rstest]
+    #[case(json!({"a": 1, "b": [{"name": "x"}]}), json!({"b": [{"name": "x"}]}), true)]
+    #[case(json!({"a": "30"}), json!({"a": 30}), true)]
+    #[case(json!({"a": 1}), json!({"a": 2}), false)]
+    #[case(json!({"b": [{"name": "x"}, {"name": "y"}]}), json!({"b": [{"name": "x"}]}), false)]
+    #[case(json!({}), json!({"a": 1}), false)]
+    #[case(json!({"a": {"b": 1}}), json!({"a": "x"}), false)]
+    fn pod_spec_fields_are_contained(
+        #[case] actual: Value,
+        #[case] expected: Value,
+        #[case] ok: bool,
+    ) {
+        assert_eq!(contains(&actual, &expected, "spec").is_ok(), ok);
+    }
+
+    #[rstest]
+    #[case("http://127.0.0.1:3000", "http://localhost:3000")]
+    #[case("http://localhost:3000", "http://127.0.0.1:3000")]
+    #[case(
+        "http://fake-coderd.coder-fake.svc:3000",
+        "http://fake-coderd.coder-fake.svc.cluster.local:3000"
+    )]
+    #[case(
+        "http://fake-coderd.coder-fake.svc.cluster.local:3000",
+        "http://fake-coderd.coder-fake.svc:3000"
+    )]
+    #[case("https://coder.example.com", "https://coder.example.com.")]
+    #[case("https://coder.example.com/", "https://coder.example.com./")]
+    fn the_other_origin_reaches_the_same_server_under_another_host(
+        #[case] url: &str,
+        #[case] other: &str,
+    ) {
+        assert_eq!(other_origin(url), other);
     }
 
     #[rstest]
