@@ -99,3 +99,15 @@ Feature: Clean-up when a provisioner is deleted
     And the provisioner is deleted
     Then the provisioner is gone
     And coderd saw exactly 1 DELETE on "provisionerkey"
+
+  @R-DEL-11 @serial @operator-restart @core
+  Scenario: A provisioner deleted before the operator added its finalizer is left alone
+    Given the operator is stopped
+    And the sample provisioner is applied with the finalizer "conformance.coder.com/hold"
+    When the provisioner is deleted
+    And the operator is started
+    Then coderd sees no requests since the last action during the observation window
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And the provisioner keeps only the finalizer "conformance.coder.com/hold" during the observation window
+    When the finalizer "conformance.coder.com/hold" is removed from the provisioner
+    Then the provisioner is gone

@@ -725,6 +725,14 @@ async fn after_scenario(
     {
         eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
     }
+    if world.operator_stopped
+        && let Err(error) = world.restart_operator().await
+    {
+        eprintln!("conformance: could not start the stopped operator again: {error:#}");
+    }
+    if let Err(error) = crate::steps::provisioner::release_held(world).await {
+        eprintln!("conformance: could not remove the suite's finalizer: {error:#}");
+    }
     // Namespace deletion runs in the background, so the gate can be released before it.
     world.gate = None;
     if failed && world.env.keep_on_failure && world.owns_namespace {

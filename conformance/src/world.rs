@@ -145,6 +145,11 @@ pub struct ProvisionerWorld {
     pub action_mark: Option<usize>,
     /// Set by steps that change the fake coderd's global switches, restored after the scenario.
     pub touched_global_coderd: bool,
+    /// Set while a step has stopped the operator; the after-hook starts it again.
+    pub operator_stopped: bool,
+    /// CRs a step gave the suite's own finalizer; the after-hook removes it so the
+    /// namespace can go.
+    pub held: Vec<String>,
     /// The last command a tutorial step ran, with what it printed.
     pub last_command: Option<(String, crate::steps::tutorial::CommandOutput)>,
     /// The last answer of the API server to a submitted CoderProvisioner (admission checks).
@@ -205,6 +210,8 @@ impl ProvisionerWorld {
             remembered: BTreeMap::new(),
             action_mark: None,
             touched_global_coderd: false,
+            operator_stopped: false,
+            held: Vec::new(),
             last_command: None,
             last_admission: None,
             gate: None,
@@ -440,16 +447,33 @@ impl ProvisionerWorld {
     }
 
     /// Restarts the operator under test (only possible when the suite started it).
-    pub async fn restart_operator(&self) -> anyhow::Result<()> {
+    pub async fn restart_operator(&mut self) -> anyhow::Result<()> {
         match &self.env.operator {
             Operator::Started(process) => match process.lock().await.as_mut() {
-                Some(process) => process.restart().await,
+                Some(process) => process.restart().await?,
                 None => bail!("the operator was already stopped"),
             },
             Operator::Installed => {
                 bail!("the operator is installed in the cluster; the suite cannot restart it")
             }
         }
+        self.operator_stopped = false;
+        Ok(())
+    }
+
+    /// Stops the operator under test (gracefully) until [`Self::restart_operator`].
+    pub async fn stop_operator(&mut self) -> anyhow::Result<()> {
+        match &self.env.operator {
+            Operator::Started(process) => match process.lock().await.as_mut() {
+                Some(process) => process.stop().await,
+                None => bail!("the operator was already stopped"),
+            },
+            Operator::Installed => {
+                bail!("the operator is installed in the cluster; the suite cannot stop it")
+            }
+        }
+        self.operator_stopped = true;
+        Ok(())
     }
 
     /// The last lines of the operator's log, when the suite started it.

@@ -49,6 +49,9 @@ pub enum Bug {
     CleanupWithoutKeyCallsCoderd,
     /// When the key delete fails the finalizer is kept and the delete retried (R-DEL-8).
     FinalizerKeptWhileCoderdDown,
+    /// A CR being deleted without the operator's finalizer is reconciled like a live one
+    /// (R-DEL-11).
+    DeletedWithoutFinalizerReconciled,
     /// `CredentialsReady` is set False but the pass goes on to the key and the Deployment
     /// (R-CRED-8, R-CRED-9, D-1).
     DeploymentUpdatedDespiteInvalidCredentials,
@@ -64,7 +67,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -75,6 +78,7 @@ impl Bug {
         Bug::CleanupBySpecKeyName,
         Bug::CleanupWithoutKeyCallsCoderd,
         Bug::FinalizerKeptWhileCoderdDown,
+        Bug::DeletedWithoutFinalizerReconciled,
         Bug::DeploymentUpdatedDespiteInvalidCredentials,
         Bug::NotEntitledIgnored,
         Bug::StatusRewrittenEveryReconcile,
@@ -97,6 +101,7 @@ impl Bug {
             Bug::CleanupBySpecKeyName => "cleanup-by-spec-key-name",
             Bug::CleanupWithoutKeyCallsCoderd => "cleanup-without-key-calls-coderd",
             Bug::FinalizerKeptWhileCoderdDown => "finalizer-kept-while-coderd-down",
+            Bug::DeletedWithoutFinalizerReconciled => "deleted-without-finalizer-reconciled",
             Bug::DeploymentUpdatedDespiteInvalidCredentials => {
                 "deployment-updated-despite-invalid-credentials"
             }

@@ -37,12 +37,12 @@ pub fn sample(
     Ok(cr)
 }
 
-/// Applies the sample (renamed to `name` when given) with `spec_patch` merged into its spec;
-/// the scenario's provisioner becomes the sample unless it was renamed.
+/// Applies the sample (renamed to `name` when given) with `patch` merged into it; the
+/// scenario's provisioner becomes the sample unless it was renamed.
 async fn apply_sample(
     world: &mut ProvisionerWorld,
     name: Option<&str>,
-    spec_patch: Option<Value>,
+    patch: Option<Value>,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
     let organization = world.coderd.as_ref().map(|c| c.organization.clone());
@@ -51,8 +51,8 @@ async fn apply_sample(
         &world.namespace,
         organization.as_deref(),
     )?;
-    if let Some(patch) = spec_patch {
-        merge(&mut cr, &json!({ "spec": patch }));
+    if let Some(patch) = patch {
+        merge(&mut cr, &patch);
     }
     match name {
         Some(name) => merge(&mut cr, &json!({"metadata": {"name": name}})),
@@ -88,7 +88,7 @@ async fn the_sample_is_applied_with(
     world: &mut ProvisionerWorld,
     step: &Step,
 ) -> anyhow::Result<()> {
-    apply_sample(world, None, Some(docstring_yaml(step)?)).await
+    apply_sample(world, None, Some(json!({ "spec": docstring_yaml(step)? }))).await
 }
 
 /// Another CR next to the scenario's provisioner: the sample named `name`, with the docstring
@@ -103,9 +103,99 @@ async fn second_provisioner_applied(
         .docstring
         .as_deref()
         .ok_or_else(|| anyhow!("step \"{}\" needs a docstring", step.value))?;
-    let spec = serde_saphyr::from_str(&expand(world, text))
+    let spec: Value = serde_saphyr::from_str(&expand(world, text))
         .with_context(|| format!("the docstring of step \"{}\" is not valid YAML", step.value))?;
-    apply_sample(world, Some(&name), Some(spec)).await
+    apply_sample(world, Some(&name), Some(json!({ "spec": spec }))).await
+}
+
+/// The sample carrying a finalizer of the suite's own, so that it stays visible while deleted
+/// (R-DEL-11); the after-hook removes that finalizer whatever the outcome.
+#[given(expr = "the sample provisioner is applied with the finalizer {string}")]
+async fn the_sample_is_applied_held(
+    world: &mut ProvisionerWorld,
+    finalizer: String,
+) -> anyhow::Result<()> {
+    let patch = json!({"metadata": {"finalizers": [finalizer]}});
+    apply_sample(world, None, Some(patch)).await?;
+    world.held.push(world.provisioner.clone());
+    Ok(())
+}
+
+#[when(expr = "the finalizer {string} is removed from the provisioner")]
+async fn finalizer_removed(world: &mut ProvisionerWorld, finalizer: String) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let cr = world
+        .provisioner_json()
+        .await?
+        .ok_or_else(|| anyhow!("the CoderProvisioner does not exist"))?;
+    let kept: Vec<&str> = cr
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| *f != finalizer)
+        .collect();
+    // The resourceVersion makes this a compare-and-swap: nobody else's finalizer is dropped.
+    let patch = json!({"metadata": {
+        "finalizers": kept,
+        "resourceVersion": str_at(&cr, "/metadata/resourceVersion"),
+    }});
+    world
+        .provisioners()
+        .patch(
+            &world.provisioner,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .with_context(|| format!("removing the finalizer {finalizer}"))?;
+    Ok(())
+}
+
+/// After-hook: clears the finalizers of the CRs a step held, so namespace deletion can finish.
+pub async fn release_held(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let patch = json!({"metadata": {"finalizers": null}});
+    for name in std::mem::take(&mut world.held) {
+        match world
+            .provisioners()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error).with_context(|| format!("CoderProvisioner {name}")),
+        }
+    }
+    Ok(())
+}
+
+#[then(expr = "the provisioner keeps only the finalizer {string} during the observation window")]
+async fn keeps_only_finalizer(
+    world: &mut ProvisionerWorld,
+    finalizer: String,
+) -> anyhow::Result<()> {
+    wait::stays(
+        &format!("only the finalizer {finalizer}"),
+        world.timeouts(),
+        world.timeouts().hold_window,
+        || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            let finalizers = cr
+                .pointer("/metadata/finalizers")
+                .cloned()
+                .unwrap_or(Value::Null);
+            Ok(if finalizers == json!([finalizer]) {
+                Ok(())
+            } else {
+                Err(format!("finalizers: {finalizers}"))
+            })
+        },
+    )
+    .await
 }
 
 #[given("the sample provisioner is Ready")]
@@ -221,6 +311,17 @@ async fn status_not_written(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         },
     )
     .await
+}
+
+#[given("the operator is stopped")]
+async fn operator_stopped(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.stop_operator().await
+}
+
+#[when("the operator is started")]
+async fn operator_started(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    world.restart_operator().await
 }
 
 #[when("the operator is restarted")]

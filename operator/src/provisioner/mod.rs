@@ -113,6 +113,12 @@ pub fn object_key(cr: &CoderProvisioner) -> String {
 /// Entry point for the controller: finalizer handling, then apply or cleanup.
 pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    if seeded::active(Bug::DeletedWithoutFinalizerReconciled)
+        && cr.metadata.deletion_timestamp.is_some()
+        && !cr.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return apply_pass(&cr, &ctx).await;
+    }
     let namespace = cr.namespace().unwrap_or_default();
     let api: Api<CoderProvisioner> = Api::namespaced(ctx.client.clone(), &namespace);
     let outcome = finalizer(&api, FINALIZER, cr.clone(), |event| async {
