@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context as _, anyhow, bail};
 use cucumber::gherkin::Step;
 use cucumber::{given, then, when};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::children::expand;
@@ -141,16 +141,22 @@ async fn finalizer_removed(world: &mut ProvisionerWorld, finalizer: String) -> a
         "finalizers": kept,
         "resourceVersion": str_at(&cr, "/metadata/resourceVersion"),
     }});
+    merge_patch(world, &patch)
+        .await
+        .with_context(|| format!("removing the finalizer {finalizer}"))?;
+    Ok(())
+}
+
+/// JSON-merge-patches the scenario's CoderProvisioner; returns it as stored.
+async fn merge_patch(world: &ProvisionerWorld, patch: &Value) -> kube::Result<DynamicObject> {
     world
         .provisioners()
         .patch(
             &world.provisioner,
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::Merge(patch),
         )
         .await
-        .with_context(|| format!("removing the finalizer {finalizer}"))?;
-    Ok(())
 }
 
 /// After-hook: clears the finalizers of the CRs a step held, so namespace deletion can finish.
@@ -208,13 +214,7 @@ async fn the_sample_is_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 async fn spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     world.mark_action().await?;
     let patch = json!({ "spec": docstring_yaml(step)? });
-    world
-        .provisioners()
-        .patch(
-            &world.provisioner,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    merge_patch(world, &patch)
         .await
         .context("changing the CoderProvisioner spec")?;
     Ok(())
@@ -257,13 +257,7 @@ async fn provisioner_gone(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 async fn unrelated_updates(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
     let nudge = json!({"metadata": {"annotations": {"conformance.coder.com/nudge": world.id}}});
-    let cr = world
-        .provisioners()
-        .patch(
-            &world.provisioner,
-            &PatchParams::default(),
-            &Patch::Merge(&nudge),
-        )
+    let cr = merge_patch(world, &nudge)
         .await
         .context("annotating the CoderProvisioner")?;
     world
