@@ -176,8 +176,12 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Observation<T>>>,
 {
-    let window = timeouts.interval * timeouts.hold_observations.saturating_sub(1);
-    stays(what, timeouts, window, probe).await
+    stays(what, timeouts, still_window(timeouts), probe).await
+}
+
+/// The window of [`still`]: `hold_observations` observations `interval` apart.
+pub fn still_window(timeouts: &Timeouts) -> Duration {
+    timeouts.interval * timeouts.hold_observations.saturating_sub(1)
 }
 
 #[cfg(test)]

@@ -429,6 +429,25 @@ impl ProvisionerWorld {
             .await
     }
 
+    /// Polls the scenario's CR for `window`; fails unless `check` accepts every observation
+    /// (a CR that vanishes fails at once).
+    pub async fn provisioner_stays<T>(
+        &self,
+        what: &str,
+        window: std::time::Duration,
+        check: impl Fn(&Value) -> Observation<T>,
+    ) -> anyhow::Result<T> {
+        let check = &check;
+        wait::stays(what, self.timeouts(), window, || async move {
+            let cr = self
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+            Ok(check(&cr))
+        })
+        .await
+    }
+
     /// Polls the CR `name` in the scenario's namespace until `check` accepts it.
     pub async fn provisioner_named_eventually<T>(
         &self,

@@ -181,27 +181,20 @@ async fn keeps_only_finalizer(
     world: &mut ProvisionerWorld,
     finalizer: String,
 ) -> anyhow::Result<()> {
-    wait::stays(
-        &format!("only the finalizer {finalizer}"),
-        world.timeouts(),
-        world.timeouts().hold_window,
-        || async {
-            let cr = world
-                .provisioner_json()
-                .await?
-                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
+    let what = format!("only the finalizer {finalizer}");
+    world
+        .provisioner_stays(&what, world.timeouts().hold_window, |cr| {
             let finalizers = cr
                 .pointer("/metadata/finalizers")
                 .cloned()
                 .unwrap_or(Value::Null);
-            Ok(if finalizers == json!([finalizer]) {
+            if finalizers == json!([finalizer]) {
                 Ok(())
             } else {
                 Err(format!("finalizers: {finalizers}"))
-            })
-        },
-    )
-    .await
+            }
+        })
+        .await
 }
 
 #[given("the sample provisioner is Ready")]
@@ -283,28 +276,20 @@ async fn status_not_written(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         .get("resourceVersion")
         .cloned()
         .ok_or_else(|| anyhow!("no earlier step remembered the CR's resourceVersion"))?;
-    let window = world.timeouts().hold_window;
-    wait::stays(
-        "the CoderProvisioner's resourceVersion to stay unchanged",
-        world.timeouts(),
-        window,
-        || async {
-            let cr = world
-                .provisioner_json()
-                .await?
-                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-            let now = str_at(&cr, "/metadata/resourceVersion").unwrap_or_default();
-            Ok(if now == expected {
+    let what = "the CoderProvisioner's resourceVersion to stay unchanged";
+    world
+        .provisioner_stays(what, world.timeouts().hold_window, |cr| {
+            let now = str_at(cr, "/metadata/resourceVersion").unwrap_or_default();
+            if now == expected {
                 Ok(())
             } else {
                 Err(format!(
                     "resourceVersion moved from {expected} to {now} (status: {})",
-                    describe_conditions(&cr)
+                    describe_conditions(cr)
                 ))
-            })
-        },
-    )
-    .await
+            }
+        })
+        .await
 }
 
 #[given("the operator is stopped")]
@@ -370,45 +355,33 @@ async fn becomes_ready_within(world: &mut ProvisionerWorld, seconds: u64) -> any
 
 #[then("the provisioner is still Ready")]
 async fn still_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::still(
-        "the CoderProvisioner to stay Ready",
-        world.timeouts(),
-        || async {
-            let cr = world
-                .provisioner_json()
-                .await?
-                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-            Ok(ready_observation(&cr))
-        },
-    )
-    .await
+    let window = wait::still_window(world.timeouts());
+    world
+        .provisioner_stays(
+            "the CoderProvisioner to stay Ready",
+            window,
+            ready_observation,
+        )
+        .await
 }
 
 #[then(expr = "the provisioner stays in phase {string} during the observation window")]
 async fn stays_in_phase(world: &mut ProvisionerWorld, phase: String) -> anyhow::Result<()> {
-    let window = world.timeouts().hold_window;
-    wait::stays(
-        &format!("the CoderProvisioner to stay {phase}"),
-        world.timeouts(),
-        window,
-        || async {
-            let cr = world
-                .provisioner_json()
-                .await?
-                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-            let now = str_at(&cr, "/status/phase");
+    let what = format!("the CoderProvisioner to stay {phase}");
+    world
+        .provisioner_stays(&what, world.timeouts().hold_window, |cr| {
+            let now = str_at(cr, "/status/phase");
             // A CR the operator has not touched yet has no phase: that is not Ready either.
-            Ok(if now.unwrap_or("Pending") == phase {
+            if now.unwrap_or("Pending") == phase {
                 Ok(())
             } else {
                 Err(format!(
                     "phase is {now:?}; conditions: {}",
-                    describe_conditions(&cr)
+                    describe_conditions(cr)
                 ))
-            })
-        },
-    )
-    .await
+            }
+        })
+        .await
 }
 
 fn condition_observation(
@@ -500,21 +473,17 @@ async fn condition_message_mentions(
 
 #[then(expr = "the provisioner has no condition {string}")]
 async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
-    wait::still(
-        &format!("no {kind} condition"),
-        world.timeouts(),
-        || async {
-            let cr = world
-                .provisioner_json()
-                .await?
-                .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
-            Ok(match condition(&cr, &kind) {
+    let window = wait::still_window(world.timeouts());
+    world
+        .provisioner_stays(
+            &format!("no {kind} condition"),
+            window,
+            |cr| match condition(cr, &kind) {
                 None => Ok(()),
                 Some(found) => Err(format!("found {found}")),
-            })
-        },
-    )
-    .await
+            },
+        )
+        .await
 }
 
 #[then("the provisioner carries the finalizer \"coder.com/provisioner-key-cleanup\"")]

@@ -14,6 +14,25 @@ use serde_json::Value;
 
 use crate::api::{CoderProvisioner, CoderProvisionerStatus};
 
+/// What a namespaced child object needs to be read, compared and applied.
+pub trait Child:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + Debug
+{
+}
+
+impl<K> Child for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Debug
+{
+}
+
 /// Annotation on every applied child: a hash of the child as the operator applied it.
 pub const APPLIED_HASH_ANNOTATION: &str = "coder.com/applied-hash";
 
@@ -77,11 +96,7 @@ pub async fn apply_unless_current<K>(
     live: Option<&K>,
 ) -> kube::Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + Debug,
+    K: Child,
 {
     let stamped = stamped(object).map_err(kube::Error::SerdeError)?;
     if let Some(live) = live {
@@ -99,11 +114,7 @@ where
 /// [`apply_unless_current`] after reading the cluster's copy (a read instead of a write).
 pub async fn ensure<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + Debug,
+    K: Child,
 {
     let live = api_for(client, object)
         .get_opt(object.meta().name.as_deref().unwrap_or_default())
@@ -114,11 +125,7 @@ where
 /// Applies `object` (name and namespace from its metadata) and returns the object as stored.
 pub async fn apply<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + Debug,
+    K: Child,
 {
     let name = object.meta().name.clone().unwrap_or_default();
     api_for(client, object)
