@@ -19,8 +19,10 @@ Feature: Clean-up when a provisioner is deleted
     And the provisioner's children are removed by garbage collection
 
   @R-DEL-3 @R-DEL-10 @tutorial @core
-  Scenario: The key is found by its recorded id, not by the names in the spec
+  Scenario Outline: The key is found by its recorded ids, not by the spec's <field>
     Given a provisioner key named "someone-elses-key" already exists in the scenario's organization
+    And the scenario has a second coderd organization
+    And a provisioner key named "coderprovisioner-sample" already exists in the second organization
     And the sample provisioner is Ready
     Then the provisioner status records its provisioner key
     When the control plane status is changed to:
@@ -30,13 +32,43 @@ Feature: Clean-up when a provisioner is deleted
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
     When the provisioner spec is changed to:
       """
-      key:
-        name: someone-elses-key
+      <spec>
       """
     And the provisioner is deleted
     Then the provisioner is gone
     And the recorded provisioner key no longer exists in coderd
+    And coderd saw exactly 1 DELETE on "provisionerkey"
     And coderd holds exactly 1 provisioner key named "someone-elses-key"
+    And the second organization holds exactly 1 provisioner key named "coderprovisioner-sample"
+
+    Examples:
+      | field        | spec                                                                                  |
+      | key name     | key: {name: someone-elses-key}                                                        |
+      | organization | organizationName: "{second organization}"                                             |
+      | tags         | tags: {team: red}                                                                     |
+      | Secret       | key: {secretName: another-secret, secretKey: another-key}                             |
+      | every field  | {key: {name: someone-elses-key}, organizationName: "{second organization}", tags: {team: red}} |
+
+  @R-DEL-3 @R-DEL-4 @D-5 @core
+  Scenario: A key replaced under the recorded name by someone else is not deleted
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the recorded provisioner key is replaced in coderd by someone else's key of the same name
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And coderd saw no DELETE on "provisionerkey"
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+
+  @R-DEL-2 @fault-injection @core
+  Scenario: The finalizer stays until coderd has answered the key delete
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When coderd delays its answers to every DELETE on "provisionerkey" by 4 seconds
+    And the provisioner is deleted
+    Then while coderd holds back the DELETE answer the provisioner keeps the finalizer "coder.com/provisioner-key-cleanup"
+    And the provisioner is gone
+    And the recorded provisioner key no longer exists in coderd
+    And coderd saw exactly 1 DELETE on "provisionerkey"
 
   @R-DEL-5 @tutorial @core
   Scenario: A provisioner without a recorded key is removed without calling coderd
@@ -81,7 +113,7 @@ Feature: Clean-up when a provisioner is deleted
     When coderd becomes reachable again
     Then the recorded provisioner key still exists in coderd
 
-  @R-DEL-8 @tutorial @serial @fault-injection @core
+  @R-DEL-8 @tutorial @fault-injection @core
   Scenario: When the delete call fails the provisioner is removed after one attempt
     Given the sample provisioner is Ready
     Then the provisioner status records its provisioner key
@@ -91,7 +123,7 @@ Feature: Clean-up when a provisioner is deleted
     And the recorded provisioner key still exists in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
 
-  @R-DEL-9 @serial @fault-injection @core
+  @R-DEL-9 @fault-injection @core
   Scenario: A key already gone from coderd does not hold up the deletion
     Given the sample provisioner is Ready
     Then the provisioner status records its provisioner key

@@ -67,3 +67,57 @@ Feature: The CoderProvisioner CRD and what the API server admits
     Then the API server rejects it with a message mentioning:
       | spec.replicas              |
       | greater than or equal to 0 |
+
+  @R-CRD-5 @R-CRD-6 @R-CRD-8 @R-CRD-9 @R-CRD-10 @R-CRD-11 @extended
+  Scenario: The spec declares its optional fields with their types and limits, and no credential field
+    Then the CRD "coderprovisioners.coder.com" declares these spec fields:
+      | field                         | type    | maxLength |
+      | controlPlaneRef.name          | string  |           |
+      | organizationName              | string  | 128       |
+      | key.name                      | string  | 64        |
+      | key.secretName                | string  | 253       |
+      | key.secretKey                 | string  | 253       |
+      | replicas                      | integer |           |
+      | tags                          | object  |           |
+      | image                         | string  |           |
+      | extraArgs                     | array   |           |
+      | extraEnv                      | array   |           |
+      | resources                     | object  |           |
+      | imagePullSecrets              | array   |           |
+      | terminationGracePeriodSeconds | integer |           |
+    And the CRD "coderprovisioners.coder.com" declares no spec field "bootstrap"
+
+  @R-CRD-12 @extended
+  Scenario: The status declares exactly the contract's fields
+    Then the CRD "coderprovisioners.coder.com" declares exactly these status fields:
+      | field               | type    |
+      | observedGeneration  | integer |
+      | readyReplicas       | integer |
+      | phase               | string  |
+      | conditions          | array   |
+      | organizationID      | string  |
+      | organizationName    | string  |
+      | provisionerKeyID    | string  |
+      | provisionerKeyName  | string  |
+      | tagsHash            | string  |
+      | controlPlaneRefName | string  |
+      | controlPlaneURL     | string  |
+      | secretRef           | object  |
+
+  @R-CRD-7 @core
+  Scenario Outline: A spec.<field> longer than <limit> characters is rejected
+    When a provisioner is submitted with a spec of:
+      """
+      controlPlaneRef:
+        name: codercontrolplane-sample
+      <yaml>
+      """
+    Then the API server rejects it with a message mentioning:
+      | spec.<field> |
+      | <limit>      |
+
+    Examples:
+      | field            | limit | yaml                            |
+      | organizationName | 128   | organizationName: {129 x o}     |
+      | key.secretName   | 253   | key: {secretName: {254 x s}}    |
+      | key.secretKey    | 253   | key: {secretKey: {254 x k}}     |

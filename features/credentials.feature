@@ -39,7 +39,7 @@ Feature: Credential Secrets referenced by extraEnv
       | CODER_PROVISIONER_DAEMON_KEY |       | {provisioner}-provisioner-key/key |
       | PROXY_PASSWORD               |       | proxy-credentials/value       |
 
-  @R-CRED-3 @R-CRED-4 @R-CRED-5 @R-CRED-6 @R-CRED-7 @R-CRED-9 @D-2 @tutorial @core
+  @R-CRED-3 @R-CRED-4 @R-CRED-5 @R-CRED-6 @R-CRED-7 @R-CRED-9 @R-CRED-15 @D-2 @tutorial @core
   Scenario Outline: A credential Secret that is not cleared blocks the provisioner: <case>
     Given a credential Secret "proxy-credentials" with metadata:
       """
@@ -56,7 +56,7 @@ Feature: Credential Secrets referenced by extraEnv
               key: value
       """
     Then the provisioner has condition "CredentialsReady" "False" with reason "<reason>"
-    And coderd saw no POST on "provisionerkeys"
+    And coderd saw no provisioner key requests
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
     Examples:
@@ -71,6 +71,73 @@ Feature: Credential Secrets referenced by extraEnv
       | origin with a path        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}/api"}              | CredentialDestinationMismatch |
       | wildcard                  | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "*"}                         | CredentialDestinationMismatch |
       | Secret does not exist     | no-such-secret    | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}"}                  | CredentialSecretNotFound      |
+
+  @R-CRED-6 @R-CRED-10 @D-2 @core
+  Scenario Outline: The destination <destination> <verdict> the control plane URL <url>
+    Given the control plane status is changed to:
+      """
+      url: "<url>"
+      """
+    And a credential Secret "proxy-credentials" with metadata:
+      """
+      labels: {coder.com/credential: "true"}
+      annotations: {coder.com/credential-destinations: "<destination>"}
+      """
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PROXY_PASSWORD
+          valueFrom:
+            secretKeyRef: {name: proxy-credentials, key: value}
+      """
+    Then the provisioner has condition "CredentialsReady" "<status>" with reason "<reason>"
+
+    Examples: the same origin written another way
+      | url                             | destination                       | verdict | status | reason           |
+      | https://coder.example.com       | https://coder.example.com:443     | matches | True   | CredentialsValid |
+      | https://coder.example.com:443   | https://coder.example.com         | matches | True   | CredentialsValid |
+      | http://coder.example.com        | http://coder.example.com:80       | matches | True   | CredentialsValid |
+      | http://coder.example.com:8080   | http://coder.example.com:8080     | matches | True   | CredentialsValid |
+      | https://Coder.Example.COM       | https://coder.example.com         | matches | True   | CredentialsValid |
+      | https://coder.example.com       | HTTPS://CODER.EXAMPLE.COM         | matches | True   | CredentialsValid |
+      | https://coder.example.com/coder | https://coder.example.com         | matches | True   | CredentialsValid |
+      | https://[2001:db8::1]:8443      | https://[2001:db8::1]:8443        | matches | True   | CredentialsValid |
+
+    Examples: another origin
+      | url                             | destination                           | verdict        | status | reason                        |
+      | https://coder.example.com:8443  | https://coder.example.com             | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com       | https://coder.example.com:8443        | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com:8443  | https://coder.example.com:9443        | does not match | False  | CredentialDestinationMismatch |
+      | http://coder.example.com        | http://coder.example.com:443          | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com       | http://coder.example.com:443          | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com       | https://coder.example.com.            | does not match | False  | CredentialDestinationMismatch |
+      | https://[2001:db8::1]:8443      | https://[2001:db8::1]                 | does not match | False  | CredentialDestinationMismatch |
+      | https://[2001:db8::1]:8443      | https://[2001:db8::2]:8443            | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com       | https://user:pass@coder.example.com   | does not match | False  | CredentialDestinationMismatch |
+      | https://coder.example.com       | https://coder.example.com/api         | does not match | False  | CredentialDestinationMismatch |
+
+  @R-CRED-14 @core
+  Scenario: Only secretKeyRef entries are checked, and never the provisioner's own key Secret
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: PLAIN_VALUE
+          value: "plain"
+        - name: FROM_CONFIG_MAP
+          valueFrom:
+            configMapKeyRef: {name: not-a-credential, key: value, optional: true}
+        - name: FROM_FIELD
+          valueFrom:
+            fieldRef: {fieldPath: metadata.name}
+        - name: FROM_RESOURCE
+          valueFrom:
+            resourceFieldRef: {containerName: provisioner, resource: limits.memory}
+        - name: OWN_KEY
+          valueFrom:
+            secretKeyRef: {name: coderprovisioner-sample-provisioner-key, key: key}
+      """
+    Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    And the provisioner becomes Ready
 
   @R-CRED-7 @D-2 @core
   Scenario: An optional reference to a missing Secret is allowed

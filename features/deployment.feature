@@ -127,7 +127,7 @@ Feature: The provisioner Deployment
     When the provisioner key Secret is deleted
     Then the provisioner pod template changes
 
-  @R-ST-2 @R-ST-3 @R-ST-4 @R-ST-5 @R-ST-6 @core
+  @R-ST-2 @R-ST-3 @R-ST-4 @R-ST-5 @R-ST-6 @R-ST-9 @R-W-2 @core
   Scenario: A healthy provisioner reports every condition True
     When the sample provisioner is applied
     Then the provisioner becomes Ready
@@ -139,3 +139,109 @@ Feature: The provisioner Deployment
     And the provisioner has condition "ProvisionerKeySecretReady" "True" with reason "SecretReady"
     And the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
     And the provisioner has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+
+  @R-POD-1 @R-POD-5 @R-POD-6 @R-POD-8 @R-POD-10 @R-POD-13 @R-POD-16 @R-KEY-4 @R-ST-4 @core
+  Scenario Outline: Changing <field> after Ready updates the Deployment and keeps the key
+    Given the sample provisioner is Ready
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    When the provisioner spec is changed to:
+      """
+      <spec>
+      """
+    Then the Deployment "provisioner-{provisioner}" has at "<path>":
+      """
+      <value>
+      """
+    And the provisioner's status observes its current generation
+    And coderd sees no provisioner key requests since the last action during the observation window
+    And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
+
+    Examples:
+      | field                         | spec                                              | path                                              | value                                |
+      | image                         | {image: "example.com/coder:v2.31.0"}              | /spec/template/spec/containers/0/image            | example.com/coder:v2.31.0            |
+      | replicas                      | {replicas: 2}                                     | /spec/replicas                                    | 2                                    |
+      | extraArgs                     | {extraArgs: ["--verbose"]}                        | /spec/template/spec/containers/0/args             | ["provisioner", "start", "--verbose"] |
+      | extraEnv                      | {extraEnv: [{name: CODER_VERBOSE, value: "true"}]} | /spec/template/spec/containers/0/env/2            | {name: CODER_VERBOSE, value: "true"} |
+      | resources                     | {resources: {limits: {memory: 1Gi}}}              | /spec/template/spec/containers/0/resources        | {limits: {memory: 1Gi}}              |
+      | imagePullSecrets              | {imagePullSecrets: [{name: registry-credentials}]} | /spec/template/spec/imagePullSecrets              | [{name: registry-credentials}]       |
+      | terminationGracePeriodSeconds | {terminationGracePeriodSeconds: 30}               | /spec/template/spec/terminationGracePeriodSeconds | 30                                   |
+
+  @R-ST-4 @core
+  Scenario: A later generation is observed, and conditions that did not change keep their transition times
+    Given the sample provisioner is Ready
+    Then the provisioner's conditions are remembered
+    When the provisioner spec is changed to:
+      """
+      extraArgs: ["--verbose"]
+      """
+    Then the provisioner's status observes its current generation
+    And the provisioner's conditions keep their last transition times
+
+  @R-ST-1 @R-ST-2 @R-ST-3 @R-ST-5 @core
+  Scenario Outline: A Deployment with <replicas> ready replica(s) gives phase <phase>
+    When the sample provisioner is applied with spec:
+      """
+      replicas: <replicas>
+      """
+    Then the provisioner status has:
+      | field | value   |
+      | phase | <phase> |
+    And the provisioner has condition "DeploymentReady" "<status>" with reason "<reason>"
+    And the provisioner stays in phase "<phase>" during the observation window
+
+    Examples:
+      | replicas | phase   | status | reason               |
+      | 0        | Pending | False  | NoReplicasReady      |
+      | 2        | Ready   | True   | MinimumReplicasReady |
+
+  @R-ST-3 @core
+  Scenario: The status counts the Deployment's ready replicas
+    When the sample provisioner is applied with spec:
+      """
+      replicas: 2
+      """
+    Then the provisioner status has:
+      | field         | value |
+      | readyReplicas | 2     |
+
+  @R-POD-2 @R-POD-7 @R-POD-15 @extended
+  Scenario: One container, selected by the standard labels, and no tag flags for the daemon
+    When the sample provisioner is applied with spec:
+      """
+      tags: {scope: organization, owner: conformance}
+      """
+    Then the provisioner Deployment selects its pods by exactly the standard labels
+    And the provisioner pod template has exactly one container, named "provisioner"
+    And the provisioner container has no env var "CODER_PROVISIONERD_TAGS"
+    And the provisioner container's args are '["provisioner", "start"]'
+
+  @R-RES-2 @R-RES-4 @R-CRD-13 @D-4 @D-6 @extended
+  Scenario: Provisioners with long names get distinct children with names of at most 63 characters
+    When a second provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one" is applied with spec:
+      """
+      {}
+      """
+    And a second provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-two" is applied with spec:
+      """
+      {}
+      """
+    Then the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+    And the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-two" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+    And the children of the two provisioners have distinct names and labels of at most 63 characters
+
+  @R-RES-5 @R-W-2 @extended
+  Scenario Outline: A manual edit of the <kind> is reverted
+    Given the sample provisioner is Ready
+    When the <kind> "provisioner-{provisioner}" is changed to:
+      """
+      <edit>
+      """
+    Then the <kind> "provisioner-{provisioner}" has at "<path>":
+      """
+      <value>
+      """
+
+    Examples:
+      | kind       | edit                                                              | path           | value                                                                                                              |
+      | Deployment | {spec: {replicas: 5}}                                             | /spec/replicas | 1                                                                                                                  |
+      | Role       | {rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]}     | /rules         | [{apiGroups: [""], resources: [pods, persistentvolumeclaims], verbs: [get, list, watch, create, update, patch, delete]}] |

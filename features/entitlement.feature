@@ -50,7 +50,7 @@ Feature: The external provisioner entitlement
     And coderd reports the external provisioner entitlement as "not_entitled"
     When the sample provisioner is applied
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
-    And coderd saw no POST on "provisionerkeys"
+    And coderd saw no provisioner key requests
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-ENT-5 @serial @core
@@ -60,19 +60,44 @@ Feature: The external provisioner entitlement
     And coderd reports the external provisioner entitlement as "absent"
     When the sample provisioner is applied
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
-    And coderd saw no POST on "provisionerkeys"
+    And coderd saw no provisioner key requests
 
-  @R-ENT-6 @R-ENT-7 @R-ENT-8 @serial @fault-injection @extended
+  @R-ENT-6 @R-ENT-7 @R-ENT-8 @R-ENT-9 @fault-injection @extended
   Scenario Outline: An entitlements answer of <status> gives the reason <reason>
     Given a Ready control plane with operator access
     And the control plane's entitlement check is older than two minutes
     And coderd answers every GET on "entitlements" with status <status>
     When the sample provisioner is applied
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "<reason>"
-    And coderd saw no POST on "provisionerkeys"
+    And coderd saw no provisioner key requests
 
     Examples:
       | status | reason                  |
       | 404    | NotSupported            |
+      | 401    | Forbidden               |
       | 403    | Forbidden               |
+      | 429    | EntitlementsQueryFailed |
       | 500    | EntitlementsQueryFailed |
+      | 502    | EntitlementsQueryFailed |
+      | 503    | EntitlementsQueryFailed |
+
+  @R-ENT-4 @serial @core
+  Scenario: coderd reporting "grace_period" lets the provisioner proceed
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    And coderd reports the external provisioner entitlement as "grace_period"
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And the provisioner becomes Ready
+
+  @R-ENT-3 @core
+  Scenario: A recent check with a value other than entitled, grace_period or not_entitled makes the operator ask coderd
+    Given a Ready control plane with operator access
+    And the control plane status is changed to:
+      """
+      externalProvisionerDaemonsEntitlement: unknown
+      """
+    When the sample provisioner is applied
+    Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    And coderd saw at least 1 GET on "entitlements"
+    And the provisioner becomes Ready

@@ -43,39 +43,124 @@ Feature: The provisioner key in coderd
     And the provisioner pod template changes
     And the provisioner becomes Ready
 
-  @R-KEY-13 @R-KEY-17 @extended
-  Scenario: Changing the tags replaces the key
+  @R-KEY-13 @R-KEY-14 @R-KEY-15 @R-KEY-17 @R-ST-8 @R-POD-3 @extended
+  Scenario Outline: Changing <change> after Ready replaces the key
+    Given a Ready control plane with operator access
+    And the scenario has a second coderd organization
+    And the sample provisioner is applied with spec:
+      """
+      tags: {scope: organization, team: blue}
+      """
+    Then the provisioner becomes Ready
+    And the provisioner status records its provisioner key
+    And the provisioner status has:
+      | field    | value    |
+      | tagsHash | 58d21dbb |
+    And the provisioner pod template is remembered
+    When the provisioner spec is changed to:
+      """
+      <spec>
+      """
+    Then the provisioner status has:
+      | field              | value          |
+      | provisionerKeyName | <key name>     |
+      | organizationName   | <organization> |
+      | tagsHash           | <tags hash>    |
+    And the recorded provisioner key no longer exists in coderd
+    And coderd saw exactly 2 POST on "provisionerkeys"
+    And coderd saw exactly 1 DELETE on "provisionerkey"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "<key name>"
+    And the provisioner pod template changes
+    And the provisioner becomes Ready
+
+    Examples:
+      | change              | spec                                     | key name                | organization          | tags hash |
+      | a tag's value       | tags: {team: green}                      | coderprovisioner-sample | {organization}        | a05c8748  |
+      | an added tag        | tags: {zone: a}                          | coderprovisioner-sample | {organization}        | 45100fb2  |
+      | a removed tag       | tags: {team: null}                       | coderprovisioner-sample | {organization}        | cf1b2b92  |
+      | the key name        | key: {name: renamed-key}                 | renamed-key             | {organization}        | 58d21dbb  |
+      | the organization    | organizationName: "{second organization}" | coderprovisioner-sample | {second organization} | 58d21dbb  |
+
+  @R-SEC-1 @R-SEC-6 @R-KEY-5 @R-POD-12 @core
+  Scenario Outline: Moving the key to <where> writes it there and points the daemon at it
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When the provisioner spec is changed to:
+      """
+      key: <key>
+      """
+    Then the provisioner status has:
+      | field          | value      |
+      | secretRef.name | <secret>   |
+      | secretRef.key  | <data key> |
+    And the key in Secret "<secret>" under "<data key>" authenticates to coderd as the key named "coderprovisioner-sample"
+    And the provisioner container's env is:
+      | name                         | value | secret              |
+      | CODER_URL                    | {url} |                     |
+      | CODER_PROVISIONER_DAEMON_KEY |       | <secret>/<data key> |
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    And the provisioner becomes Ready
+
+    Examples:
+      | where                 | key                                              | secret           | data key   |
+      | another Secret        | {secretName: moved-key}                          | moved-key        | key        |
+      | another data key      | {secretKey: daemon-key}                          | {provisioner}-provisioner-key | daemon-key |
+      | both                  | {secretName: moved-key, secretKey: daemon-key}   | moved-key        | daemon-key |
+
+  @R-KEY-11 @core
+  Scenario: A lost key Secret whose key is gone from coderd too is only created again
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    And the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    When the recorded provisioner key is deleted in coderd by someone else
+    And the provisioner key Secret is deleted
+    Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
+    And coderd saw exactly 2 POST on "provisionerkeys"
+    And coderd saw no DELETE on "provisionerkey"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+
+  @R-KEY-12 @extended
+  Scenario: A usable key Secret without a recorded baseline is replaced once, then left alone
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
     Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
-    When the provisioner spec is changed to:
-      """
-      tags:
-        scope: organization
-        owner: conformance
-      """
+    When the provisioner's recorded key fields are removed from its status
     Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
-    And coderd holds a provisioner key named "coderprovisioner-sample" with tags:
-      | tag   | value        |
-      | owner | conformance  |
-      | scope | organization |
+    And the provisioner status records its provisioner key
     And coderd saw exactly 2 POST on "provisionerkeys"
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    And coderd sees no provisioner key requests from now on during the observation window
 
-  @R-KEY-14 @extended
-  Scenario: Changing the key name replaces the key under the new name
+  @R-KEY-16 @fault-injection @extended
+  Scenario: A failed delete of the old key does not stop a rotation
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
-    When the provisioner spec is changed to:
+    Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    When coderd answers every DELETE on "provisionerkey" with status 500
+    And the provisioner spec is changed to:
       """
-      key:
-        name: renamed-key
+      key: {name: renamed-key}
+      """
+    Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
+    And coderd holds exactly 1 provisioner key named "renamed-key"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "renamed-key"
+    And the provisioner becomes Ready
+
+  @R-KEY-24 @D-5 @extended
+  Scenario: A rotation removes the recorded key, not another key that took its name
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the recorded provisioner key is replaced in coderd by someone else's key of the same name
+    And the provisioner spec is changed to:
+      """
+      key: {name: renamed-key}
       """
     Then coderd holds exactly 1 provisioner key named "renamed-key"
-    And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
-    And the provisioner status has:
-      | field              | value       |
-      | provisionerKeyName | renamed-key |
+    And coderd saw no DELETE on "provisionerkey"
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
 
   @R-KEY-21 @D-4 @extended
   Scenario: An upper-case key name ends with one lower-case key
@@ -99,7 +184,7 @@ Feature: The provisioner key in coderd
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     And coderd saw no POST on "provisionerkeys"
 
-  @R-KEY-18 @serial @fault-injection @extended
+  @R-KEY-18 @fault-injection @extended
   Scenario: A failing key request is reported and changes nothing else
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 500

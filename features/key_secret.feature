@@ -24,7 +24,7 @@ Feature: The provisioner key Secret
       """
     Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
     And the Secret "taken-key" is left unchanged
-    And coderd saw no POST on "provisionerkeys"
+    And coderd saw no provisioner key requests
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-SEC-12 @core

@@ -1,9 +1,10 @@
 @fake-coderd @fault-injection
 Feature: Rate limiting by coderd
   coderd answers 429 when a client sends too many requests. The operator reports it, backs off
-  and retries, and marks its key requests with the owner's bypass header.
+  (about 2 s, then 4 s, doubling each time) and retries, and marks its key requests with the
+  owner's bypass header. A success starts the backoff over.
 
-  @R-RL-1 @R-RL-4 @serial @extended
+  @R-RL-1 @R-RL-4 @extended
   Scenario: A rate-limited key request is reported and retried later
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
@@ -14,6 +15,25 @@ Feature: Rate limiting by coderd
     When coderd answers normally again
     Then the provisioner becomes Ready
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+
+  @R-RL-2 @extended
+  Scenario: Rate-limited key requests are retried with a doubling backoff
+    Given a Ready control plane with operator access
+    And coderd answers every POST on "provisionerkeys" with status 429
+    When the sample provisioner is applied
+    Then coderd sees 4 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
+
+  @R-RL-3 @extended
+  Scenario: A success starts the backoff over
+    Given a Ready control plane with operator access
+    And coderd answers every POST on "provisionerkeys" with status 429
+    When the sample provisioner is applied
+    Then coderd sees 3 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
+    When coderd answers normally again
+    Then the provisioner becomes Ready
+    When coderd answers every POST on "provisionerkeys" with status 429
+    And the provisioner key Secret is deleted
+    Then coderd sees 2 POST on "provisionerkeys" since the last action spaced by a backoff doubling from 2 seconds
 
   @R-KEY-23 @R-RL-5 @extended
   Scenario: Key requests carry the rate-limit bypass header

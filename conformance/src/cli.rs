@@ -1,5 +1,6 @@
 //! The `conformance` command line: `run` (the suite, with its reports), `verify-report`,
-//! `local-cluster` (a local control plane for other tools), `bench` and `seeded-bugs`.
+//! `local-cluster` (a local control plane for other tools), `bench`, `seeded-bugs` and
+//! `coverage`.
 //!
 //! `run` starts the shared environment once (control plane, fake coderd, operator under test,
 //! readiness simulator), publishes it for the Worlds, runs cucumber with the terminal, JUnit,
@@ -59,6 +60,9 @@ pub enum Command {
     Bench(Box<crate::bench::BenchArgs>),
     /// Prove the suite can fail: run it against seeded-bug builds of the reference operator.
     SeededBugs(crate::seeded::SeededArgs),
+    /// Print the rule coverage table (rules.tsv → scenarios → seeded variants); `--write`
+    /// updates features/README.md, `--check` fails when it is stale or a rule is uncovered.
+    Coverage(crate::coverage::CoverageArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -200,6 +204,7 @@ pub async fn main_with(cli: Cli) -> ExitCode {
         Command::LocalCluster(args) => local_cluster(&args).await,
         Command::Bench(args) => crate::bench::run(*args).await.map(|()| ExitCode::SUCCESS),
         Command::SeededBugs(args) => crate::seeded::run(args).await,
+        Command::Coverage(args) => crate::coverage::run(&args),
     };
     result.unwrap_or_else(|error| {
         eprintln!("conformance: {error:#}");
@@ -215,7 +220,7 @@ pub fn repo_root() -> PathBuf {
 // ---- scenario selection ----
 
 /// A scenario's tags with its feature's and rule's, as cucumber evaluates them.
-fn all_tags(
+pub(crate) fn all_tags(
     feature: &gherkin::Feature,
     rule: Option<&gherkin::Rule>,
     scenario: &gherkin::Scenario,
@@ -269,7 +274,7 @@ impl Selection {
     }
 }
 
-fn parse_features(dir: &Path) -> anyhow::Result<Vec<gherkin::Feature>> {
+pub(crate) fn parse_features(dir: &Path) -> anyhow::Result<Vec<gherkin::Feature>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading the features folder {}", dir.display()))?
         .filter_map(Result::ok)
@@ -684,6 +689,9 @@ async fn after_scenario(
     world: Option<&mut ProvisionerWorld>,
 ) {
     let Some(world) = world else { return };
+    // Before anything is cleaned up: the scenario's secrets and its CRs are still there.
+    let findings = crate::hygiene::findings(world).await;
+    let failed = failed || !findings.is_empty();
     let calls = if world.env.coderd.admin.is_some() && world.coderd.is_some() {
         world.journal().await.ok().map(|entries| {
             let mut counts = BTreeMap::new();
@@ -720,6 +728,9 @@ async fn after_scenario(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .set_extras(scenario_key, calls, diagnostics);
+    if let Err(error) = crate::steps::coderd::clear_scenario_faults(world).await {
+        eprintln!("conformance: could not clear the scenario's coderd faults: {error:#}");
+    }
     if world.touched_global_coderd
         && let Err(error) = crate::steps::coderd::restore_global_coderd(world).await
     {
@@ -745,6 +756,10 @@ async fn after_scenario(
             "conformance: could not delete namespace {}: {error:#}",
             world.namespace
         );
+    }
+    // A panic is how an after-hook fails its scenario in cucumber (reported as a failed hook).
+    if !findings.is_empty() {
+        panic!("after the scenario: {}", findings.join("; "));
     }
 }
 
@@ -856,6 +871,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     teardown(&prepared.environment, prepared.owned).await;
 
+    let results = outcomes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .into_results();
     let report = ConformanceReport {
         schema: SCHEMA.to_owned(),
         implementation: Implementation {
@@ -885,10 +904,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_string(),
         duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
         summary: model::summarise(&[]),
-        results: outcomes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .into_results(),
+        coverage: crate::coverage::for_report(&args.features, &results),
+        results,
         digest: String::new(),
     }
     .seal()?;

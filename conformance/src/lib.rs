@@ -4,11 +4,14 @@
 //! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
 //! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
-//! deliberately broken builds of the reference operator to prove it can fail.
+//! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
+//! contract's rules to scenarios and seeded variants.
 pub mod bench;
 pub mod cli;
 pub mod cluster;
+pub mod coverage;
 pub mod diagnostics;
+pub mod hygiene;
 pub mod implementation;
 pub mod kubelet;
 pub mod manifests;

@@ -84,6 +84,27 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "status-rewritten-every-reconcile", breakage: Breakage::Code, breaks: &["R-ST-7"] },
     Variant { name: "key-rotated-on-restart", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
     Variant { name: "tags-ignored-on-drift", breakage: Breakage::Code, breaks: &["R-KEY-13"] },
+    // Rate limiting.
+    Variant { name: "rate-limit-retried-without-backoff", breakage: Breakage::Code, breaks: &["R-RL-2"] },
+    Variant { name: "backoff-not-reset-after-success", breakage: Breakage::Code, breaks: &["R-RL-3"] },
+    // Which key is deleted, and when.
+    Variant { name: "cleanup-by-recorded-name", breakage: Breakage::Code, breaks: &["R-DEL-3", "R-DEL-4", "D-5"] },
+    Variant { name: "drift-rotation-by-recorded-name", breakage: Breakage::Code, breaks: &["R-KEY-24"] },
+    Variant { name: "cleanup-in-background", breakage: Breakage::Code, breaks: &["R-DEL-2"] },
+    Variant { name: "cleanup-organization-from-spec", breakage: Breakage::Code, breaks: &["R-DEL-3"] },
+    Variant { name: "rotation-stops-on-delete-failure", breakage: Breakage::Code, breaks: &["R-KEY-16"] },
+    // Secrets and credentials.
+    Variant { name: "session-token-logged", breakage: Breakage::Code, breaks: &["R-SEC-14"] },
+    Variant { name: "credential-origin-port-ignored", breakage: Breakage::Code, breaks: &["R-CRED-6", "R-CRED-10"] },
+    Variant { name: "refused-secret-lists-keys", breakage: Breakage::Code, breaks: &["R-SEC-11", "D-3"] },
+    Variant { name: "secret-key-ignored", breakage: Breakage::Code, breaks: &["R-SEC-1", "R-SEC-6", "R-KEY-5"] },
+    Variant { name: "key-secret-without-block-owner-deletion", breakage: Breakage::Code, breaks: &["R-SEC-3"] },
+    // Status and entitlement.
+    Variant { name: "phase-ready-when-deployment-exists", breakage: Breakage::Code, breaks: &["R-ST-2", "R-ST-5"] },
+    Variant { name: "tags-hash-over-keys-only", breakage: Breakage::Code, breaks: &["R-KEY-13", "R-ST-8"] },
+    Variant { name: "transition-time-always-now", breakage: Breakage::Code, breaks: &["R-ST-4"] },
+    Variant { name: "observed-generation-frozen", breakage: Breakage::Code, breaks: &["R-ST-4"] },
+    Variant { name: "entitlements-unauthorized-as-query-failure", breakage: Breakage::Code, breaks: &["R-ENT-7"] },
 ];
 
 #[derive(Args, Debug, Clone)]

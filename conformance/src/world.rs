@@ -156,6 +156,14 @@ pub struct ProvisionerWorld {
     pub last_admission: Option<Result<(), String>>,
     /// Held from the before-hook to the after-hook.
     pub gate: Option<Gate>,
+    /// A second coderd organization, made on demand by a step: (name, id).
+    pub second_organization: Option<(String, String)>,
+    /// Secret values the scenario has seen (key plaintexts read from Secrets, credential values
+    /// it wrote), searched for by the after-scenario leak check (R-SEC-14).
+    pub seen_secrets: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Contract invariants violated by any observation of the CR (R-ST-1, R-ST-9, R-CRD-12),
+    /// reported by the after-hook: a value that flickers past a poll still fails the scenario.
+    pub violations: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl fmt::Debug for ProvisionerWorld {
@@ -215,6 +223,9 @@ impl ProvisionerWorld {
             last_command: None,
             last_admission: None,
             gate: None,
+            second_organization: None,
+            seen_secrets: Default::default(),
+            violations: Default::default(),
         };
         if owns_namespace {
             world.create_namespace().await?;
@@ -414,9 +425,25 @@ impl ProvisionerWorld {
         self.provisioner_json_named(&self.provisioner).await
     }
 
+    /// Every observation of a CR is also checked against the contract's invariants.
     async fn provisioner_json_named(&self, name: &str) -> anyhow::Result<Option<Value>> {
         let object = self.provisioners().get_opt(name).await?;
-        Ok(object.map(serde_json::to_value).transpose()?)
+        let cr = object.map(serde_json::to_value).transpose()?;
+        if let Some(cr) = &cr {
+            let found = crate::hygiene::provisioner_invariants(cr);
+            if !found.is_empty() {
+                let mut violations = self
+                    .violations
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                violations.extend(
+                    found
+                        .into_iter()
+                        .map(|v| format!("CoderProvisioner {name}: {v}")),
+                );
+            }
+        }
+        Ok(cr)
     }
 
     /// Polls the scenario's CR until `check` accepts it.
@@ -503,8 +530,35 @@ impl ProvisionerWorld {
         }
     }
 
-    /// The scenario's session token, for redaction only (diagnostics must never contain it).
+    /// The secret values this scenario knows: its session token, the values it saw in Secrets
+    /// and those it wrote. For redaction and the leak check only; never printed.
     pub fn secret_values(&self) -> Vec<String> {
-        self.coderd.iter().map(|c| c.token.clone()).collect()
+        let seen = self
+            .seen_secrets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.coderd
+            .iter()
+            .map(|c| c.token.clone())
+            .chain(seen.iter().cloned())
+            .collect()
+    }
+
+    /// Remembers a secret value the scenario saw or wrote (see [`Self::secret_values`]).
+    pub fn saw_secret(&self, value: &[u8]) {
+        if let Ok(text) = std::str::from_utf8(value) {
+            self.seen_secrets
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(text.to_owned());
+        }
+    }
+
+    /// The scenario's second coderd organization (name, id), from "the scenario has a second
+    /// coderd organization".
+    pub fn second_organization(&self) -> anyhow::Result<&(String, String)> {
+        self.second_organization.as_ref().ok_or_else(|| {
+            anyhow!("no second organization: start with \"the scenario has a second coderd organization\"")
+        })
     }
 }

@@ -38,6 +38,10 @@ pub struct FaultSpec {
     /// For `status` faults: run the request (state change included) first, then answer the fault.
     #[serde(default)]
     pub apply_then_fail: bool,
+    /// Only requests made with the session token of this fingerprint ([`crate::fingerprint`]);
+    /// `None` = every caller. Lets concurrent tests fault their own client and nobody else's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_token_fingerprint: Option<String>,
 }
 
 impl FaultSpec {
@@ -64,6 +68,7 @@ impl FaultSpec {
             kind,
             times: Some(1),
             apply_then_fail: false,
+            session_token_fingerprint: None,
         }
     }
 
@@ -82,6 +87,12 @@ impl FaultSpec {
     /// Lets the request change state before the fault answer replaces the real one.
     pub fn apply_then_fail(mut self) -> Self {
         self.apply_then_fail = true;
+        self
+    }
+
+    /// Applies only to requests made with the session token of this fingerprint.
+    pub fn for_session_token_fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
+        self.session_token_fingerprint = Some(fingerprint.into());
         self
     }
 
@@ -121,8 +132,15 @@ impl FaultSpec {
         }
     }
 
-    fn matches(&self, method: &str, route: &str) -> bool {
-        self.method.eq_ignore_ascii_case(method) && self.route == route
+    fn matches(&self, method: &str, route: &str, session_token: Option<&str>) -> bool {
+        self.method.eq_ignore_ascii_case(method)
+            && self.route == route
+            && self
+                .session_token_fingerprint
+                .as_deref()
+                .is_none_or(|wanted| {
+                    session_token.is_some_and(|token| crate::journal::fingerprint(token) == wanted)
+                })
     }
 }
 
@@ -143,20 +161,31 @@ impl Faults {
         self.active.clear();
     }
 
+    /// Removes the faults scoped to one session-token fingerprint, leaving the others.
+    pub fn clear_for(&mut self, fingerprint: &str) {
+        self.active
+            .retain(|fault| fault.session_token_fingerprint.as_deref() != Some(fingerprint));
+    }
+
     /// Whether the next fault for this request is a reset (checked before any HTTP handling).
-    pub fn next_is_reset(&self, method: &str, route: &str) -> bool {
+    pub fn next_is_reset(&self, method: &str, route: &str, session_token: Option<&str>) -> bool {
         self.active
             .iter()
-            .find(|fault| fault.matches(method, route))
+            .find(|fault| fault.matches(method, route, session_token))
             .is_some_and(|fault| fault.kind == FaultKind::Reset)
     }
 
     /// Takes the next fault for this request, counting one use of it.
-    pub fn take(&mut self, method: &str, route: &str) -> Option<FaultSpec> {
+    pub fn take(
+        &mut self,
+        method: &str,
+        route: &str,
+        session_token: Option<&str>,
+    ) -> Option<FaultSpec> {
         let index = self
             .active
             .iter()
-            .position(|fault| fault.matches(method, route))?;
+            .position(|fault| fault.matches(method, route, session_token))?;
         let fault = self.active[index].clone();
         match &mut self.active[index].times {
             Some(1) => {
@@ -180,16 +209,33 @@ mod tests {
         faults
             .inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2))
             .expect("valid");
-        assert!(faults.take("post", CREATE_KEY).is_some());
-        assert!(faults.take("POST", CREATE_KEY).is_some());
-        assert!(faults.take("POST", CREATE_KEY).is_none());
+        assert!(faults.take("post", CREATE_KEY, None).is_some());
+        assert!(faults.take("POST", CREATE_KEY, None).is_some());
+        assert!(faults.take("POST", CREATE_KEY, None).is_none());
         faults
             .inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky())
             .expect("valid");
         for _ in 0..5 {
-            assert!(faults.take("GET", CREATE_KEY).is_some());
+            assert!(faults.take("GET", CREATE_KEY, None).is_some());
         }
-        assert!(faults.take("POST", CREATE_KEY).is_none());
+        assert!(faults.take("POST", CREATE_KEY, None).is_none());
+    }
+
+    #[test]
+    fn scoped_faults_hit_only_their_session_token() {
+        let mut faults = Faults::default();
+        let mine = crate::journal::fingerprint("mine");
+        faults
+            .inject(
+                FaultSpec::status("POST", CREATE_KEY, 429)
+                    .sticky()
+                    .for_session_token_fingerprint(mine),
+            )
+            .expect("valid");
+        assert!(faults.take("POST", CREATE_KEY, Some("theirs")).is_none());
+        assert!(faults.take("POST", CREATE_KEY, None).is_none());
+        assert!(faults.take("POST", CREATE_KEY, Some("mine")).is_some());
+        assert!(!faults.next_is_reset("POST", CREATE_KEY, Some("mine")));
     }
 
     #[rstest::rstest]

@@ -284,6 +284,11 @@ impl FakeCoderd {
         self.shared.lock().clear_faults();
     }
 
+    /// Removes only the faults scoped to this session-token fingerprint.
+    pub fn clear_faults_for(&self, fingerprint: &str) {
+        self.shared.lock().clear_faults_for(fingerprint);
+    }
+
     pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
         self.shared.lock().set_rate_limit(spec);
     }
@@ -316,6 +321,13 @@ impl FakeCoderd {
         self.shared
             .lock()
             .create_key_directly(org, name, tags)
+            .map_err(|error| anyhow!(error))
+    }
+
+    pub fn delete_key_directly(&self, org: &str, id: &str) -> anyhow::Result<()> {
+        self.shared
+            .lock()
+            .delete_key_directly(org, id)
             .map_err(|error| anyhow!(error))
     }
 

@@ -95,6 +95,10 @@ impl World {
         self.faults.clear();
     }
 
+    pub fn clear_faults_for(&mut self, fingerprint: &str) {
+        self.faults.clear_for(fingerprint);
+    }
+
     pub fn set_rate_limit(&mut self, spec: Option<RateLimitSpec>) {
         self.limiter.set(spec);
     }
@@ -121,6 +125,21 @@ impl World {
         let org_id = self.organization_id(org)?;
         self.state
             .create_key(&org_id, name, tags)
+            .map_err(|error| error.body.message)
+    }
+
+    /// Deletes a key by id as if some other client had (not journaled).
+    pub fn delete_key_directly(&mut self, org: &str, id: &str) -> Result<(), String> {
+        let org_id = self.organization_id(org)?;
+        let name = self
+            .state
+            .list_keys(&org_id)
+            .into_iter()
+            .find(|key| key.id == id)
+            .map(|key| key.name)
+            .ok_or_else(|| format!("no key with id {id:?} in organization {org:?}"))?;
+        self.state
+            .delete_key(&org_id, &name)
             .map_err(|error| error.body.message)
     }
 

@@ -64,10 +64,58 @@ pub enum Bug {
     KeyRotatedOnRestart,
     /// A change of `spec.tags` is not seen as drift, so the key keeps the old tags (R-KEY-13).
     TagsIgnoredOnDrift,
+    /// After a 429 on a key request the CR is retried after 100 ms instead of the doubling
+    /// backoff (R-RL-2).
+    RateLimitRetriedWithoutBackoff,
+    /// The per-CR 429 counter is not reset by a successful pass, so the next run of 429s starts
+    /// where the last one stopped (R-RL-3).
+    BackoffNotResetAfterSuccess,
+    /// Clean-up deletes the key named `status.provisionerKeyName` without matching the recorded
+    /// id, so a same-named key that replaced it is deleted (R-DEL-3, R-DEL-4, D-5).
+    CleanupByRecordedName,
+    /// A spec-drift rotation deletes the old key by its recorded name, not by the recorded id
+    /// (R-KEY-24).
+    DriftRotationByRecordedName,
+    /// The operator token is logged at info level whenever a coderd client is built (R-SEC-14).
+    SessionTokenLogged,
+    /// Destination origins are compared by scheme and host only; ports are ignored
+    /// (R-CRED-6, R-CRED-10).
+    CredentialOriginPortIgnored,
+    /// Clean-up spawns the key delete in the background and removes the finalizer at once
+    /// (R-DEL-2).
+    CleanupInBackground,
+    /// Phase `Ready` and `DeploymentReady=True` whenever the Deployment exists, whatever its
+    /// readyReplicas (R-ST-2, R-ST-5).
+    PhaseReadyWhenDeploymentExists,
+    /// `tagsHash` covers the tag keys only, so a changed tag value is not drift
+    /// (R-KEY-13, R-ST-8).
+    TagsHashOverKeysOnly,
+    /// A refused key Secret (`KeySecretNotOwned`) still lets the pass list the keys in coderd
+    /// first (R-SEC-11, D-3).
+    RefusedSecretListsKeys,
+    /// Clean-up looks the organization up by `spec.organizationName` instead of using the
+    /// recorded `status.organizationID` (R-DEL-3).
+    CleanupOrganizationFromSpec,
+    /// Every condition's `lastTransitionTime` is set to now on each status write (R-ST-4).
+    TransitionTimeAlwaysNow,
+    /// `observedGeneration` (status and conditions) stays at the first generation recorded,
+    /// never moving for later generations (R-ST-4).
+    ObservedGenerationFrozen,
+    /// `spec.key.secretKey` is ignored: the key lives under `key` (in the Secret, `status.secretRef`
+    /// and the pod env alike) (R-SEC-1, R-SEC-6, R-KEY-5).
+    SecretKeyIgnored,
+    /// A 401 from the entitlements call gives `EntitlementsQueryFailed` instead of `Forbidden`
+    /// (R-ENT-7).
+    EntitlementsUnauthorizedAsQueryFailure,
+    /// When deleting the old key of a rotation fails, the pass fails and no new key is created
+    /// (R-KEY-16).
+    RotationStopsOnDeleteFailure,
+    /// The key Secret's controller ownerReference lacks `blockOwnerDeletion: true` (R-SEC-3).
+    KeySecretWithoutBlockOwnerDeletion,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 33] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -84,6 +132,23 @@ impl Bug {
         Bug::StatusRewrittenEveryReconcile,
         Bug::KeyRotatedOnRestart,
         Bug::TagsIgnoredOnDrift,
+        Bug::RateLimitRetriedWithoutBackoff,
+        Bug::BackoffNotResetAfterSuccess,
+        Bug::CleanupByRecordedName,
+        Bug::DriftRotationByRecordedName,
+        Bug::SessionTokenLogged,
+        Bug::CredentialOriginPortIgnored,
+        Bug::CleanupInBackground,
+        Bug::PhaseReadyWhenDeploymentExists,
+        Bug::TagsHashOverKeysOnly,
+        Bug::RefusedSecretListsKeys,
+        Bug::CleanupOrganizationFromSpec,
+        Bug::TransitionTimeAlwaysNow,
+        Bug::ObservedGenerationFrozen,
+        Bug::SecretKeyIgnored,
+        Bug::EntitlementsUnauthorizedAsQueryFailure,
+        Bug::RotationStopsOnDeleteFailure,
+        Bug::KeySecretWithoutBlockOwnerDeletion,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -109,6 +174,25 @@ impl Bug {
             Bug::StatusRewrittenEveryReconcile => "status-rewritten-every-reconcile",
             Bug::KeyRotatedOnRestart => "key-rotated-on-restart",
             Bug::TagsIgnoredOnDrift => "tags-ignored-on-drift",
+            Bug::RateLimitRetriedWithoutBackoff => "rate-limit-retried-without-backoff",
+            Bug::BackoffNotResetAfterSuccess => "backoff-not-reset-after-success",
+            Bug::CleanupByRecordedName => "cleanup-by-recorded-name",
+            Bug::DriftRotationByRecordedName => "drift-rotation-by-recorded-name",
+            Bug::SessionTokenLogged => "session-token-logged",
+            Bug::CredentialOriginPortIgnored => "credential-origin-port-ignored",
+            Bug::CleanupInBackground => "cleanup-in-background",
+            Bug::PhaseReadyWhenDeploymentExists => "phase-ready-when-deployment-exists",
+            Bug::TagsHashOverKeysOnly => "tags-hash-over-keys-only",
+            Bug::RefusedSecretListsKeys => "refused-secret-lists-keys",
+            Bug::CleanupOrganizationFromSpec => "cleanup-organization-from-spec",
+            Bug::TransitionTimeAlwaysNow => "transition-time-always-now",
+            Bug::ObservedGenerationFrozen => "observed-generation-frozen",
+            Bug::SecretKeyIgnored => "secret-key-ignored",
+            Bug::EntitlementsUnauthorizedAsQueryFailure => {
+                "entitlements-unauthorized-as-query-failure"
+            }
+            Bug::RotationStopsOnDeleteFailure => "rotation-stops-on-delete-failure",
+            Bug::KeySecretWithoutBlockOwnerDeletion => "key-secret-without-block-owner-deletion",
         }
     }
 
@@ -196,6 +280,68 @@ pub async fn delete_by_spec_name(
         Ok(()) => Ok(Some(name)),
         Err(error) => Err(error.to_string()),
     }
+}
+
+/// For [`Bug::CleanupByRecordedName`]: deletes whatever key carries the name status recorded,
+/// without listing to check that it still has the recorded id.
+pub async fn delete_by_recorded_name(
+    client: &CoderdClient,
+    status: &CoderProvisionerStatus,
+    organization_id: &str,
+) -> Result<Option<String>, String> {
+    let Some(name) = status
+        .provisioner_key_name
+        .clone()
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    match client.delete_key(organization_id, &name).await {
+        Ok(()) => Ok(Some(name)),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// For [`Bug::DriftRotationByRecordedName`]: retires the recorded key by the name status
+/// recorded (best-effort, no id check) and returns `None`, so the establish step retires nothing
+/// more.
+pub async fn retire_by_recorded_name(
+    client: &CoderdClient,
+    retire: Option<RecordedKey>,
+    status: &CoderProvisionerStatus,
+) -> Option<RecordedKey> {
+    let name = status
+        .provisioner_key_name
+        .as_deref()
+        .filter(|n| !n.is_empty());
+    let (Some(key), Some(name)) = (&retire, name) else {
+        return retire;
+    };
+    let _best_effort = client.delete_key(&key.organization_id, name).await;
+    None
+}
+
+/// For [`Bug::RefusedSecretListsKeys`]: looks the keys up in coderd before the refusal, as if
+/// the key list were prefetched ahead of the ownership check. Failures are ignored.
+pub async fn list_keys_anyway(client: Option<&CoderdClient>, organization: &str) {
+    let Some(client) = client else { return };
+    if let Ok(organization) = client.organization(organization).await {
+        let _ignored = client.list_keys(&organization.id).await;
+    }
+}
+
+/// For [`Bug::CleanupOrganizationFromSpec`]: the organization of clean-up resolved from
+/// `spec.organizationName` (by name) instead of the recorded id.
+pub async fn organization_from_spec(
+    client: &CoderdClient,
+    cr: &CoderProvisioner,
+) -> Result<String, String> {
+    let name = Names::for_provisioner(cr).organization;
+    client
+        .organization(&name)
+        .await
+        .map(|organization| organization.id)
+        .map_err(|error| error.to_string())
 }
 
 /// For [`Bug::KeyRotatedOnRestart`]: the first key decision this process makes for a CR (by its

@@ -5,12 +5,16 @@
 //! only sound while no other thread reads the environment.
 use std::collections::BTreeMap;
 
-use operator::api::CoderProvisionerStatus;
-use operator::coderd::SecretString;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::jiff::Timestamp;
+use operator::api::{CoderProvisioner, CoderProvisionerStatus, PHASE_PENDING, reason};
+use operator::coderd::{CoderdError, SecretString};
+use operator::provisioner::children::{ChildInputs, key_secret};
 use operator::provisioner::credentials::{CredentialRef, check_credentials, destinations_allow};
-use operator::provisioner::gates::KeySecretState;
+use operator::provisioner::gates::{KeySecretState, entitlement_from_coderd};
 use operator::provisioner::keys::{DesiredKey, KeyAction, decide};
-use operator::provisioner::status::status_changed;
+use operator::provisioner::names::{Names, tags_hash};
+use operator::provisioner::status::{PassReport, next_status, status_changed};
 use operator::seeded::{Bug, ENV_VAR, active};
 
 const CONTROL_PLANE: &str = "http://127.0.0.1:3000";
@@ -64,6 +68,98 @@ fn unchanged_status_is_not_written() -> bool {
     !status_changed(Some(&applied()), &applied())
 }
 
+fn other_port_is_refused() -> bool {
+    !destinations_allow("http://127.0.0.1:4000", CONTROL_PLANE)
+}
+
+fn tag_value_change_changes_the_hash() -> bool {
+    let tags = |value: &str| BTreeMap::from([("scope".to_owned(), value.to_owned())]);
+    tags_hash(&tags("organization")) != tags_hash(&tags("user"))
+}
+
+fn unauthorized_entitlements_are_forbidden() -> bool {
+    let error = CoderdError::Unauthorized {
+        message: "m".into(),
+    };
+    entitlement_from_coderd(Err(&error)).is_err_and(|b| b.condition.reason == reason::FORBIDDEN)
+}
+
+fn no_ready_replica_is_pending() -> bool {
+    let deployment = Deployment {
+        status: Some(DeploymentStatus {
+            ready_replicas: Some(0),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let status = next_status(
+        None,
+        Some(1),
+        &PassReport::default(),
+        Some(&deployment),
+        Timestamp::UNIX_EPOCH,
+    );
+    status.phase.as_deref() == Some(PHASE_PENDING)
+}
+
+/// The key Secret of a CR asking for `secretKey: custom` holds the key under `custom` and
+/// blocks its owner's deletion.
+fn key_secret_follows_the_spec() -> bool {
+    let cr: CoderProvisioner = serde_json::from_value(serde_json::json!({
+        "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"controlPlaneRef": {"name": "cp"}, "key": {"secretKey": "custom"}},
+    }))
+    .expect("valid CR");
+    let names = Names::for_provisioner(&cr);
+    let secret = key_secret(
+        &ChildInputs {
+            cr: &cr,
+            names: &names,
+            control_plane_url: CONTROL_PLANE,
+            control_plane_image: None,
+        },
+        "plaintext",
+    );
+    let under_custom = secret
+        .data
+        .as_ref()
+        .is_some_and(|d| d.contains_key("custom"));
+    let blocks = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .all(|owner| owner.block_owner_deletion == Some(true));
+    under_custom && blocks
+}
+
+/// A reference decision: its name (for the assertion messages) and whether it holds.
+type Decision = (&'static str, fn() -> bool);
+
+/// Every reference decision above.
+fn reference_decisions() -> [Decision; 8] {
+    [
+        ("missing secret is refused", missing_secret_is_refused),
+        ("tag change rotates", tag_change_rotates),
+        (
+            "unchanged status is not written",
+            unchanged_status_is_not_written,
+        ),
+        ("other port is refused", other_port_is_refused),
+        (
+            "tag value change changes the hash",
+            tag_value_change_changes_the_hash,
+        ),
+        (
+            "401 on entitlements is Forbidden",
+            unauthorized_entitlements_are_forbidden,
+        ),
+        ("no ready replica is Pending", no_ready_replica_is_pending),
+        ("key Secret follows the spec", key_secret_follows_the_spec),
+    ]
+}
+
 /// Without the feature every variant name is ignored: each decision gives the reference answer.
 #[cfg(not(feature = "seeded-bugs"))]
 #[test]
@@ -72,10 +168,10 @@ fn the_switch_does_nothing_without_the_feature() {
         // SAFETY: the only test in this binary; no other thread reads the environment.
         unsafe { std::env::set_var(ENV_VAR, bug.name()) };
         assert!(!active(bug), "{} active without the feature", bug.name());
-        assert!(missing_secret_is_refused(), "{}", bug.name());
         assert!(lookalike_is_refused(), "{}", bug.name());
-        assert!(tag_change_rotates(), "{}", bug.name());
-        assert!(unchanged_status_is_not_written(), "{}", bug.name());
+        for (decision, holds) in reference_decisions() {
+            assert!(holds(), "{}: {decision}", bug.name());
+        }
     }
 }
 
@@ -93,7 +189,7 @@ fn the_switch_breaks_exactly_the_named_decision() {
         !lookalike_is_refused(),
         "the seeded bug accepts a lookalike origin"
     );
-    assert!(missing_secret_is_refused());
-    assert!(tag_change_rotates());
-    assert!(unchanged_status_is_not_written());
+    for (decision, holds) in reference_decisions() {
+        assert!(holds(), "{decision}");
+    }
 }

@@ -575,6 +575,7 @@ fn key_faults() -> [FaultSpec; 3] {
         },
         times: None,
         apply_then_fail: false,
+        session_token_fingerprint: None,
     };
     [
         rate_limited("GET", routes::PROVISIONER_KEYS),

@@ -106,7 +106,7 @@ fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> Scena
         level: Level::from_tags(&tags),
         rules: tags
             .iter()
-            .filter(|t| t.starts_with("R-") || t.starts_with("PR-"))
+            .filter(|t| t.starts_with("R-") || t.starts_with("PR-") || t.starts_with("D-"))
             .cloned()
             .collect(),
         tags,
@@ -172,8 +172,13 @@ impl Collector {
                     }
                 });
             }
-            event::Scenario::Hook(kind, event::Hook::Failed(_, _)) => {
-                let reason = format!("the {kind:?} hook failed");
+            event::Scenario::Hook(kind, event::Hook::Failed(_, info)) => {
+                let message = info
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| info.downcast_ref::<&str>().copied())
+                    .unwrap_or("no message");
+                let reason = format!("the {kind:?} hook failed: {message}");
                 outcomes.annotate(&key, |r| {
                     r.status = Status::Failed;
                     r.reason = Some(reason);
@@ -230,7 +235,7 @@ mod tests {
     struct TestWorld;
 
     fn feature() -> (gherkin::Feature, gherkin::Scenario, gherkin::Step) {
-        let text = "Feature: f\n  @core @R-KEY-4\n  Scenario: s\n    Given a step\n";
+        let text = "Feature: f\n  @core @R-KEY-4 @D-3\n  Scenario: s\n    Given a step\n";
         let feature = gherkin::Feature::parse(text, GherkinEnv::default()).expect("valid gherkin");
         let scenario = feature.scenarios[0].clone();
         let step = scenario.steps[0].clone();
@@ -282,7 +287,10 @@ mod tests {
         assert!(results[0].flaky);
         assert_eq!(results[0].attempts, 2);
         assert_eq!(results[0].level, Some(Level::Core));
-        assert_eq!(results[0].rules, vec!["R-KEY-4".to_owned()]);
+        assert_eq!(
+            results[0].rules,
+            vec!["R-KEY-4".to_owned(), "D-3".to_owned()]
+        );
     }
 
     #[tokio::test]

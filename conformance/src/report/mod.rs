@@ -8,4 +8,6 @@ pub mod collector;
 pub mod model;
 
 pub use collector::{Collector, Outcomes};
-pub use model::{ConformanceReport, Level, ScenarioResult, Status, verify};
+pub use model::{
+    ConformanceReport, Level, RuleCoverage, RuleScenario, ScenarioResult, Status, verify,
+};

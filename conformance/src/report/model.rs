@@ -117,6 +117,30 @@ pub struct Summary {
     pub extended_conformant: bool,
 }
 
+/// A scenario of the run that checks a rule, as the rule's coverage lists it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RuleScenario {
+    pub feature: String,
+    pub line: usize,
+    pub status: Status,
+}
+
+/// One rule of the suite's catalogue (`features/rules.tsv`) and how this run covered it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RuleCoverage {
+    /// `R-KEY-4`, `D-3`, …
+    pub rule: String,
+    pub level: Level,
+    /// This run's results of the scenarios tagged with the rule (empty: none, or unobservable).
+    pub scenarios: Vec<RuleScenario>,
+    /// Seeded variants of the reference operator that break the rule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seeded_variants: Vec<String>,
+    /// Why the rule cannot be observed from outside the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unobservable: Option<String>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ConformanceReport {
     pub schema: String,
@@ -127,6 +151,9 @@ pub struct ConformanceReport {
     pub duration_ms: u64,
     pub summary: Summary,
     pub results: Vec<ScenarioResult>,
+    /// Per rule of the catalogue: level, scenario results, seeded variants, reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<RuleCoverage>,
     /// sha256 over the JSON of this document with this field empty: editing a result without
     /// recomputing it is detected by `verify-report`.
     pub digest: String,
@@ -248,6 +275,22 @@ pub fn verify(
             ));
         }
     }
+    let statuses: BTreeMap<(&str, usize), Status> = report
+        .results
+        .iter()
+        .map(|r| ((r.feature.as_str(), r.line), r.status))
+        .collect();
+    for rule in &report.coverage {
+        for scenario in &rule.scenarios {
+            match statuses.get(&(scenario.feature.as_str(), scenario.line)) {
+                Some(status) if *status == scenario.status => {}
+                _ => problems.push(format!(
+                    "the coverage of {} lists {}:{} as {:?}, which the results do not",
+                    rule.rule, scenario.feature, scenario.line, scenario.status
+                )),
+            }
+        }
+    }
     if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
         problems.push(
             "claims Core conformance although a Core scenario failed or was skipped".to_owned(),
@@ -300,6 +343,20 @@ mod tests {
             started_at: "2026-11-29T19:00:00Z".into(),
             duration_ms: 5000,
             summary: summarise(&[]),
+            coverage: vec![RuleCoverage {
+                rule: "R-KEY-4".into(),
+                level: Level::Core,
+                scenarios: results
+                    .iter()
+                    .map(|r| RuleScenario {
+                        feature: r.feature.clone(),
+                        line: r.line,
+                        status: r.status,
+                    })
+                    .collect(),
+                seeded_variants: vec!["key-rotated-on-restart".into()],
+                unobservable: None,
+            }],
             results,
             digest: String::new(),
         }
@@ -348,6 +405,38 @@ mod tests {
         assert!(
             problems.iter().any(|p| p.contains("digest")),
             "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn an_edited_coverage_is_detected() {
+        let sealed = report(vec![result(Some(Level::Core), Status::Failed)]);
+        let yaml = sealed.to_yaml().unwrap();
+        assert!(yaml.contains("coverage:"), "{yaml}");
+        let mut edited = ConformanceReport::from_yaml(&yaml).unwrap();
+        edited.coverage[0].scenarios[0].status = Status::Passed;
+        let problems = verify(&edited, &features()).unwrap();
+        assert!(
+            problems.iter().any(|p| p.contains("digest")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("coverage of R-KEY-4")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_report_without_coverage_still_verifies() {
+        let mut sealed = report(vec![result(Some(Level::Core), Status::Passed)]);
+        sealed.coverage.clear();
+        let sealed = sealed.seal().unwrap();
+        let yaml = sealed.to_yaml().unwrap();
+        assert!(!yaml.contains("coverage:"), "{yaml}");
+        let reparsed = ConformanceReport::from_yaml(&yaml).unwrap();
+        assert_eq!(
+            verify(&reparsed, &features()).unwrap(),
+            Vec::<String>::new()
         );
     }
 

@@ -41,7 +41,7 @@ async fn crd_established(world: &mut ProvisionerWorld, name: String) -> anyhow::
 /// (dry run: admission runs, nothing is stored, no operator is involved).
 #[when("a provisioner is submitted with spec:")]
 async fn submitted(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
-    let spec = docstring_yaml(step)?;
+    let spec = docstring_yaml(world, step)?;
     let mut cr = json!({
         "apiVersion": "coder.com/v1alpha1",
         "kind": "CoderProvisioner",
@@ -75,27 +75,15 @@ async fn submit_dry_run(
 /// A spec string with `{n x c}` expanded to `n` copies of `c` (e.g. `{65 x a}`), so long values
 /// stay readable in the feature file.
 pub fn expand_repeats(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else {
-            break;
-        };
-        let inner = &rest[start + 1..start + len];
-        match inner
-            .split_once(" x ")
-            .and_then(|(n, c)| Some((n.trim().parse::<usize>().ok()?, c.trim())))
-        {
-            Some((count, unit)) => {
-                out.push_str(&rest[..start]);
-                out.push_str(&unit.repeat(count));
-            }
-            None => out.push_str(&rest[..=start + len]),
-        }
-        rest = &rest[start + len + 1..];
-    }
-    out.push_str(rest);
-    out
+    static REPEAT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{\s*(\d+) x ([^{}]+?)\s*\}").expect("a valid pattern")
+    });
+    REPEAT
+        .replace_all(text, |captures: &regex::Captures<'_>| {
+            let count: usize = captures[1].parse().unwrap_or(0);
+            captures[2].repeat(count)
+        })
+        .into_owned()
 }
 
 #[when("a provisioner is submitted with a spec of:")]
@@ -180,9 +168,159 @@ async fn printer_columns(
     Ok(())
 }
 
+/// The OpenAPI schema of the CRD's v1alpha1 version.
+async fn crd_schema(world: &ProvisionerWorld, name: &str) -> anyhow::Result<Value> {
+    let api: Api<CustomResourceDefinition> = Api::all(world.client());
+    let crd = api
+        .get(name)
+        .await
+        .with_context(|| format!("reading CRD {name}"))?;
+    let version = crd
+        .spec
+        .versions
+        .into_iter()
+        .find(|v| v.name == "v1alpha1")
+        .ok_or_else(|| anyhow!("CRD {name} has no version v1alpha1"))?;
+    let schema = version
+        .schema
+        .and_then(|s| s.open_api_v3_schema)
+        .ok_or_else(|| anyhow!("CRD {name} has no schema"))?;
+    Ok(serde_json::to_value(schema)?)
+}
+
+/// The schema of a dotted field path under `spec` or `status` (`key.name` → properties.key.properties.name).
+pub fn field_schema<'a>(root: &'a Value, top: &str, path: &str) -> Option<&'a Value> {
+    std::iter::once(top)
+        .chain(path.split('.'))
+        .try_fold(root, |schema, field| schema.get("properties")?.get(field))
+}
+
+/// Why a field's schema is not `expected_type` with `max_length` (empty: none), if it is not.
+pub fn field_problem(
+    schema: Option<&Value>,
+    expected_type: &str,
+    max_length: &str,
+) -> Option<String> {
+    let Some(schema) = schema else {
+        return Some("is not declared".to_owned());
+    };
+    let actual_type = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if actual_type != expected_type {
+        return Some(format!(
+            "has type {actual_type:?}, expected {expected_type:?}"
+        ));
+    }
+    let actual_max = schema
+        .get("maxLength")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    (actual_max != max_length)
+        .then(|| format!("has maxLength {actual_max:?}, expected {max_length:?}"))
+}
+
+/// R-CRD-5…R-CRD-11: each row's field is declared with that type and maxLength.
+#[then(expr = "the CRD {string} declares these spec fields:")]
+async fn declares_spec_fields(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let schema = crd_schema(world, &name).await?;
+    let problems: Vec<String> = super::table_rows(step)?
+        .into_iter()
+        .skip(1)
+        .filter_map(|row| {
+            let (field, kind) = (row.first()?.clone(), row.get(1)?.clone());
+            let max = row.get(2).cloned().unwrap_or_default();
+            field_problem(field_schema(&schema, "spec", &field), &kind, &max)
+                .map(|problem| format!("spec.{field} {problem}"))
+        })
+        .collect();
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    Ok(())
+}
+
+/// R-CRD-11: no credential field (older versions had `spec.bootstrap`).
+#[then(expr = "the CRD {string} declares no spec field {string}")]
+async fn declares_no_spec_field(
+    world: &mut ProvisionerWorld,
+    name: String,
+    field: String,
+) -> anyhow::Result<()> {
+    let schema = crd_schema(world, &name).await?;
+    if field_schema(&schema, "spec", &field).is_some() {
+        bail!("spec.{field} is declared");
+    }
+    if schema.pointer("/properties/spec/x-kubernetes-preserve-unknown-fields")
+        == Some(&Value::Bool(true))
+    {
+        bail!("spec keeps unknown fields, so spec.{field} would be stored");
+    }
+    Ok(())
+}
+
+/// R-CRD-12: the status declares exactly the rows' fields, each with its type.
+#[then(expr = "the CRD {string} declares exactly these status fields:")]
+async fn declares_status_fields(
+    world: &mut ProvisionerWorld,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let schema = crd_schema(world, &name).await?;
+    let rows: Vec<(String, String)> = super::table_rows(step)?
+        .into_iter()
+        .skip(1)
+        .filter_map(|row| Some((row.first()?.clone(), row.get(1)?.clone())))
+        .collect();
+    let mut problems: Vec<String> = rows
+        .iter()
+        .filter_map(|(field, kind)| {
+            field_problem(field_schema(&schema, "status", field), kind, "")
+                .map(|problem| format!("status.{field} {problem}"))
+        })
+        .collect();
+    let declared = schema
+        .pointer("/properties/status/properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    problems.extend(
+        declared
+            .into_iter()
+            .filter(|field| !rows.iter().any(|(expected, _)| expected == field))
+            .map(|field| format!("status.{field} is declared but not in the contract")),
+    );
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::expand_repeats;
+    use super::{expand_repeats, field_problem, field_schema};
+    use serde_json::json;
+
+    #[test]
+    fn fields_are_found_by_dotted_path_with_type_and_limit() {
+        let schema = json!({"properties": {"spec": {"properties": {
+            "key": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 64}}},
+            "tags": {"type": "object"}}}}});
+        assert_eq!(
+            field_problem(field_schema(&schema, "spec", "key.name"), "string", "64"),
+            None
+        );
+        assert!(
+            field_problem(field_schema(&schema, "spec", "key.name"), "string", "128").is_some()
+        );
+        assert!(field_problem(field_schema(&schema, "spec", "tags"), "string", "").is_some());
+        assert!(field_problem(field_schema(&schema, "spec", "image"), "string", "").is_some());
+    }
     use rstest::rstest;
 
     #[rstest]
@@ -190,6 +328,7 @@ mod tests {
     #[case("a: {2 x ab}-{1 x c}", "a: abab-c")]
     #[case("keep {this}", "keep {this}")]
     #[case("open { only", "open { only")]
+    #[case("key: {secretName: {3 x s}}", "key: {secretName: sss}")]
     fn repeats_expand(#[case] text: &str, #[case] expected: &str) {
         assert_eq!(expand_repeats(text), expected);
     }

@@ -31,15 +31,24 @@ fn key_secret_name(world: &ProvisionerWorld) -> String {
 
 /// Replaces the run-time placeholders of feature-file text: `{provisioner}` (the CR name),
 /// `{url}` and `{origin}` (the coderd URL the control plane publishes), `{authority}` (its
-/// host and port), `{other origin}` (the same coderd under another origin, see [`other_origin`]).
+/// host and port), `{other origin}` (the same coderd under another origin, see [`other_origin`]),
+/// `{organization}` and `{second organization}` (the scenario's coderd organizations).
 pub fn expand(world: &ProvisionerWorld, text: &str) -> String {
     let url = &world.env.coderd.url;
     let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-    text.replace("{provisioner}", &world.provisioner)
+    let mut text = text
+        .replace("{provisioner}", &world.provisioner)
         .replace("{url}", url)
         .replace("{origin}", url)
         .replace("{authority}", authority)
-        .replace("{other origin}", &other_origin(url))
+        .replace("{other origin}", &other_origin(url));
+    if let Some(coderd) = &world.coderd {
+        text = text.replace("{organization}", &coderd.organization);
+    }
+    if let Some((second, _)) = &world.second_organization {
+        text = text.replace("{second organization}", second);
+    }
+    text
 }
 
 /// `url` with a host that reaches the same server but is another origin (R-CRED-10 compares
@@ -89,6 +98,208 @@ fn resource_for(kind: &str) -> anyhow::Result<ApiResource> {
     ))
 }
 
+/// The value at a JSON pointer of a child equals the docstring (YAML), eventually.
+#[then(expr = "the {word} {string} has at {string}:")]
+async fn child_has_at(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    name: String,
+    pointer: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let expected: Value =
+        serde_saphyr::from_str(&expand(world, &super::docstring(step).unwrap_or_default()))
+            .context("the docstring is not valid YAML")?;
+    let world = &*world;
+    wait::eventually(
+        &format!("{kind} {name} at {pointer}"),
+        world.timeouts(),
+        || async {
+            Ok(match object(world, &kind, &name).await? {
+                None => Err(format!("{kind} {name} does not exist")),
+                Some(found) => match found.pointer(&pointer) {
+                    Some(actual) if *actual == expected => Ok(()),
+                    actual => Err(format!(
+                        "{pointer} is {}, expected {expected}",
+                        actual.unwrap_or(&Value::Null)
+                    )),
+                },
+            })
+        },
+    )
+    .await
+}
+
+/// A manual edit of a child (JSON merge patch with the docstring, as a user's `kubectl edit`).
+#[when(expr = "the {word} {string} is changed to:")]
+async fn child_changed(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    name: String,
+    step: &Step,
+) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let name = expand(world, &name);
+    let patch = docstring_yaml(world, step)?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(world.client(), &world.namespace, &resource_for(&kind)?);
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("editing {kind} {name}"))?;
+    Ok(())
+}
+
+const STANDARD_LABELS: [&str; 3] = [
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+];
+
+/// R-POD-2: the selector and the pod template labels are exactly the three standard labels
+/// (managed-by's value is the implementation's own, D-6).
+#[then("the provisioner Deployment selects its pods by exactly the standard labels")]
+async fn selects_by_standard_labels(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let world = &*world;
+    wait::eventually(
+        "the Deployment's selector and pod labels",
+        world.timeouts(),
+        || async {
+            let Some(found) = object(world, "Deployment", &deployment_name(world)).await? else {
+                return Ok(Err("the Deployment does not exist".to_owned()));
+            };
+            Ok(standard_labels_problem(&found, &world.provisioner).map_or(Ok(()), Err))
+        },
+    )
+    .await
+}
+
+fn standard_labels_problem(deployment: &Value, instance: &str) -> Option<String> {
+    let selector = deployment
+        .pointer("/spec/selector/matchLabels")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let template = deployment
+        .pointer("/spec/template/metadata/labels")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let keys = |labels: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = labels
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    };
+    let mut expected_keys: Vec<String> = STANDARD_LABELS.iter().map(|k| (*k).to_owned()).collect();
+    expected_keys.sort();
+    if keys(&selector) != expected_keys {
+        return Some(format!("selector.matchLabels is {selector}"));
+    }
+    if template != selector {
+        return Some(format!(
+            "pod template labels {template} differ from the selector {selector}"
+        ));
+    }
+    let label = |key: &str| {
+        selector
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    if label("app.kubernetes.io/name") != "coder-provisioner"
+        || label("app.kubernetes.io/instance") != instance
+        || label("app.kubernetes.io/managed-by").is_empty()
+    {
+        return Some(format!("selector.matchLabels is {selector}"));
+    }
+    None
+}
+
+/// R-POD-7.
+#[then(expr = "the provisioner pod template has exactly one container, named {string}")]
+async fn one_container(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let world = &*world;
+    wait::eventually("one container", world.timeouts(), || async {
+        let names: Vec<String> = deployment(world)
+            .await?
+            .and_then(|d| d.spec)
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers.into_iter().map(|c| c.name).collect())
+            .unwrap_or_default();
+        Ok(if names == [name.clone()] {
+            Ok(())
+        } else {
+            Err(format!("containers: {names:?}"))
+        })
+    })
+    .await
+}
+
+/// R-RES-2, R-RES-4, D-6: the children of every CR in the namespace have names and
+/// `app.kubernetes.io/instance` labels of at most 63 characters, distinct across CRs.
+#[then(
+    "the children of the two provisioners have distinct names and labels of at most 63 characters"
+)]
+async fn long_name_children(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let world = &*world;
+    wait::eventually("short, distinct child names", world.timeouts(), || async {
+        let mut problems = Vec::new();
+        let mut instances: BTreeMap<String, String> = BTreeMap::new();
+        let mut owners = std::collections::BTreeSet::new();
+        for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding"] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
+            for item in api.list(&Default::default()).await?.items {
+                let Some(owner) = item
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|r| r.controller == Some(true))
+                else {
+                    continue;
+                };
+                owners.insert((kind, owner.uid.clone()));
+                let name = item.metadata.name.clone().unwrap_or_default();
+                let instance = item
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("app.kubernetes.io/instance"))
+                    .cloned()
+                    .unwrap_or_default();
+                if name.len() > 63 {
+                    problems.push(format!("{kind} {name} has {} characters", name.len()));
+                }
+                if instance.is_empty() || instance.len() > 63 {
+                    problems.push(format!("{kind} {name} has instance label {instance:?}"));
+                }
+                if let Some(other) = instances.insert(instance.clone(), owner.uid.clone())
+                    && other != owner.uid
+                {
+                    problems.push(format!(
+                        "two provisioners share the instance label {instance}"
+                    ));
+                }
+            }
+        }
+        // Two provisioners mapped to one child name would leave one of them without that child.
+        if owners.len() < 8 {
+            problems.push(format!(
+                "{} of the 8 children (4 kinds × 2 provisioners) exist",
+                owners.len()
+            ));
+        }
+        Ok(if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        })
+    })
+    .await
+}
+
 async fn object(world: &ProvisionerWorld, kind: &str, name: &str) -> anyhow::Result<Option<Value>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
@@ -99,8 +310,14 @@ async fn object(world: &ProvisionerWorld, kind: &str, name: &str) -> anyhow::Res
         .transpose()?)
 }
 
-/// R-RES-1/3/4, D-6: the object exists, the CR is its controller, and it carries the labels.
-fn owned_observation(object: &Value, provisioner_uid: &str, instance: &str) -> Observation<()> {
+/// R-RES-1/3/4, D-6: the object exists, the CR is its controller, and it carries the labels;
+/// R-SEC-3: the key Secret's reference also blocks the owner's deletion.
+fn owned_observation(
+    kind: &str,
+    object: &Value,
+    provisioner_uid: &str,
+    instance: &str,
+) -> Observation<()> {
     let owner = object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -108,9 +325,30 @@ fn owned_observation(object: &Value, provisioner_uid: &str, instance: &str) -> O
             refs.iter()
                 .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
         });
+    let field =
+        |owner: &Value, key: &str| owner.get(key).and_then(Value::as_str).map(str::to_owned);
     match owner {
-        Some(owner) if owner.get("uid").and_then(Value::as_str) == Some(provisioner_uid) => {}
-        Some(owner) => return Err(format!("controlled by {owner}, not the CoderProvisioner")),
+        Some(owner) if field(owner, "uid").as_deref() != Some(provisioner_uid) => {
+            return Err(format!("controlled by {owner}, not the CoderProvisioner"));
+        }
+        Some(owner)
+            if field(owner, "apiVersion").as_deref() != Some("coder.com/v1alpha1")
+                || field(owner, "kind").as_deref() != Some("CoderProvisioner")
+                || field(owner, "name").as_deref() != Some(instance) =>
+        {
+            return Err(format!(
+                "the controller reference {owner} does not name the CoderProvisioner"
+            ));
+        }
+        Some(owner)
+            if kind == "Secret"
+                && owner.get("blockOwnerDeletion").and_then(Value::as_bool) != Some(true) =>
+        {
+            return Err(format!(
+                "the controller reference {owner} lacks blockOwnerDeletion: true"
+            ));
+        }
+        Some(_) => {}
         None => return Err("no controller ownerReference".to_owned()),
     }
     let label = |key: &str| {
@@ -164,7 +402,7 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
             match object(world, kind, name).await? {
                 None => problems.push(format!("{kind} {name} is missing")),
                 Some(found) => {
-                    if let Err(why) = owned_observation(&found, &uid, &world.provisioner) {
+                    if let Err(why) = owned_observation(kind, &found, &uid, &world.provisioner) {
                         problems.push(format!("{kind} {name}: {why}"));
                     }
                 }
@@ -376,7 +614,7 @@ async fn container_lacks_env(world: &mut ProvisionerWorld, name: String) -> anyh
 
 #[then("the provisioner container's resources are:")]
 async fn container_resources(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
-    let expected = docstring_yaml(step)?;
+    let expected = docstring_yaml(world, step)?;
     container_eventually(world, "the container resources", |c| {
         let actual =
             serde_json::to_value(c.resources.clone().unwrap_or_default()).unwrap_or(Value::Null);
@@ -456,7 +694,7 @@ async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> 
 /// fields the docstring does not name are not looked at.
 #[then("the provisioner pod spec has:")]
 async fn pod_spec_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
-    let expected = docstring_yaml(step)?;
+    let expected = docstring_yaml(world, step)?;
     let world = &*world;
     wait::eventually("the pod spec fields", world.timeouts(), || async {
         let actual = deployment(world)
@@ -711,9 +949,18 @@ async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 
 // ---- Secrets ----
 
+/// Reads a Secret; its values join the secrets the after-scenario leak check looks for (a key
+/// rotated away later is still a secret that must not appear anywhere).
 async fn secret(world: &ProvisionerWorld, name: &str) -> anyhow::Result<Option<Secret>> {
     let api: Api<Secret> = world.api();
-    Ok(api.get_opt(name).await?)
+    let found = api.get_opt(name).await?;
+    for value in found
+        .iter()
+        .flat_map(|s| s.data.iter().flat_map(|d| d.values()))
+    {
+        world.saw_secret(&value.0);
+    }
+    Ok(found)
 }
 
 /// A digest of everything R-SEC-10 says must stay unchanged (data, labels, annotations,
@@ -884,7 +1131,7 @@ async fn credential_secret(
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name},
         "type": "Opaque",
-        "stringData": {"value": "proxy-password"},
+        "stringData": {"value": format!("proxy-password-{}", world.id)},
     });
     merge(&mut secret, &json!({ "metadata": metadata }));
     let api: Api<Secret> = world.api();
@@ -973,7 +1220,8 @@ mod tests {
 
     fn labelled(owner_uid: &str) -> Value {
         json!({"metadata": {
-            "ownerReferences": [{"uid": owner_uid, "controller": true}],
+            "ownerReferences": [{"apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
+                                 "name": "p", "uid": owner_uid, "controller": true}],
             "labels": {"app.kubernetes.io/name": "coder-provisioner", "app.kubernetes.io/instance": "p",
                        "app.kubernetes.io/managed-by": "anyone"}}})
     }
@@ -1014,10 +1262,39 @@ mod tests {
     }
 
     #[rstest]
-    #[case(labelled("u1"), true)]
-    #[case(labelled("u2"), false)]
-    #[case(json!({"metadata": {}}), false)]
-    fn ownership_and_labels_are_checked(#[case] object: Value, #[case] ok: bool) {
-        assert_eq!(owned_observation(&object, "u1", "p").is_ok(), ok);
+    #[case("Deployment", labelled("u1"), true)]
+    #[case("Deployment", labelled("u2"), false)]
+    #[case("Deployment", json!({"metadata": {}}), false)]
+    #[case("Secret", labelled("u1"), false)]
+    #[case("Secret", blocking(labelled("u1")), true)]
+    fn ownership_and_labels_are_checked(
+        #[case] kind: &str,
+        #[case] object: Value,
+        #[case] ok: bool,
+    ) {
+        assert_eq!(owned_observation(kind, &object, "u1", "p").is_ok(), ok);
+    }
+
+    fn blocking(mut object: Value) -> Value {
+        object["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = json!(true);
+        object
+    }
+
+    #[rstest]
+    #[case(json!({"spec": {"selector": {"matchLabels": standard()}, "template": {"metadata": {"labels": standard()}}}}), true)]
+    #[case(json!({"spec": {"selector": {"matchLabels": {"app.kubernetes.io/instance": "p"}},
+                            "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "p"}}}}}), false)]
+    #[case(json!({"spec": {"selector": {"matchLabels": standard()},
+                            "template": {"metadata": {"labels": {"extra": "x"}}}}}), false)]
+    fn pods_are_selected_by_exactly_the_standard_labels(
+        #[case] deployment: Value,
+        #[case] ok: bool,
+    ) {
+        assert_eq!(standard_labels_problem(&deployment, "p").is_none(), ok);
+    }
+
+    fn standard() -> Value {
+        json!({"app.kubernetes.io/name": "coder-provisioner", "app.kubernetes.io/instance": "p",
+               "app.kubernetes.io/managed-by": "anyone"})
     }
 }

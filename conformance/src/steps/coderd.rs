@@ -1,6 +1,10 @@
 //! Steps on coderd: the calls the operator made (the fake's journal, filtered to the scenario's
-//! own session token), the keys coderd holds, and scripted coderd behaviour (entitlement,
-//! faults, unreachability), which is global to the fake and so only used in `@serial` scenarios.
+//! own session token), the keys coderd holds, and scripted coderd behaviour. Faults are scoped
+//! to the scenario's session token, so fault scenarios run concurrently; the entitlement answer
+//! and unreachability are global to the fake and so only used in `@serial` scenarios.
+use std::str::FromStr as _;
+use std::time::Duration;
+
 use anyhow::{Context as _, anyhow, bail};
 use cucumber::{given, then, when};
 use fake_coderd::{Entitlement, FaultSpec, JournalEntry};
@@ -128,6 +132,115 @@ async fn sees_nothing_new(
         },
     )
     .await
+}
+
+/// "No key request" in the contract's sense: no create, list or delete on the key routes.
+#[then("coderd saw no provisioner key requests")]
+async fn saw_no_key_requests(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    wait::still("no provisioner key requests", world.timeouts(), || async {
+        let journal = world.journal().await?;
+        let keys: Vec<JournalEntry> = journal
+            .into_iter()
+            .filter(|e| is_key_request(e.route.as_deref()))
+            .collect();
+        Ok(if keys.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("key requests: {}", describe(&keys)))
+        })
+    })
+    .await
+}
+
+/// R-RL-2: waits for `count` requests (from the start of the scenario, or of its latest `When`
+/// step), then checks the gaps between them: the first about `first` seconds, each next one
+/// about double the one before, ±20 % jitter plus a little scheduling slack.
+#[then(
+    regex = r#"^coderd sees (\d+) (\w+) on "([^"]+)"( since the last action)? spaced by a backoff doubling from (\d+) seconds$"#
+)]
+async fn backoff_spacing(
+    world: &mut ProvisionerWorld,
+    count: usize,
+    method: String,
+    alias: String,
+    since_action: String,
+    first: u64,
+) -> anyhow::Result<()> {
+    let template = route_template(&alias)?;
+    let start = if since_action.is_empty() {
+        0
+    } else {
+        world
+            .action_mark
+            .ok_or_else(|| anyhow!("\"since the last action\" needs an earlier When step"))?
+    };
+    let mut timeouts = *world.timeouts();
+    // The n-th request comes after first·(2ⁿ⁻¹ − 1)·1.2 s at the latest.
+    let span = Duration::from_secs(first) * ((1u32 << (count - 1)) - 1);
+    timeouts.eventually = timeouts
+        .eventually
+        .max(span.mul_f64(1.2) + Duration::from_secs(10));
+    let times = wait::eventually(
+        &format!("{count} {method} on {template}"),
+        &timeouts,
+        || async {
+            let journal = world.journal().await?;
+            let matching: Vec<&JournalEntry> = journal
+                .iter()
+                .skip(start)
+                .filter(|e| {
+                    e.method.eq_ignore_ascii_case(&method) && e.route.as_deref() == Some(template)
+                })
+                .collect();
+            Ok(if matching.len() >= count {
+                matching
+                    .iter()
+                    .take(count)
+                    .map(|e| {
+                        jiff::Timestamp::from_str(&e.at)
+                            .map_err(|err| format!("journal time {:?}: {err}", e.at))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            } else {
+                Err(format!("saw {}: {}", matching.len(), describe(&journal)))
+            })
+        },
+    )
+    .await?;
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|pair| pair[1].duration_since(pair[0]).as_secs_f64())
+        .collect();
+    if let Some(problem) = backoff_problem(&gaps, first as f64) {
+        bail!("{method} on {template} came {problem}");
+    }
+    Ok(())
+}
+
+/// Why `gaps` (seconds between consecutive requests) are not a doubling backoff from `first`
+/// seconds with ±20 % jitter, or `None` when they are.
+pub fn backoff_problem(gaps: &[f64], first: f64) -> Option<String> {
+    // Jitter ±20 %, plus half a second for watch and scheduling latency.
+    const SLACK: f64 = 0.5;
+    let rendered = gaps
+        .iter()
+        .map(|g| format!("{g:.1} s"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for (n, gap) in gaps.iter().enumerate() {
+        let nominal = first * f64::from(1u32 << n);
+        let (low, high) = (nominal * 0.8 - SLACK, nominal * 1.2 + SLACK);
+        if !(low..=high).contains(gap) {
+            return Some(format!(
+                "{rendered} apart; retry {} came after {gap:.1} s, expected {low:.1}–{high:.1} s",
+                n + 1
+            ));
+        }
+        if n > 0 && *gap <= gaps[n - 1] {
+            return Some(format!("{rendered} apart; the wait did not grow"));
+        }
+    }
+    None
 }
 
 #[then("coderd saw no requests")]
@@ -282,18 +395,35 @@ async fn key_authenticates(
     secret: String,
     name: String,
 ) -> anyhow::Result<()> {
+    key_under_authenticates(world, secret, "key".to_owned(), name).await
+}
+
+#[then(
+    expr = "the key in Secret {string} under {string} authenticates to coderd as the key named {string}"
+)]
+async fn key_under_authenticates(
+    world: &mut ProvisionerWorld,
+    secret: String,
+    data_key: String,
+    name: String,
+) -> anyhow::Result<()> {
     let secret = super::children::expand(world, &secret);
     let api: kube::Api<Secret> = world.api();
-    let found = api
-        .get(&secret)
-        .await
-        .with_context(|| format!("reading Secret {secret}"))?;
-    let key = found
-        .data
-        .as_ref()
-        .and_then(|d| d.get("key"))
-        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-        .ok_or_else(|| anyhow!("Secret {secret} has no data key \"key\""))?;
+    let key = wait::eventually(
+        &format!("Secret {secret} with a value under {data_key:?}"),
+        world.timeouts(),
+        || async {
+            let found = api.get_opt(&secret).await?;
+            Ok(found
+                .and_then(|s| s.data)
+                .and_then(|d| d.get(&data_key).map(|v| v.0.clone()))
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("no data key {data_key:?}")))
+        },
+    )
+    .await?;
+    world.saw_secret(&key);
+    let key = String::from_utf8_lossy(&key).into_owned();
     let url = format!(
         "{}/api/v2/provisionerkeys/{key}",
         world.env.coderd.runner_url
@@ -344,6 +474,20 @@ async fn coderd_entitlement(world: &mut ProvisionerWorld, value: String) -> anyh
     Ok(())
 }
 
+/// Faults hit only the requests made with the scenario's session token, so other scenarios
+/// running at the same time see a healthy coderd.
+async fn inject_scenario_fault(
+    world: &mut ProvisionerWorld,
+    fault: FaultSpec,
+) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let fingerprint = world.scenario_coderd()?.token_fingerprint.clone();
+    world
+        .admin()?
+        .inject_fault(fault.sticky().for_session_token_fingerprint(fingerprint))
+        .await
+}
+
 #[given(expr = "coderd answers every {word} on {string} with status {int}")]
 #[when(expr = "coderd answers every {word} on {string} with status {int}")]
 async fn coderd_fault(
@@ -352,18 +496,37 @@ async fn coderd_fault(
     alias: String,
     status: u16,
 ) -> anyhow::Result<()> {
-    world.mark_action().await?;
-    world.touched_global_coderd = true;
-    let fault = FaultSpec::status(&method, route_template(&alias)?, status).sticky();
-    world.admin()?.inject_fault(fault).await?;
-    Ok(())
+    let fault = FaultSpec::status(&method, route_template(&alias)?, status);
+    inject_scenario_fault(world, fault).await
+}
+
+#[when(expr = "coderd delays its answers to every {word} on {string} by {int} seconds")]
+async fn coderd_delay(
+    world: &mut ProvisionerWorld,
+    method: String,
+    alias: String,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let fault = FaultSpec::delay(
+        &method,
+        route_template(&alias)?,
+        Duration::from_secs(seconds),
+    );
+    inject_scenario_fault(world, fault).await
 }
 
 #[when("coderd answers normally again")]
 async fn coderd_normal(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
-    world.admin()?.clear_faults().await?;
-    Ok(())
+    clear_scenario_faults(world).await
+}
+
+/// Removes the faults of the scenario's session token (after-hook and "answers normally").
+pub async fn clear_scenario_faults(world: &ProvisionerWorld) -> anyhow::Result<()> {
+    let (Some(coderd), Some(admin)) = (&world.coderd, &world.env.coderd.admin) else {
+        return Ok(());
+    };
+    admin.clear_faults_for(&coderd.token_fingerprint).await
 }
 
 #[when("coderd becomes unreachable")]
@@ -418,12 +581,97 @@ async fn bypass_header(
 #[given(expr = "a provisioner key named {string} already exists in the scenario's organization")]
 async fn key_exists(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let organization = world.scenario_coderd()?.organization.clone();
-    // The plaintext is dropped: nobody in the scenario may know it.
+    seed_key(world, &organization, &name).await
+}
+
+#[given(expr = "a provisioner key named {string} already exists in the second organization")]
+async fn key_exists_in_second(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
+    let organization = world.second_organization()?.0.clone();
+    seed_key(world, &organization, &name).await
+}
+
+/// A key made by another client; the plaintext is dropped: nobody in the scenario may know it.
+async fn seed_key(world: &ProvisionerWorld, organization: &str, name: &str) -> anyhow::Result<()> {
     world
         .admin()?
-        .create_key_directly(&organization, &name, Default::default())
+        .create_key_directly(organization, name, Default::default())
         .await
         .context("seeding a key in the fake coderd")?;
+    Ok(())
+}
+
+#[given("the scenario has a second coderd organization")]
+async fn second_organization(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let created = world
+        .admin()?
+        .add_organization(&format!("conf-{}-second", world.id))
+        .await
+        .context("creating a second coderd organization")?;
+    world.second_organization = Some((created.name, created.id.to_string()));
+    Ok(())
+}
+
+#[then(expr = "the second organization holds exactly {int} provisioner key named {string}")]
+async fn second_holds_keys(
+    world: &mut ProvisionerWorld,
+    expected: usize,
+    name: String,
+) -> anyhow::Result<()> {
+    let organization = world.second_organization()?.0.clone();
+    wait::still(
+        &format!("{expected} key(s) named {name} in {organization}"),
+        world.timeouts(),
+        || async {
+            let keys = world.admin()?.keys(&organization).await?;
+            let seen = keys.iter().filter(|k| k.name == name).count();
+            Ok(if seen == expected {
+                Ok(())
+            } else {
+                Err(format!("found {seen}"))
+            })
+        },
+    )
+    .await
+}
+
+/// The key the status recorded, as coderd lists it.
+async fn recorded_key(world: &ProvisionerWorld) -> anyhow::Result<fake_coderd::ProvisionerKey> {
+    let key_id = world.remembered.get("provisionerKeyID").cloned().ok_or_else(|| {
+        anyhow!("no earlier step recorded the provisioner key (\"the provisioner status records its provisioner key\")")
+    })?;
+    let organization = world.scenario_coderd()?.organization.clone();
+    world
+        .admin()?
+        .keys(&organization)
+        .await?
+        .into_iter()
+        .find(|k| k.id == key_id)
+        .ok_or_else(|| anyhow!("coderd has no key with the recorded id"))
+}
+
+#[when("the recorded provisioner key is deleted in coderd by someone else")]
+async fn recorded_key_deleted_elsewhere(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let key = recorded_key(world).await?;
+    let organization = world.scenario_coderd()?.organization.clone();
+    world
+        .admin()?
+        .delete_key_directly(&organization, &key.id)
+        .await
+}
+
+/// D-5: afterwards the recorded name names another key, so deleting by name and by id differ.
+#[when("the recorded provisioner key is replaced in coderd by someone else's key of the same name")]
+async fn recorded_key_replaced_elsewhere(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let key = recorded_key(world).await?;
+    let organization = world.scenario_coderd()?.organization.clone();
+    let admin = world.admin()?;
+    admin.delete_key_directly(&organization, &key.id).await?;
+    admin
+        .create_key_directly(&organization, &key.name, key.tags.clone())
+        .await
+        .context("creating the replacement key")?;
     Ok(())
 }
 

@@ -115,7 +115,7 @@ async fn control_plane_spec_changed(
     world: &mut ProvisionerWorld,
     step: &Step,
 ) -> anyhow::Result<()> {
-    let patch = json!({ "spec": docstring_yaml(step)? });
+    let patch = json!({ "spec": docstring_yaml(world, step)? });
     world
         .control_planes()
         .patch(

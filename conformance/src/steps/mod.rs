@@ -20,13 +20,17 @@ pub fn docstring(step: &Step) -> Option<String> {
     })
 }
 
-/// The YAML docstring of a step, as JSON.
-pub fn docstring_yaml(step: &Step) -> anyhow::Result<Value> {
+/// The YAML docstring of a step, as JSON, with the run-time placeholders expanded
+/// ([`children::expand`]).
+pub fn docstring_yaml(
+    world: &crate::world::ProvisionerWorld,
+    step: &Step,
+) -> anyhow::Result<Value> {
     let text = step
         .docstring
         .as_deref()
         .ok_or_else(|| anyhow!("step \"{}\" needs a docstring", step.value))?;
-    serde_saphyr::from_str(text)
+    serde_saphyr::from_str(&children::expand(world, text))
         .with_context(|| format!("the docstring of step \"{}\" is not valid YAML", step.value))
 }
 

@@ -88,7 +88,12 @@ async fn the_sample_is_applied_with(
     world: &mut ProvisionerWorld,
     step: &Step,
 ) -> anyhow::Result<()> {
-    apply_sample(world, None, Some(json!({ "spec": docstring_yaml(step)? }))).await
+    apply_sample(
+        world,
+        None,
+        Some(json!({ "spec": docstring_yaml(world, step)? })),
+    )
+    .await
 }
 
 /// Another CR next to the scenario's provisioner: the sample named `name`, with the docstring
@@ -206,7 +211,7 @@ async fn the_sample_is_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 #[when("the provisioner spec is changed to:")]
 async fn spec_changed(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     world.mark_action().await?;
-    let patch = json!({ "spec": docstring_yaml(step)? });
+    let patch = json!({ "spec": docstring_yaml(world, step)? });
     merge_patch(world, &patch)
         .await
         .context("changing the CoderProvisioner spec")?;
@@ -583,6 +588,169 @@ async fn warning_event(world: &mut ProvisionerWorld, reason: String) -> anyhow::
         },
     )
     .await
+}
+
+/// The `lastTransitionTime` of every condition, for "keep their last transition times". Waits
+/// until the clock has moved past the latest of them, so that an implementation that stamps
+/// every write with the current time cannot pass by writing within the same second.
+#[then("the provisioner's conditions are remembered")]
+async fn conditions_remembered(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let times = world
+        .provisioner_eventually("conditions with transition times", |cr| {
+            let times = transition_times(cr);
+            if times.is_empty() {
+                Err("no conditions".to_owned())
+            } else {
+                Ok(times)
+            }
+        })
+        .await?;
+    let latest = times
+        .values()
+        .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
+        .max()
+        .ok_or_else(|| anyhow!("no condition has a valid lastTransitionTime: {times:?}"))?;
+    let mut timeouts = *world.timeouts();
+    timeouts.reach_and_hold = 1;
+    wait::eventually(
+        "the clock to pass the latest transition time",
+        &timeouts,
+        || async {
+            let now = jiff::Timestamp::now();
+            Ok(if now.as_second() > latest.as_second() {
+                Ok(())
+            } else {
+                Err(format!("now {now}"))
+            })
+        },
+    )
+    .await?;
+    world
+        .remembered
+        .insert("conditions".to_owned(), serde_json::to_string(&times)?);
+    Ok(())
+}
+
+fn transition_times(cr: &Value) -> std::collections::BTreeMap<String, String> {
+    cr.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                str_at(c, "/type").unwrap_or_default().to_owned(),
+                str_at(c, "/lastTransitionTime")
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// metav1.Condition semantics: a condition whose status did not change keeps its
+/// `lastTransitionTime` across later writes.
+#[then("the provisioner's conditions keep their last transition times")]
+async fn conditions_keep_times(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let remembered: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(world.remembered.get("conditions").ok_or_else(|| {
+            anyhow!("no earlier \"the provisioner's conditions are remembered\"")
+        })?)?;
+    let window = wait::still_window(world.timeouts());
+    world
+        .provisioner_stays("conditions to keep their transition times", window, |cr| {
+            let now = transition_times(cr);
+            let moved: Vec<String> = remembered
+                .iter()
+                .filter(|(kind, time)| now.get(*kind) != Some(*time))
+                .map(|(kind, time)| format!("{kind}: {time} → {:?}", now.get(kind)))
+                .collect();
+            if moved.is_empty() {
+                Ok(())
+            } else {
+                Err(moved.join(", "))
+            }
+        })
+        .await
+}
+
+/// R-DEL-2: clean-up removes the finalizer only after coderd answered the delete. Needs a
+/// delay fault on the DELETE (longer than the window below): once coderd has received the
+/// DELETE, the CR must still exist with its finalizer while the answer is held back.
+#[then(
+    expr = "while coderd holds back the DELETE answer the provisioner keeps the finalizer {string}"
+)]
+async fn finalizer_kept_while_pending(
+    world: &mut ProvisionerWorld,
+    finalizer: String,
+) -> anyhow::Result<()> {
+    let template = super::route_template("provisionerkey")?;
+    wait::eventually(
+        "coderd to receive the key DELETE",
+        world.timeouts(),
+        || async {
+            let journal = world.journal().await?;
+            Ok(
+                if journal
+                    .iter()
+                    .any(|e| e.method == "DELETE" && e.route.as_deref() == Some(template))
+                {
+                    Ok(())
+                } else {
+                    Err("no DELETE yet".to_owned())
+                },
+            )
+        },
+    )
+    .await?;
+    let window = std::time::Duration::from_secs(2);
+    world
+        .provisioner_stays(
+            &format!("the finalizer {finalizer} while the DELETE is pending"),
+            window,
+            |cr| {
+                let has = cr
+                    .pointer("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(finalizer.as_str())));
+                if has {
+                    Ok(())
+                } else {
+                    Err("the finalizer was removed before coderd answered".to_owned())
+                }
+            },
+        )
+        .await
+}
+
+/// R-KEY-12: the status as an upgrade from an older operator leaves it: the key Secret is in
+/// place, but no baseline of the key it holds.
+#[when("the provisioner's recorded key fields are removed from its status")]
+async fn key_fields_removed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let patch = json!({"status": {
+        "organizationID": null, "organizationName": null, "provisionerKeyID": null,
+        "provisionerKeyName": null, "tagsHash": null, "controlPlaneRefName": null,
+        "controlPlaneURL": null}});
+    world
+        .provisioners()
+        .patch_status(
+            &world.provisioner,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context("removing the key fields from the status")?;
+    Ok(())
+}
+
+/// R-SEC-14, as a step (the after-hook runs the same search after every scenario).
+#[then("no secret of this scenario appears in the operator's log, the Events or the provisioner")]
+async fn no_secret_appears(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let leaks = crate::hygiene::leaks(world).await?;
+    if !leaks.is_empty() {
+        bail!("{}", leaks.join("; "));
+    }
+    Ok(())
 }
 
 /// R-KEY-6/R-KEY-7: the key fields of the status, remembered for later steps (cleanup by id).

@@ -180,6 +180,16 @@ impl AdminClient {
         self.command(Method::DELETE, "/faults", None::<&()>).await
     }
 
+    /// Removes only the faults scoped to this session-token fingerprint.
+    pub async fn clear_faults_for(&self, fingerprint: &str) -> anyhow::Result<()> {
+        self.command(
+            Method::DELETE,
+            &format!("/faults/{}", encode(fingerprint)),
+            None::<&()>,
+        )
+        .await
+    }
+
     /// `None` stops counting (the bypass rule stays, see `ratelimit`).
     pub async fn set_rate_limit(&self, spec: Option<RateLimitSpec>) -> anyhow::Result<()> {
         self.command(Method::PUT, "/rate-limit", Some(&spec)).await
@@ -224,6 +234,16 @@ impl AdminClient {
             )
             .await?;
         Ok(secret.key)
+    }
+
+    /// Deletes a key by id as another client would have (not journaled).
+    pub async fn delete_key_directly(&self, org: &str, id: &str) -> anyhow::Result<()> {
+        self.command(
+            Method::DELETE,
+            &format!("/organizations/{}/keys/{}", encode(org), encode(id)),
+            None::<&()>,
+        )
+        .await
     }
 
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {

@@ -201,6 +201,10 @@ impl AdminResponder {
                 world.clear_faults();
                 Reply::empty(204)
             }),
+            ("DELETE", ["faults", fingerprint]) => with_world(&|world| {
+                world.clear_faults_for(fingerprint);
+                Reply::empty(204)
+            }),
             ("PUT", ["rate-limit"]) => {
                 let spec: Option<RateLimitSpec> = parse(body)?;
                 with_world(&|world| {
@@ -224,6 +228,9 @@ impl AdminResponder {
                             .map(|key| KeySecret { key }),
                     )
                 })
+            }
+            ("DELETE", ["organizations", org, "keys", id]) => {
+                with_world(&|world| done(world.delete_key_directly(org, id)))
             }
             ("GET", ["journal"]) => with_world(&|world| Reply::json(200, world.journal())),
             ("DELETE", ["journal"]) => with_world(&|world| {

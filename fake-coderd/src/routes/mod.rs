@@ -276,7 +276,11 @@ pub fn serve(
     let endpoint =
         endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only());
     let route = endpoint.map(Endpoint::template);
-    let fault = route.and_then(|route| world.faults.take(&call.method, route));
+    let fault = route.and_then(|route| {
+        world
+            .faults
+            .take(&call.method, route, call.session_token.as_deref())
+    });
     let mut delay = None;
     let reply = match fault {
         Some(FaultSpec {
@@ -391,11 +395,15 @@ impl Match for ResetFault {
             return false;
         };
         let mut world = self.0.lock();
-        if !world.faults.next_is_reset(method, endpoint.template()) {
+        let call = Call::from_request(request, params);
+        let token = call.session_token.as_deref();
+        if !world
+            .faults
+            .next_is_reset(method, endpoint.template(), token)
+        {
             return false;
         }
-        world.faults.take(method, endpoint.template());
-        let call = Call::from_request(request, params);
+        world.faults.take(method, endpoint.template(), token);
         world
             .journal
             .record(journal_entry(&call, Some(endpoint.template()), 0, None));

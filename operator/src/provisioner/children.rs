@@ -66,8 +66,15 @@ fn metadata(inputs: &ChildInputs<'_>, name: &str) -> ObjectMeta {
 
 /// The key Secret with freshly created key material (R-SEC-1…5).
 pub fn key_secret(inputs: &ChildInputs<'_>, plaintext: &str) -> Secret {
+    let mut metadata = metadata(inputs, &inputs.names.key_secret);
+    if seeded::active(Bug::KeySecretWithoutBlockOwnerDeletion) {
+        metadata.owner_references = Some(vec![OwnerReference {
+            block_owner_deletion: None,
+            ..owner_reference(inputs.cr)
+        }]);
+    }
     Secret {
-        metadata: metadata(inputs, &inputs.names.key_secret),
+        metadata,
         type_: Some("Opaque".to_owned()),
         data: Some(
             [(

@@ -279,6 +279,14 @@ pub fn entitlement_from_coderd(
             reason::NOT_SUPPORTED,
             "coderd has no entitlements API (not an enterprise build)".to_owned(),
         )),
+        Err(error @ CoderdError::Unauthorized { .. })
+            if seeded::active(Bug::EntitlementsUnauthorizedAsQueryFailure) =>
+        {
+            Err(failed(
+                reason::ENTITLEMENTS_QUERY_FAILED,
+                format!("reading entitlements failed: {error}"),
+            ))
+        }
         Err(error @ (CoderdError::Unauthorized { .. } | CoderdError::Forbidden { .. })) => {
             Err(failed(
                 reason::FORBIDDEN,

@@ -346,6 +346,7 @@ fn record_retire(
         Ok(Some(name)) => events.push(KeyEvent::Retired { name }),
         Ok(None) => {}
         Err(error) if error.is_rate_limited() => return Err(error),
+        Err(error) if seeded::active(Bug::RotationStopsOnDeleteFailure) => return Err(error),
         Err(error) => events.push(KeyEvent::RetireFailed {
             organization_id: organization_id.to_owned(),
             error: error.to_string(),

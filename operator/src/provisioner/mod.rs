@@ -80,6 +80,9 @@ pub enum Error {
 
 impl Context {
     fn coderd(&self, url: &str, token: &SecretString) -> Result<CoderdClient, CoderdError> {
+        if seeded::active(Bug::SessionTokenLogged) {
+            info!(url, token = token.expose(), "building coderd client");
+        }
         self.coderd.client(url, token.clone())
     }
 
@@ -238,7 +241,11 @@ async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Erro
         report.key = None;
     }
     // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
-    if !matches!(outcome, Ok(Step::RateLimited(_) | Step::HeldOff(_))) {
+    let mut ends_rate_limits = !matches!(outcome, Ok(Step::RateLimited(_) | Step::HeldOff(_)));
+    if seeded::active(Bug::BackoffNotResetAfterSuccess) && outcome.is_ok() {
+        ends_rate_limits = false;
+    }
+    if ends_rate_limits {
         ctx.rate_limits.reset(&object_key(cr));
     }
     // Error backoff grows until a pass gets past the key step or stops at a gate; a pass that
@@ -370,7 +377,12 @@ async fn run_pipeline(
         uid,
     ) {
         Ok(passed) => passed,
-        Err(failure) => return Ok(blocked(report, failure)),
+        Err(failure) => {
+            if seeded::active(Bug::RefusedSecretListsKeys) {
+                seeded::list_keys_anyway(coderd.as_ref().ok(), &names.organization).await;
+            }
+            return Ok(blocked(report, failure));
+        }
     };
 
     // Gate 6: the provisioner key.
@@ -399,11 +411,16 @@ async fn run_pipeline(
             report.set(condition);
             value
         }
-        KeyAction::Establish { cause, retire } => {
+        KeyAction::Establish { cause, mut retire } => {
             if let Some(wait) = ctx.key_hold_off.remaining(&object_key(cr), Instant::now()) {
                 return Ok(Step::HeldOff(wait));
             }
             let client = coderd.map_err(|error| key_failed(report, error))?;
+            if seeded::active(Bug::DriftRotationByRecordedName)
+                && matches!(cause, keys::KeyCause::Drift(_))
+            {
+                retire = seeded::retire_by_recorded_name(&client, retire, &previous).await;
+            }
             info!(provisioner = %object_key(cr), %cause, "establishing provisioner key");
             let mut events = Vec::new();
             let established = keys::establish(
@@ -420,8 +437,11 @@ async fn run_pipeline(
                 Ok(established) => established,
                 Err(CoderdError::RateLimited { retry_after }) => {
                     let attempt = ctx.rate_limits.bump(&object_key(cr));
-                    let delay =
+                    let mut delay =
                         backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
+                    if seeded::active(Bug::RateLimitRetriedWithoutBackoff) {
+                        delay = Duration::from_millis(100);
+                    }
                     ctx.key_hold_off
                         .hold(&object_key(cr), Instant::now() + delay);
                     report.set(ConditionUpdate::failed(
@@ -539,7 +559,7 @@ async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyE
 }
 
 /// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
-async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Error> {
     let key = object_key(cr);
     ctx.own_writes.forget(cr);
     ctx.failures.reset(&key);
@@ -563,6 +583,11 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> 
         .clone()
         .unwrap_or_else(|| recorded.organization_id.clone());
     let manual = format!("coder provisioner keys delete {key_name} --org {organization}");
+    if seeded::active(Bug::CleanupInBackground) {
+        let (cr, ctx) = (cr.clone(), Arc::clone(ctx));
+        tokio::spawn(async move { delete_recorded_key(&cr, &ctx, &status, &recorded).await });
+        return Ok(Action::await_change());
+    }
     let outcome = delete_recorded_key(cr, ctx, &status, &recorded).await;
     match outcome {
         Ok(Some(name)) => {
@@ -632,7 +657,14 @@ async fn delete_recorded_key(
     if seeded::active(Bug::CleanupBySpecKeyName) {
         return seeded::delete_by_spec_name(&client, cr, &recorded.organization_id).await;
     }
-    keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id)
+    if seeded::active(Bug::CleanupByRecordedName) {
+        return seeded::delete_by_recorded_name(&client, status, &recorded.organization_id).await;
+    }
+    let mut organization_id = recorded.organization_id.clone();
+    if seeded::active(Bug::CleanupOrganizationFromSpec) {
+        organization_id = seeded::organization_from_spec(&client, cr).await?;
+    }
+    keys::delete_by_id(&client, &organization_id, &recorded.key_id)
         .await
         .map_err(|e| e.to_string())
 }

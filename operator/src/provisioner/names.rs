@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::CoderProvisioner;
+use crate::seeded::{self, Bug};
 
 /// Kubernetes object names that are also DNS labels (Deployment, Role, ...) stay within this.
 const MAX_LABEL_NAME: usize = 63;
@@ -38,7 +39,9 @@ pub fn tags_hash(tags: &BTreeMap<String, String>) -> String {
     for (key, value) in tags {
         bytes.extend_from_slice(key.as_bytes());
         bytes.push(0);
-        bytes.extend_from_slice(value.as_bytes());
+        if !seeded::active(Bug::TagsHashOverKeysOnly) {
+            bytes.extend_from_slice(value.as_bytes());
+        }
         bytes.push(0);
     }
     fnv_hex(&bytes)
@@ -128,7 +131,7 @@ impl Names {
         let key = cr.spec.key.as_ref();
         let non_blank =
             |value: Option<&String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        Self {
+        let mut names = Self {
             workload: workload_name(&cr_name),
             service_account: service_account_name(&cr_name),
             instance: instance_label(&cr_name),
@@ -140,7 +143,11 @@ impl Names {
             organization: non_blank(cr.spec.organization_name.as_ref())
                 .unwrap_or_else(|| DEFAULT_ORGANIZATION.to_owned()),
             cr: cr_name,
+        };
+        if seeded::active(Bug::SecretKeyIgnored) {
+            names.key_secret_data_key = DEFAULT_SECRET_KEY.to_owned();
         }
+        names
     }
 }
 

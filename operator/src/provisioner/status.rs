@@ -38,12 +38,20 @@ pub fn next_status(
     now: Timestamp,
 ) -> CoderProvisionerStatus {
     let mut status = previous.cloned().unwrap_or_default();
+    let mut generation = generation;
+    if seeded::active(Bug::ObservedGenerationFrozen) {
+        generation = status.observed_generation.or(generation);
+    }
     let ready_replicas = deployment.map(|d| {
         d.status
             .as_ref()
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0)
     });
+    let mut deployment_ready = ready_replicas.is_some_and(|ready| ready >= 1);
+    if seeded::active(Bug::PhaseReadyWhenDeploymentExists) {
+        deployment_ready = ready_replicas.is_some();
+    }
     let had_deployment_condition = status
         .conditions
         .iter()
@@ -52,7 +60,7 @@ pub fn next_status(
     let mut updates = report.conditions.clone();
     if ready_replicas.is_some() || had_deployment_condition {
         let ready = ready_replicas.unwrap_or(0);
-        updates.push(if ready >= 1 {
+        updates.push(if deployment_ready {
             ConditionUpdate::ok(
                 condition::DEPLOYMENT_READY,
                 reason::MINIMUM_REPLICAS_READY,
@@ -73,7 +81,7 @@ pub fn next_status(
     let ready = ready_replicas.unwrap_or(0);
     status.ready_replicas = Some(ready);
     status.phase = Some(
-        if ready >= 1 {
+        if deployment_ready {
             PHASE_READY
         } else {
             PHASE_PENDING
@@ -105,10 +113,13 @@ fn merge_condition(
 ) {
     let status = if update.ok { "True" } else { "False" };
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
-    let last_transition_time = existing
+    let mut last_transition_time = existing
         .map(|i| &conditions[i])
         .filter(|c| c.status == status)
         .map_or(Time(now), |c| c.last_transition_time.clone());
+    if seeded::active(Bug::TransitionTimeAlwaysNow) {
+        last_transition_time = Time(now);
+    }
     let condition = Condition {
         type_: update.type_.to_owned(),
         status: status.to_owned(),

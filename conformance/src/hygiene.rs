@@ -1,0 +1,309 @@
+//! Checks that hold in every scenario, whatever its steps: no secret the scenario knows appears
+//! where anyone can read it (R-SEC-14), and every observation of a CoderProvisioner keeps the
+//! status shape of the contract (R-ST-1, R-ST-9, R-CRD-12). The after-hook runs them and fails
+//! the scenario on a finding; `no secret … appears` runs the leak search as a step.
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use crate::world::{Operator, ProvisionerWorld};
+
+/// Secret values shorter than this are not searched for (they would match by accident).
+const MIN_SECRET_LEN: usize = 8;
+
+/// R-ST-9: condition types with their True reason and their False reasons.
+/// `CredentialsReady`'s reasons are those of D-2.
+const CONDITIONS: &[(&str, &[&str], &[&str])] = &[
+    (
+        "ControlPlaneReady",
+        &["ControlPlaneAvailable"],
+        &["ControlPlaneUnavailable"],
+    ),
+    (
+        "OperatorAccessReady",
+        &["OperatorAccessReady"],
+        &[
+            "OperatorAccessNotReady",
+            "OperatorTokenSecretRefMissing",
+            "OperatorTokenSecretRefInvalid",
+            "OperatorTokenSecretUnavailable",
+        ],
+    ),
+    (
+        "ExternalProvisionersEntitled",
+        &["Entitled"],
+        &[
+            "NotEntitled",
+            "NotSupported",
+            "Forbidden",
+            "EntitlementsQueryFailed",
+        ],
+    ),
+    (
+        "ProvisionerKeyReady",
+        &["ProvisionerKeyReady"],
+        &["ProvisionerKeyFailed", "RateLimited"],
+    ),
+    (
+        "ProvisionerKeySecretReady",
+        &["SecretReady"],
+        &["KeySecretNotOwned"],
+    ),
+    (
+        "CredentialsReady",
+        &["CredentialsValid"],
+        &[
+            "CredentialSecretNotFound",
+            "CredentialLabelMissing",
+            "CredentialDestinationMissing",
+            "CredentialDestinationMismatch",
+        ],
+    ),
+    (
+        "DeploymentReady",
+        &["MinimumReplicasReady"],
+        &["NoReplicasReady"],
+    ),
+];
+
+/// R-CRD-12: the status fields of the contract.
+const STATUS_FIELDS: &[&str] = &[
+    "observedGeneration",
+    "readyReplicas",
+    "phase",
+    "conditions",
+    "organizationID",
+    "organizationName",
+    "provisionerKeyID",
+    "provisionerKeyName",
+    "tagsHash",
+    "controlPlaneRefName",
+    "controlPlaneURL",
+    "secretRef",
+];
+
+/// What in one observed CoderProvisioner breaks the status shape of the contract.
+pub fn provisioner_invariants(cr: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(status) = cr.get("status").and_then(Value::as_object) else {
+        return found;
+    };
+    for field in status.keys() {
+        if !STATUS_FIELDS.contains(&field.as_str()) {
+            found.push(format!(
+                "status has field {field:?}, which the contract does not define (R-CRD-12)"
+            ));
+        }
+    }
+    match status.get("phase").and_then(Value::as_str) {
+        None | Some("Pending" | "Ready") => {}
+        Some(other) => found.push(format!(
+            "status.phase is {other:?}, not Pending or Ready (R-ST-1)"
+        )),
+    }
+    let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
+    for condition in status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let text = |key: &str| {
+            condition
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let (kind, state, reason) = (text("type"), text("status"), text("reason"));
+        match CONDITIONS.iter().find(|(name, _, _)| *name == kind) {
+            None => found.push(format!(
+                "condition type {kind:?} is not in the contract (R-ST-9)"
+            )),
+            Some((_, true_reasons, false_reasons)) => {
+                let allowed = match state {
+                    "True" => *true_reasons,
+                    "False" => *false_reasons,
+                    _ => &[],
+                };
+                if !allowed.contains(&reason) {
+                    found.push(format!("condition {kind}={state} has reason {reason:?}, not one of {allowed:?} (R-ST-9)"));
+                }
+            }
+        }
+        let observed = condition.get("observedGeneration").and_then(Value::as_i64);
+        if let (Some(observed), Some(generation)) = (observed, generation)
+            && observed > generation
+        {
+            found.push(format!("condition {kind} observed generation {observed}, beyond metadata.generation {generation} (R-ST-4)"));
+        }
+    }
+    found
+}
+
+/// Where each secret appears in the given texts, as `"<kind of secret> in <place>"`; the
+/// secret itself never appears in the answer.
+pub fn find_leaks(places: &[(String, String)], secrets: &[(String, String)]) -> Vec<String> {
+    let mut leaks = Vec::new();
+    for (kind, secret) in secrets {
+        if secret.len() < MIN_SECRET_LEN {
+            continue;
+        }
+        for (place, text) in places {
+            if text.contains(secret.as_str()) {
+                leaks.push(format!("{kind} appears in {place}"));
+            }
+        }
+    }
+    leaks.sort();
+    leaks.dedup();
+    leaks
+}
+
+/// The secrets the scenario knows, each with a description that is safe to print.
+async fn known_secrets(world: &ProvisionerWorld) -> anyhow::Result<Vec<(String, String)>> {
+    let mut secrets: Vec<(String, String)> = world
+        .secret_values()
+        .into_iter()
+        .map(|value| ("a secret value the scenario used".to_owned(), value))
+        .collect();
+    let api: Api<Secret> = world.api();
+    for secret in api
+        .list(&ListParams::default())
+        .await
+        .context("listing Secrets")?
+        .items
+    {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        for (key, value) in secret.data.into_iter().flatten() {
+            secrets.push((
+                format!("the value of Secret {name} data.{key}"),
+                String::from_utf8_lossy(&value.0).into_owned(),
+            ));
+        }
+    }
+    Ok(secrets)
+}
+
+/// The readable places a secret must never reach: the operator's log (when the suite runs the
+/// operator), the namespace's Events, the CR's status and annotations.
+async fn public_places(world: &ProvisionerWorld) -> anyhow::Result<Vec<(String, String)>> {
+    let mut places = Vec::new();
+    if let Operator::Started(process) = &world.env.operator
+        && let Some(process) = process.lock().await.as_ref()
+    {
+        places.push(("the operator's log".to_owned(), process.full_log()));
+    }
+    let events: Api<Event> = world.api();
+    for event in events
+        .list(&ListParams::default())
+        .await
+        .context("listing Events")?
+        .items
+    {
+        let name = event.metadata.name.clone().unwrap_or_default();
+        places.push((format!("Event {name}"), serde_json::to_string(&event)?));
+    }
+    let provisioners = world
+        .provisioners()
+        .list(&ListParams::default())
+        .await
+        .context("listing CoderProvisioners")?;
+    for cr in provisioners.items {
+        let name = cr.metadata.name.clone().unwrap_or_default();
+        let annotations = serde_json::to_string(&cr.metadata.annotations)?;
+        places.push((
+            format!("the annotations of CoderProvisioner {name}"),
+            annotations,
+        ));
+        let status = cr
+            .data
+            .get("status")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        places.push((format!("the status of CoderProvisioner {name}"), status));
+    }
+    Ok(places)
+}
+
+/// R-SEC-14: every place where one of the scenario's secrets appears.
+pub async fn leaks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
+    let secrets = known_secrets(world).await?;
+    let places = public_places(world).await?;
+    Ok(find_leaks(&places, &secrets))
+}
+
+/// What the after-hook reports: leaks and invariant violations seen during the scenario.
+pub async fn findings(world: &ProvisionerWorld) -> Vec<String> {
+    let mut findings: Vec<String> = world
+        .violations
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
+    match leaks(world).await {
+        Ok(leaks) => findings.extend(
+            leaks
+                .into_iter()
+                .map(|l| format!("secret leak (R-SEC-14): {l}")),
+        ),
+        Err(error) => findings.push(format!("the leak check could not run: {error:#}")),
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn cr(status: Value) -> Value {
+        json!({"metadata": {"generation": 2}, "status": status})
+    }
+
+    #[rstest]
+    #[case::healthy(json!({"phase": "Ready", "observedGeneration": 2, "conditions": [
+        {"type": "DeploymentReady", "status": "True", "reason": "MinimumReplicasReady", "observedGeneration": 2},
+        {"type": "ProvisionerKeyReady", "status": "False", "reason": "RateLimited"}]}), 0)]
+    #[case::no_status(Value::Null, 0)]
+    #[case::unknown_phase(json!({"phase": "Degraded"}), 1)]
+    #[case::unknown_condition(json!({"conditions": [{"type": "Healthy", "status": "True", "reason": "Fine"}]}), 1)]
+    #[case::false_reason_as_true(json!({"conditions": [{"type": "DeploymentReady", "status": "True", "reason": "NoReplicasReady"}]}), 1)]
+    #[case::unknown_status_field(json!({"lastError": "boom"}), 1)]
+    #[case::future_generation(json!({"conditions": [
+        {"type": "DeploymentReady", "status": "True", "reason": "MinimumReplicasReady", "observedGeneration": 3}]}), 1)]
+    fn status_shape_is_checked(#[case] status: Value, #[case] violations: usize) {
+        let cr = if status.is_null() {
+            json!({"metadata": {}})
+        } else {
+            cr(status)
+        };
+        assert_eq!(provisioner_invariants(&cr).len(), violations, "{cr}");
+    }
+
+    #[test]
+    fn leaks_name_the_place_and_never_the_secret() {
+        let places = vec![
+            (
+                "the operator's log".to_owned(),
+                "INFO token=s3cr3t-token-value".to_owned(),
+            ),
+            ("Event e1".to_owned(), "created key".to_owned()),
+        ];
+        let secrets = vec![
+            (
+                "the session token".to_owned(),
+                "s3cr3t-token-value".to_owned(),
+            ),
+            ("a short value".to_owned(), "key".to_owned()),
+        ];
+        let leaks = find_leaks(&places, &secrets);
+        assert_eq!(
+            leaks,
+            vec!["the session token appears in the operator's log"]
+        );
+        assert!(!leaks.concat().contains("s3cr3t"));
+    }
+}
