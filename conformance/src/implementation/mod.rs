@@ -372,7 +372,8 @@ fn next_to_current_exe() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-async fn build_reference_operator() -> anyhow::Result<PathBuf> {
+/// Builds the reference operator from this workspace with cargo (a no-op when it is fresh).
+pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
