@@ -13,6 +13,30 @@ BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 
 log() { printf '[k8s-binaries] %s\n' "$*" >&2; }
 
+# Runs a long step, printing a heartbeat every 30 s and its duration at the end, so a first run
+# (many minutes of Go builds) is never silent.
+timed() {
+  local what=$1 start=$SECONDS
+  shift
+  log "$what …"
+  "$@" &
+  local pid=$!
+  while ! wait_for "$pid" 30; do
+    log "  still $what ($((SECONDS - start)) s so far)"
+  done
+  wait "$pid" || { log "$what failed after $((SECONDS - start)) s"; return 1; }
+  log "$what: done in $((SECONDS - start)) s"
+}
+
+# True once process $1 has exited, false if it is still running after $2 seconds.
+wait_for() {
+  local deadline=$((SECONDS + $2))
+  while kill -0 "$1" 2>/dev/null; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 1
+  done
+}
+
 have_all() {
   local dir=$1
   for b in "${BINARIES[@]}"; do [ -x "$dir/$b" ] || return 1; done
@@ -30,7 +54,7 @@ fi
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/coder-provisioner-conformance"
 dest="$cache_root/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}"
 if have_all "$dest"; then
-  log "using cached binaries in $dest"
+  log "cached: using the binaries in $dest (built earlier; delete the folder to rebuild)"
   echo "$dest"
   exit 0
 fi
@@ -67,9 +91,10 @@ for cmd in kube-apiserver kube-controller-manager kubectl; do
   log "downloading modules for $cmd"
   go get "k8s.io/kubernetes/cmd/$cmd@${KUBERNETES_VERSION}" 2>&1 | sed 's/^/[k8s-binaries]   /' >&2
 done
+total_start=$SECONDS
 for cmd in kube-apiserver kube-controller-manager kubectl; do
-  log "building $cmd (a few minutes on 2 cores)"
-  go build -trimpath -ldflags "$k8s_ldflags" -o "$work/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+  timed "building $cmd (a few minutes on 2 cores)" \
+    go build -trimpath -ldflags "$k8s_ldflags" -o "$work/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
 done
 
 # etcd: its server module has its own main package; build it in a module of its own so its
@@ -78,8 +103,8 @@ log "building etcd ${ETCD_VERSION}"
 mkdir -p "$work/etcd" && cd "$work/etcd"
 go mod init coder-provisioner-conformance/etcd >/dev/null 2>&1
 go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" 2>&1 | sed 's/^/[k8s-binaries]   /' >&2
-go build -trimpath -ldflags "$ldflags" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
+timed "building etcd" go build -trimpath -ldflags "$ldflags" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
 
 mv "$work"/bin/* "$dest"/
-log "binaries ready in $dest"
+log "binaries ready in $dest ($((SECONDS - total_start)) s of builds, cached for later runs)"
 echo "$dest"
