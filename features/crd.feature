@@ -121,3 +121,22 @@ Feature: The CoderProvisioner CRD and what the API server admits
       | organizationName | 128   | organizationName: {129 x o}     |
       | key.secretName   | 253   | key: {secretName: {254 x s}}    |
       | key.secretKey    | 253   | key: {secretKey: {254 x k}}     |
+
+  @R-CRD-6 @extended
+  Scenario Outline: A <field> the API server could not store is rejected at admission: <value>
+    When a provisioner is submitted with a spec of:
+      """
+      controlPlaneRef:
+        name: codercontrolplane-sample
+      key: {<field>: "<value>"}
+      """
+    Then the API server rejects it with a message mentioning:
+      | spec.key.<field> |
+
+    Examples:
+      | field      | value              |
+      | secretName | Not_A_Secret_Name  |
+      | secretName | -leading-dash      |
+      | secretName | trailing-dot.      |
+      | secretKey  | has space          |
+      | secretKey  | a/b                |

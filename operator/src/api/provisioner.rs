@@ -90,13 +90,18 @@ pub struct ProvisionerKeySpec {
     #[x_kube(validation = Rule::new("!(self.lowerAscii() in ['built-in', 'user-auth', 'psk'])").message("spec.key.name must not be one of coderd's reserved key names: built-in, user-auth, psk"))]
     pub name: Option<String>,
     /// Secret that receives the key; defaults to `<name>-provisioner-key`. Must not exist unless
-    /// this CoderProvisioner created it.
+    /// this CoderProvisioner created it. A Secret name (DNS-1123 subdomain), checked at admission
+    /// so that a key is never created for a Secret the API server would refuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub secret_name: Option<String>,
-    /// Data key inside the Secret; defaults to `key`.
+    /// Data key inside the Secret; defaults to `key`. A Secret data key: letters, digits, '-',
+    /// '_' and '.'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
     pub secret_key: Option<String>,
 }
 
