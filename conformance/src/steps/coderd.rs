@@ -684,3 +684,21 @@ pub async fn restore_global_coderd(world: &ProvisionerWorld) -> anyhow::Result<(
     admin.set_entitlement(Entitlement::Entitled).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_problem;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::nominal(&[2.0, 4.0, 8.0], true)]
+    #[case::jitter_at_the_edges(&[1.6, 4.8, 6.4], true)]
+    #[case::scheduling_slack(&[2.4, 4.3], true)]
+    #[case::immediate_retry(&[0.1, 0.1, 0.1], false)]
+    #[case::no_growth(&[2.0, 2.0], false)]
+    #[case::never_reset(&[8.0], false)]
+    #[case::too_slow(&[2.0, 9.0], false)]
+    fn a_doubling_backoff_is_recognised(#[case] gaps: &[f64], #[case] ok: bool) {
+        assert_eq!(backoff_problem(gaps, 2.0).is_none(), ok, "{gaps:?}");
+    }
+}
