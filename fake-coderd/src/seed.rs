@@ -79,7 +79,7 @@ fn default_role() -> UserRole {
 }
 
 fn default_memberships() -> Vec<String> {
-    vec![crate::state::DEFAULT_ORGANIZATION_NAME.to_string()]
+    vec![crate::state::DEFAULT_ORGANIZATION_PARAM.to_string()]
 }
 
 impl SeedUser {

@@ -13,7 +13,12 @@ use uuid::Uuid;
 use crate::api::ApiError;
 use crate::seed::{Seed, SeedUser};
 
-pub const DEFAULT_ORGANIZATION_NAME: &str = "default";
+/// The name of the default organization coderd creates for a new deployment; no real
+/// organization is named `default` (issue 14, item 1).
+pub const DEFAULT_ORGANIZATION_NAME: &str = "first-organization";
+/// The path value that means "the default organization", compared exactly (case-sensitive), as in
+/// coderd's `httpmw.ExtractOrganizationParam` (`arg == codersdk.DefaultOrganization`).
+pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
 pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// The owner user that holds the operator token (coderd-api.md §1.2).
 pub const OPERATOR_USERNAME: &str = "coder-k8s-operator";
@@ -415,9 +420,10 @@ impl State {
         Ok(user)
     }
 
-    /// §2.3 resolution: `default` or the nil UUID, then a UUID by id, then a case-insensitive name.
+    /// §2.3 resolution: exactly `default` or the nil UUID, then a UUID by id, then a
+    /// case-insensitive name (so `Default` is a name lookup, and no organization is named that).
     pub fn organization(&self, ident: &str) -> Option<&Organization> {
-        if ident == DEFAULT_ORGANIZATION_NAME || ident == NIL_UUID {
+        if ident == DEFAULT_ORGANIZATION_PARAM || ident == NIL_UUID {
             return self.organizations.iter().find(|org| org.is_default);
         }
         if let Ok(id) = Uuid::parse_str(ident) {
@@ -429,14 +435,15 @@ impl State {
             .find(|org| org.name.eq_ignore_ascii_case(ident))
     }
 
-    /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no read access" is 404).
+    /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no
+    /// read access" is 404, with coderd's two-object body).
     pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
         if ident.is_empty() {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
         }
         self.organization(ident)
             .filter(|org| user.is_owner() || user.organization_ids.contains(&org.id))
-            .ok_or_else(ApiError::resource_not_found)
+            .ok_or_else(|| ApiError::organization_not_found(ident))
     }
 
     pub fn user_view(&self, user: &User) -> UserView {
@@ -596,6 +603,8 @@ mod tests {
     #[rstest]
     #[case("default", true)]
     #[case(NIL_UUID, true)]
+    #[case("first-organization", true)]
+    #[case("FIRST-Organization", true)]
     #[case("acme", false)]
     #[case("ACME", false)]
     fn organization_lookup(#[case] ident: &str, #[case] is_default: bool) {
@@ -606,6 +615,14 @@ mod tests {
             state.organization(&org.id.clone()).map(|o| o.name.as_str()),
             Some(org.name.as_str())
         );
+    }
+
+    #[rstest]
+    #[case("Default")]
+    #[case("DEFAULT")]
+    #[case("default ")]
+    fn only_the_exact_lower_case_default_means_the_default_organization(#[case] ident: &str) {
+        assert!(state().organization(ident).is_none());
     }
 
     #[test]

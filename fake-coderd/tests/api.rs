@@ -122,6 +122,18 @@ fn message(text: &str) -> Value {
     json!({ "message": text })
 }
 
+/// coderd `httpmw/organizationparam.go`: an unknown organization (or one the caller may not read)
+/// gets two JSON objects in one body; a Go client decodes only the first.
+fn org_not_found(arg: &str) -> Value {
+    json!([
+        { "message": RESOURCE_NOT_FOUND_MESSAGE },
+        {
+            "message": format!("Organization \"{arg}\" not found."),
+            "detail": "Provide either the organization id or name."
+        }
+    ])
+}
+
 fn validation(text: &str) -> Value {
     json!({ "message": text, "validations": [{ "field": "name", "detail": text }] })
 }
@@ -268,7 +280,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope/provisionerkeys",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
 )]
 #[case::gate_list(
     Given::Entitlement(Entitlement::NotEntitled),
@@ -323,7 +335,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/{acme_id}",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("{acme_id}")
 )]
 #[case::member_other_user(
     Given::Nothing,
@@ -342,7 +354,27 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
+)]
+// coderd `httpmw/organizationparam.go`: only the exact path value `default` means the default
+// organization; `Default` is a name lookup, and the default organization is `first-organization`.
+#[case::org_default_capitalised(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/Default",
+    None,
+    404,
+    org_not_found("Default")
+)]
+#[case::org_default_upper_on_keys(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/DEFAULT/provisionerkeys",
+    None,
+    404,
+    org_not_found("DEFAULT")
 )]
 #[case::org_unknown_id(
     Given::Nothing,
@@ -351,7 +383,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/11111111-1111-1111-1111-111111111111",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("11111111-1111-1111-1111-111111111111")
 )]
 #[case::org_empty(
     Given::Nothing,
@@ -528,7 +560,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope/provisionerkeys/k",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
 )]
 #[case::delete_empty_name(
     Given::Nothing,
@@ -663,7 +695,15 @@ async fn error_rows(
     }
     let answer = env.send(request).await;
     assert_eq!(answer.status, status, "{method} {path}: {}", answer.text);
-    assert_matches(&expected, &answer.json());
+    let expected: Value =
+        serde_json::from_str(&expected.to_string().replace("{acme_id}", &acme.id))
+            .expect("expected value stays JSON");
+    let actual = match expected {
+        // A JSON sequence: every value of the body, in order.
+        Value::Array(_) => Value::Array(answer.json_values()),
+        _ => answer.json(),
+    };
+    assert_matches(&expected, &actual);
     assert_eq!(
         answer.header("x-coder-build-version"),
         Some(fake_coderd::api::BUILD_VERSION)
@@ -773,6 +813,8 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
 #[case::default_by_id("{default_id}", true)]
 #[case::name("acme", false)]
 #[case::name_other_case("ACME", false)]
+#[case::default_by_name("first-organization", true)]
+#[case::default_by_name_other_case("First-Organization", true)]
 #[case::id("{acme_id}", false)]
 #[tokio::test]
 async fn organizations_resolve_by_default_nil_uuid_id_or_name(
@@ -1068,4 +1110,27 @@ async fn bypass_header_from_non_owner_is_428_plain_text(
         "a false bypass header is no bypass attempt"
     );
     assert_eq!(ignored.content_type(), Some(JSON));
+}
+
+// coderd `httpmw/organizationparam.go` + the deployment's first organization: `default` is a path
+// alias, not a name; the organization behind it is called `first-organization`.
+#[tokio::test]
+async fn the_default_organization_is_named_first_organization() {
+    let env = Env::start().await;
+    let by_alias = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
+    assert_eq!(by_alias["name"], "first-organization");
+    assert_eq!(by_alias["is_default"], true);
+    let orgs = env
+        .fake
+        .admin()
+        .organizations()
+        .await
+        .expect("organizations");
+    assert!(
+        orgs.iter()
+            .all(|org| !org.name.eq_ignore_ascii_case("default"))
+    );
 }
