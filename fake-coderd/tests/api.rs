@@ -1062,6 +1062,7 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
     assert_eq!(limited.status, 429);
     assert_eq!(limited.header("retry-after"), Some("30"));
     assert_eq!(limited.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(limited.header("x-ratelimit-remaining"), Some("0"));
     assert_eq!(
         limited.json()["message"],
         "You've been rate limited for sending more than 2 requests in 30s."
@@ -1070,6 +1071,11 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
         .as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true"))
         .await;
     assert_eq!(bypass.status, 200, "owners bypass the limiter");
+    assert_eq!(
+        bypass.header("x-ratelimit-remaining"),
+        Some("1"),
+        "a fresh budget"
+    );
     let member = env.fake.add_user("member", UserRole::Member).expect("user");
     assert_eq!(
         env.send(Request::new("GET", ME).token(&member))
@@ -1078,23 +1084,137 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
         200,
         "each user has a budget"
     );
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/organizations/default"))
+            .await
+            .status,
+        200,
+        "and each endpoint"
+    );
+}
+
+// coderd `coderd/httpmw/ratelimit.go` (go-chi/httprate): always on, 512 per minute per user and
+// endpoint, X-Ratelimit-* on every answer, Retry-After on the 429.
+#[tokio::test]
+async fn rate_limiting_is_on_by_default_at_512_per_minute_with_headers_on_every_answer() {
+    let env = Env::start().await;
+    let anonymous = env.send(Request::new("GET", "/api/v2/buildinfo")).await;
+    let unknown = env.as_operator(Request::new("GET", "/api/v2/nope")).await;
+    for answer in [&anonymous, &unknown] {
+        assert_eq!(answer.header("x-ratelimit-limit"), Some("512"));
+        assert_eq!(answer.header("x-ratelimit-remaining"), Some("511"));
+        let reset: u64 = answer
+            .header("x-ratelimit-reset")
+            .and_then(|reset| reset.parse().ok())
+            .expect("X-Ratelimit-Reset in unix seconds");
+        let now = jiff::Timestamp::now().as_second() as u64;
+        assert!(reset > now && reset <= now + 61, "{reset} vs {now}");
+        assert_eq!(answer.header("retry-after"), None);
+    }
+    let member = env.fake.add_user("member", UserRole::Member).expect("user");
+    let mut last = None;
+    for _ in 0..512 {
+        last = Some(env.send(Request::new("GET", ME).token(&member)).await);
+    }
+    let last = last.expect("512 answers");
+    // The first budget may straddle a minute boundary; then it is spread over two windows.
+    if last.status == 200 {
+        assert_eq!(last.header("x-ratelimit-remaining"), Some("0"));
+        let limited = env.send(Request::new("GET", ME).token(&member)).await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.header("retry-after"), Some("60"));
+        assert_eq!(
+            limited.json(),
+            message("You've been rate limited for sending more than 512 requests in 1m0s.")
+        );
+    }
+    let owner = env
+        .as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true"))
+        .await;
+    assert_eq!(owner.status, 200);
+}
+
+// coderd `coderd/httpmw/ratelimit.go`: only an authenticated owner may bypass; the header is
+// ignored (not answered 428) when no valid session token identifies the caller.
+#[rstest]
+#[case::no_token(None)]
+#[case::invalid_token(Some("zzzzzzzzzz-0123456789012345678901"))]
+#[tokio::test]
+async fn bypass_header_is_ignored_for_unauthenticated_callers(#[case] token: Option<&str>) {
+    let env = Env::start().await;
+    let mut request =
+        Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "true");
+    if let Some(token) = token {
+        request = request.token(token);
+    }
+    let answer = env.send(request).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        answer.header("x-ratelimit-remaining"),
+        Some("511"),
+        "counted"
+    );
+}
+
+#[tokio::test]
+async fn rate_limiting_can_be_switched_off_and_back_to_coderds_default() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    admin
+        .set_rate_limit(Some(RateLimitSpec::Off))
+        .await
+        .expect("off");
+    let member = env.fake.add_user("member", UserRole::Member).expect("user");
+    let off = env
+        .send(
+            Request::new("GET", ME)
+                .token(&member)
+                .header("X-Coder-Bypass-Ratelimit", "true"),
+        )
+        .await;
+    assert_eq!(
+        off.status, 200,
+        "no limiter, no bypass check (--api-rate-limit -1)"
+    );
+    assert_eq!(off.header("x-ratelimit-limit"), None);
+    admin.set_rate_limit(None).await.expect("default");
+    let on = env.send(Request::new("GET", ME).token(&member)).await;
+    assert_eq!(on.header("x-ratelimit-limit"), Some("512"));
+    let off_at_start = fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig {
+        api_rate_limit: -1,
+        ..Default::default()
+    })
+    .await
+    .expect("starts");
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&env.http, &off_at_start.url())
+        .await;
+    assert_eq!(answer.header("x-ratelimit-limit"), None);
+    off_at_start.reset().expect("reset");
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&env.http, &off_at_start.url())
+        .await;
+    assert_eq!(
+        answer.header("x-ratelimit-limit"),
+        None,
+        "a reset keeps the configured limit"
+    );
 }
 
 #[rstest]
-#[case::member(Some(UserRole::Member), "true")]
-#[case::member_numeric(Some(UserRole::Member), "1")]
-#[case::anonymous(None, "True")]
+#[case::member("true")]
+#[case::member_numeric("1")]
+#[case::member_capitalised("True")]
 #[tokio::test]
-async fn bypass_header_from_non_owner_is_428_plain_text(
-    #[case] role: Option<UserRole>,
-    #[case] value: &str,
-) {
+async fn bypass_header_from_non_owner_is_428_plain_text(#[case] value: &str) {
     let env = Env::start().await;
-    let mut request =
-        Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", value);
-    if let Some(role) = role {
-        request = request.token(&env.fake.add_user("someone", role).expect("user"));
-    }
+    let member = env
+        .fake
+        .add_user("someone", UserRole::Member)
+        .expect("user");
+    let request = Request::new("GET", "/api/v2/buildinfo")
+        .header("X-Coder-Bypass-Ratelimit", value)
+        .token(&member);
     let answer = env.send(request).await;
     assert_eq!(answer.status, 428);
     assert_eq!(answer.content_type(), Some("text/plain; charset=utf-8"));
@@ -1103,7 +1223,11 @@ async fn bypass_header_from_non_owner_is_428_plain_text(
         "\"X-Coder-Bypass-Ratelimit\" provided but user is not owner\n"
     );
     let ignored = env
-        .send(Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "false"))
+        .send(
+            Request::new("GET", "/api/v2/buildinfo")
+                .header("X-Coder-Bypass-Ratelimit", "false")
+                .token(&member),
+        )
         .await;
     assert_eq!(
         ignored.status, 200,

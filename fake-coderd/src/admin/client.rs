@@ -190,7 +190,8 @@ impl AdminClient {
         .await
     }
 
-    /// `None` stops counting (the bypass rule stays, see `ratelimit`).
+    /// `None` returns to the fake's base counting (coderd's 512 per minute unless started with
+    /// another `api_rate_limit`); `Some(RateLimitSpec::Off)` stops counting.
     pub async fn set_rate_limit(&self, spec: Option<RateLimitSpec>) -> anyhow::Result<()> {
         self.command(Method::PUT, "/rate-limit", Some(&spec)).await
     }

@@ -9,7 +9,7 @@ mod provisioner_keys;
 mod users;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
@@ -17,7 +17,7 @@ use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
 use crate::api::{ApiError, BUILD_VERSION, Reply, ReplyBody};
 use crate::faults::{FaultKind, FaultSpec};
 use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
-use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict};
+use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict, unix_now_ms};
 use crate::state::User;
 use crate::world::{Shared, World};
 
@@ -141,6 +141,9 @@ pub struct Call {
     pub daemon_psk: Option<String>,
     pub bypass: Option<String>,
     pub body: Vec<u8>,
+    /// The percent-decoded path, as Go's `r.URL.Path` (the rate limiter's endpoint key). May hold
+    /// a daemon key: never log or journal it.
+    pub decoded_path: String,
     /// Path and query with secrets redacted, for the journal and logs.
     pub redacted_path: String,
 }
@@ -208,6 +211,9 @@ impl Call {
             daemon_psk: header(request, DAEMON_PSK_HEADER),
             bypass: header(request, BYPASS_HEADER),
             body: request.body.clone(),
+            decoded_path: percent_decode_str(request.url.path())
+                .decode_utf8_lossy()
+                .into_owned(),
             redacted_path: redacted_path(request),
         }
     }
@@ -252,19 +258,21 @@ fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
     let caller = Caller {
         method: &call.method,
         route: endpoint.map(Endpoint::template),
-        path: call.redacted_path.split('?').next().unwrap_or_default(),
+        path: &call.decoded_path,
         user_id: user.as_ref().ok().map(|user| user.id.as_str()),
         is_owner: user.as_ref().is_ok_and(User::is_owner),
         bypass_header: call.bypass.as_deref(),
     };
-    match world.limiter.check(&caller, Instant::now()) {
-        Verdict::Allow => {}
+    let rate_headers = match world.limiter.check(&caller, unix_now_ms()) {
+        Verdict::Allow(headers) => headers,
         Verdict::Limited(reply) | Verdict::BypassRefused(reply) => return reply,
-    }
-    let Some(endpoint) = endpoint else {
-        return ApiError::route_not_found().into();
     };
-    dispatch(world, endpoint, call, user).unwrap_or_else(Reply::from)
+    let mut reply = match endpoint {
+        None => ApiError::route_not_found().into(),
+        Some(endpoint) => dispatch(world, endpoint, call, user).unwrap_or_else(Reply::from),
+    };
+    reply.headers.extend(rate_headers);
+    reply
 }
 
 /// The whole pipeline for one request; returns the answer and how long to hold it back.
