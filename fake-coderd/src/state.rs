@@ -141,12 +141,24 @@ pub struct User {
     pub status: UserStatus,
     /// Organization ids the user is a member of.
     pub organization_ids: Vec<String>,
+    /// Organization ids in which the user holds `organization-admin`.
+    pub admin_organization_ids: Vec<String>,
     pub created_at: String,
 }
 
 impl User {
     pub fn is_owner(&self) -> bool {
         self.role == UserRole::Owner
+    }
+
+    /// May manage the organization's provisioner keys: the site owner, or an organization admin
+    /// (coderd RBAC: `organization-admin` holds every action on the organization's provisioner daemons).
+    pub fn may_manage_keys_in(&self, organization_id: &str) -> bool {
+        self.is_owner()
+            || self
+                .admin_organization_ids
+                .iter()
+                .any(|id| id == organization_id)
     }
 }
 
@@ -356,11 +368,22 @@ impl State {
             ));
         }
         let mut organization_ids = Vec::new();
-        for name in &spec.organizations {
+        let mut admin_organization_ids = Vec::new();
+        for (name, admin) in spec
+            .organizations
+            .iter()
+            .map(|name| (name, false))
+            .chain(spec.organization_admin.iter().map(|name| (name, true)))
+        {
             let org = self.organization(name).ok_or_else(|| {
                 format!("user {:?}: unknown organization {name:?}", spec.username)
             })?;
-            organization_ids.push(org.id.clone());
+            if !organization_ids.contains(&org.id) {
+                organization_ids.push(org.id.clone());
+            }
+            if admin {
+                admin_organization_ids.push(org.id.clone());
+            }
         }
         let created_at = self.next_timestamp();
         let user = User {
@@ -369,6 +392,7 @@ impl State {
             role: spec.role,
             status: spec.status,
             organization_ids,
+            admin_organization_ids,
             created_at: created_at.clone(),
         };
         self.tokens.push(SessionToken {

@@ -1258,3 +1258,67 @@ async fn the_default_organization_is_named_first_organization() {
             .all(|org| !org.name.eq_ignore_ascii_case("default"))
     );
 }
+
+// coderd RBAC (`coderd/rbac/roles.go`, checked by dbauthz behind `enterprise/coderd/provisionerkeys.go`):
+// an organization admin manages the organization's keys; a user outside the organization cannot
+// even see it (`coderd/httpmw/organizationparam.go` answers its 404).
+#[tokio::test]
+async fn organization_admins_manage_keys_and_outsiders_get_404() {
+    let env = Env::start().await;
+    env.fake.add_organization("Acme").expect("org added");
+    let mut admin_spec = SeedUser::new("acme-admin", UserRole::Member);
+    admin_spec.organizations = vec!["acme".to_string()];
+    admin_spec.organization_admin = vec!["acme".to_string()];
+    let admin = env.fake.add_user_with(&admin_spec).expect("user");
+    let mut member_spec = SeedUser::new("acme-member", UserRole::Member);
+    member_spec.organizations = vec!["acme".to_string()];
+    let member = env.fake.add_user_with(&member_spec).expect("user");
+    let acme_keys = "/api/v2/organizations/acme/provisionerkeys";
+
+    let created = env
+        .send(
+            Request::new("POST", acme_keys)
+                .token(&admin)
+                .body(r#"{"name":"by-admin"}"#),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let listed = env.send(Request::new("GET", acme_keys).token(&admin)).await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.json()[0]["name"], "by-admin");
+
+    let outside = env.send(Request::new("GET", KEYS).token(&admin)).await;
+    assert_eq!(
+        outside.status, 404,
+        "not a member of the default organization"
+    );
+    assert_eq!(
+        outside.json_values(),
+        org_not_found("default")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    );
+    let outside_create = env
+        .send(
+            Request::new("POST", KEYS)
+                .token(&admin)
+                .body(r#"{"name":"x"}"#),
+        )
+        .await;
+    assert_eq!(outside_create.status, 404);
+
+    let plain = env
+        .send(Request::new("GET", acme_keys).token(&member))
+        .await;
+    assert_eq!(
+        plain.status, 403,
+        "a plain member may not manage keys (see README)"
+    );
+
+    let deleted = env
+        .send(Request::new("DELETE", &format!("{acme_keys}/by-admin")).token(&admin))
+        .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    assert!(env.fake.keys("acme").expect("keys").is_empty());
+}

@@ -11,8 +11,8 @@ use crate::api::{ApiError, Reply};
 use crate::state::{KEY_SECRET_LENGTH, Organization, State, User};
 
 /// §1.6 after authentication: organization lookup (400/404), feature gate (403), then permission.
-/// Only owners may manage keys here; the spec leaves non-owner permissions open, and the fake answers
-/// them with the §1.5 forbidden response.
+/// Owners and the organization's admins may manage keys (coderd RBAC); a user outside the
+/// organization already got the organization's 404; a plain member gets the §1.5 forbidden answer.
 fn gated_organization<'s>(
     state: &'s State,
     caller: &User,
@@ -22,7 +22,7 @@ fn gated_organization<'s>(
     if !state.entitlement.enabled() {
         return Err(ApiError::feature_gate());
     }
-    if !caller.is_owner() {
+    if !caller.may_manage_keys_in(&org.id) {
         return Err(ApiError::forbidden());
     }
     Ok(org)
