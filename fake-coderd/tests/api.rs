@@ -1322,3 +1322,50 @@ async fn organization_admins_manage_keys_and_outsiders_get_404() {
     assert_eq!(deleted.status, 204, "{}", deleted.text);
     assert!(env.fake.keys("acme").expect("keys").is_empty());
 }
+
+// coderd routes on decoded path segments (chi, `enterprise/coderd/coderd.go` `/provisionerkeys/{provisionerkey}`),
+// so the daemon key must be redacted from the journal (and the log, which prints the same path)
+// however the path spells it.
+#[rstest]
+#[case::literal("/api/v2/provisionerkeys/{key}", true)]
+#[case::encoded_segment("/api/v2/provisioner%6Beys/{key}", true)]
+#[case::encoded_api("/%61pi/v2/provisionerkeys/{key}", true)]
+#[case::doubled_slash("//api/v2/provisionerkeys/{key}", true)]
+#[case::doubled_inner_slash("/api/v2//provisionerkeys/{key}", true)]
+#[case::encoded_key("/api/v2/provisionerkeys/{encoded key}", true)]
+#[case::literal_without_header("/api/v2/provisionerkeys/{key}", false)]
+#[case::encoded_without_header("/api/v2/provisioner%6Beys/{key}", false)]
+#[case::key_in_query("/api/v2/buildinfo?k={key}", true)]
+#[tokio::test]
+async fn daemon_keys_never_reach_the_journal(#[case] path: &str, #[case] with_header: bool) {
+    let env = Env::start().await;
+    let secret = env
+        .fake
+        .create_key_directly("default", "k", BTreeMap::new())
+        .expect("key");
+    let encoded: String = secret
+        .chars()
+        .map(|c| format!("%{:02X}", c as u32))
+        .collect();
+    let path = path
+        .replace("{key}", &secret)
+        .replace("{encoded key}", &encoded);
+    let mut request = Request::new("GET", &path);
+    if with_header {
+        request = request.header("Coder-Provisioner-Daemon-Key", &secret);
+    }
+    let answer = env.send(request).await;
+    let journal = env.fake.journal();
+    assert_eq!(journal.len(), 1);
+    let recorded = serde_json::to_string(&journal[0]).expect("serialises");
+    assert!(
+        !recorded.contains(&secret) && !recorded.contains(&encoded),
+        "{path} ({}): {recorded}",
+        answer.status
+    );
+    assert!(
+        journal[0].path.contains("<redacted>"),
+        "{}",
+        journal[0].path
+    );
+}

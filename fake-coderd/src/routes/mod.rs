@@ -49,7 +49,8 @@ pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
 pub const DAEMON_KEY_HEADER: &str = "Coder-Provisioner-Daemon-Key";
 pub const DAEMON_PSK_HEADER: &str = "Coder-Provisioner-Daemon-PSK";
 const API_PREFIX: &str = "/api/v2/";
-const DAEMON_KEY_PATH_PREFIX: &str = "/api/v2/provisionerkeys/";
+/// Shorter header values are not searched for in paths (they would match ordinary words).
+const MIN_REDACTED_SECRET_LENGTH: usize = 8;
 
 /// One coderd endpoint: a method on a route template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,11 +170,30 @@ fn cookie(request: &Request, name: &str) -> Option<String> {
 }
 
 /// The daemon key travels in the path of §2.9 step 1 (whatever the method), the session token may
-/// travel in the query: neither reaches the journal or the log.
+/// travel in the query: neither reaches the journal or the log. Routing decodes segments before it
+/// matches, so redaction does too: `/api/v2/provisioner%6Beys/KEY` and `//api/v2/provisionerkeys/KEY`
+/// are redacted like the literal path, and any secret header value left in the path or query is
+/// replaced as well.
 fn redacted_path(request: &Request) -> String {
     let path = request.url.path();
-    let mut redacted = match path.strip_prefix(DAEMON_KEY_PATH_PREFIX) {
-        Some(key) if !key.is_empty() => format!("{DAEMON_KEY_PATH_PREFIX}{REDACTED}"),
+    let raw: Vec<&str> = path.split('/').collect();
+    let decoded: Vec<(usize, String)> = raw
+        .iter()
+        .enumerate()
+        .map(|(index, segment)| {
+            let segment = percent_decode_str(segment).decode_utf8_lossy().into_owned();
+            (index, segment)
+        })
+        .filter(|(_, segment)| !segment.is_empty())
+        .collect();
+    let mut redacted = match decoded.as_slice() {
+        [(_, api), (_, v2), (keys_index, keys), _, ..]
+            if api.eq_ignore_ascii_case("api")
+                && v2.eq_ignore_ascii_case("v2")
+                && keys.eq_ignore_ascii_case("provisionerkeys") =>
+        {
+            format!("{}/{REDACTED}", raw[..=*keys_index].join("/"))
+        }
         _ => path.to_string(),
     };
     if request.url.query().is_some() {
@@ -189,6 +209,22 @@ fn redacted_path(request: &Request) -> String {
             })
             .collect();
         redacted = format!("{redacted}?{}", pairs.join("&"));
+    }
+    let secrets = [DAEMON_KEY_HEADER, DAEMON_PSK_HEADER, SESSION_TOKEN_HEADER]
+        .into_iter()
+        .filter_map(|name| header(request, name))
+        .chain(cookie(request, SESSION_TOKEN_COOKIE))
+        .filter(|secret| secret.len() >= MIN_REDACTED_SECRET_LENGTH);
+    for secret in secrets {
+        if !redacted.contains(&secret) {
+            let decoded = percent_decode_str(&redacted)
+                .decode_utf8_lossy()
+                .into_owned();
+            if decoded.contains(&secret) {
+                redacted = decoded;
+            }
+        }
+        redacted = redacted.replace(&secret, REDACTED);
     }
     redacted
 }
