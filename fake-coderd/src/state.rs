@@ -127,6 +127,9 @@ pub struct UserView {
     pub email: String,
     pub created_at: String,
     pub updated_at: String,
+    /// coderd always sends it (`omitempty` does not drop a zero `time.Time`); the fake uses the
+    /// creation time.
+    pub last_seen_at: String,
     pub status: String,
     pub login_type: String,
     pub organization_ids: Vec<String>,
@@ -239,10 +242,34 @@ pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
     Ok((id, secret))
 }
 
+/// One character under Go's simple Unicode case folding, as `strings.EqualFold` compares
+/// (`ſ` folds with `s`, the Kelvin sign `K` with `k`); multi-character mappings are not folds.
+fn simple_fold(c: char) -> char {
+    let mut upper = c.to_uppercase();
+    let folded = match (upper.next(), upper.next()) {
+        (Some(single), None) => single,
+        _ => c,
+    };
+    let mut lower = folded.to_lowercase();
+    match (lower.next(), lower.next()) {
+        (Some(single), None) => single,
+        _ => folded,
+    }
+}
+
+/// Go's `strings.EqualFold`.
+pub fn equal_fold(a: &str, b: &str) -> bool {
+    a.chars().count() == b.chars().count()
+        && a.chars()
+            .zip(b.chars())
+            .all(|(x, y)| simple_fold(x) == simple_fold(y))
+}
+
+/// coderd `enterprise/coderd/provisionerkeys.go`: `strings.EqualFold` against the reserved names.
 fn is_reserved_key_name(name: &str) -> bool {
     RESERVED_KEYS
         .iter()
-        .any(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
+        .any(|(reserved, _)| equal_fold(reserved, name))
 }
 
 impl State {
@@ -484,6 +511,7 @@ impl State {
             email: format!("{}@fake-coderd.invalid", user.username),
             created_at: user.created_at.clone(),
             updated_at: user.created_at.clone(),
+            last_seen_at: user.created_at.clone(),
             status: user.status.wire_value().to_string(),
             login_type: if user.username == OPERATOR_USERNAME {
                 "none"

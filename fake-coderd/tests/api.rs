@@ -480,6 +480,27 @@ const ME: &str = "/api/v2/users/me";
     400,
     validation("Name cannot be reserved name 'built-in'")
 )]
+// coderd `enterprise/coderd/provisionerkeys.go`: `strings.EqualFold` uses Unicode simple folding.
+#[case::reserved_long_s(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"pſk"}"#),
+    400,
+    validation("Name cannot be reserved name 'pſk'")
+)]
+// coderd `httpapi.Read` (Go `json.Decoder`): an array does not decode into the request struct.
+#[case::body_array(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"["x"]"#), 400, json!({"message": "Request body must be valid JSON.", "detail": "*"}))]
+#[case::body_null_is_an_empty_request(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some("null"),
+    400,
+    validation("Name is required")
+)]
 #[case::reserved_user_auth(
     Given::Nothing,
     Who::Operator,
@@ -791,6 +812,7 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
             "created_at",
             "email",
             "id",
+            "last_seen_at",
             "login_type",
             "organization_ids",
             "roles",
@@ -1368,4 +1390,66 @@ async fn daemon_keys_never_reach_the_journal(#[case] path: &str, #[case] with_he
         "{}",
         journal[0].path
     );
+}
+
+// coderd `httpapi.Read`: Go's `json.Decoder` matches field names case-insensitively, lets later
+// fields win, and does not read past the first JSON value.
+#[rstest]
+#[case::upper_case_field(r#"{"NAME":"upper"}"#, "upper")]
+#[case::folded_field(r#"{"nAmE":"mixed","TAGſ":{"a":null}}"#, "mixed")]
+#[case::later_field_wins(r#"{"name":"first","Name":"second"}"#, "second")]
+#[case::null_name_changes_nothing(r#"{"name":"kept","NAME":null}"#, "kept")]
+#[case::trailing_data(r#"{"name":"trailing"} and then some"#, "trailing")]
+#[tokio::test]
+async fn create_decodes_the_body_like_go(#[case] body: &str, #[case] name: &str) {
+    let env = Env::start().await;
+    let created = env.as_operator(Request::new("POST", KEYS).body(body)).await;
+    assert_eq!(created.status, 201, "{body}: {}", created.text);
+    let keys = env.fake.keys("default").expect("keys");
+    assert_eq!(keys[0].name, name);
+    if body.contains("TAG") {
+        assert_eq!(
+            keys[0].tags.get("a").map(String::as_str),
+            Some(""),
+            "null tag value"
+        );
+    }
+}
+
+// coderd `httpmw/apikey.go` `APITokenFromRequest`: an empty cookie or query value falls through
+// to the next source.
+#[rstest]
+#[case::empty_cookie("cookie")]
+#[case::empty_query("query")]
+#[tokio::test]
+async fn an_empty_token_source_falls_through_to_the_header(#[case] carrier: &str) {
+    let env = Env::start().await;
+    let token = env.fake.operator_token();
+    let path = format!("{ME}?coder_session_token=");
+    let request = match carrier {
+        "cookie" => Request::new("GET", ME).header("Cookie", "coder_session_token="),
+        _ => Request::new("GET", &path),
+    };
+    let answer = env.send(request.token(&token)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+}
+
+// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature name.
+#[tokio::test]
+async fn entitlements_list_every_feature_name() {
+    let env = Env::start().await;
+    let body = env
+        .send(Request::new("GET", "/api/v2/entitlements"))
+        .await
+        .json();
+    let features = body["features"].as_object().expect("features");
+    assert_eq!(features.len(), 26, "{features:?}");
+    for name in [
+        "user_limit",
+        "multiple_organizations",
+        "workspace_prebuilds",
+        "boundary",
+    ] {
+        assert_eq!(features[name]["entitlement"], "not_entitled", "{name}");
+    }
 }

@@ -236,13 +236,16 @@ impl Call {
             .query_pairs()
             .find(|(key, _)| key == SESSION_TOKEN_COOKIE)
             .map(|(_, value)| value.into_owned());
+        let present = |token: &String| !token.is_empty();
         Call {
             method: request.method.as_str().to_string(),
             params,
+            // coderd `httpmw/apikey.go` `APITokenFromRequest`: an empty value falls through to the
+            // next source.
             session_token: cookie(request, SESSION_TOKEN_COOKIE)
-                .or(query_token)
-                .or_else(|| header(request, SESSION_TOKEN_HEADER))
-                .filter(|token| !token.is_empty()),
+                .filter(present)
+                .or(query_token.filter(present))
+                .or_else(|| header(request, SESSION_TOKEN_HEADER).filter(present)),
             daemon_key: header(request, DAEMON_KEY_HEADER),
             daemon_psk: header(request, DAEMON_PSK_HEADER),
             bypass: header(request, BYPASS_HEADER),
