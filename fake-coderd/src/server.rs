@@ -340,6 +340,11 @@ impl FakeCoderd {
         self.shared.lock().journal()
     }
 
+    /// The entries recorded after sequence number `since`.
+    pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
+        self.shared.lock().journal_since(since)
+    }
+
     pub fn clear_journal(&self) {
         self.shared.lock().clear_journal();
     }

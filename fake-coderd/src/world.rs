@@ -149,6 +149,14 @@ impl World {
         self.journal.entries().to_vec()
     }
 
+    /// The entries after sequence number `since` (sequence numbers never repeat, not even across
+    /// a clear or reset), so pollers fetch only what is new.
+    pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
+        let entries = self.journal.entries();
+        let start = entries.partition_point(|entry| entry.seq <= since);
+        entries[start..].to_vec()
+    }
+
     pub fn clear_journal(&mut self) {
         self.journal.clear();
     }

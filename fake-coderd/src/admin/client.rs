@@ -251,6 +251,12 @@ impl AdminClient {
         self.call(Method::GET, "/journal", None::<&()>).await
     }
 
+    /// The entries recorded after sequence number `since` (`GET /__fake/journal?since=<seq>`).
+    pub async fn journal_since(&self, since: u64) -> anyhow::Result<Vec<JournalEntry>> {
+        self.call(Method::GET, &format!("/journal?since={since}"), None::<&()>)
+            .await
+    }
+
     pub async fn clear_journal(&self) -> anyhow::Result<()> {
         self.command(Method::DELETE, "/journal", None::<&()>).await
     }
