@@ -174,15 +174,24 @@ Feature: The provisioner key in coderd
     And coderd holds exactly 1 provisioner key named "upper-case-key"
     And coderd saw exactly 1 POST on "provisionerkeys"
 
+  # coderd treats only the exact path value "default" as the default organization; any other
+  # spelling is a case-insensitive name lookup, and no organization is named "default" (its name is
+  # first-organization). coderd's 404 body for an unknown organization holds two JSON objects.
   @R-KEY-19 @extended
-  Scenario: An organization unknown to coderd creates no key
+  Scenario Outline: An organization unknown to coderd creates no key
     Given a Ready control plane with operator access
     When the sample provisioner is applied with spec:
       """
-      organizationName: no-such-organization
+      organizationName: <organization>
       """
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     And coderd saw no POST on "provisionerkeys"
+
+    Examples:
+      | organization         |
+      | no-such-organization |
+      | Default              |
+      | DEFAULT              |
 
   @R-KEY-18 @fault-injection @extended
   Scenario: A failing key request is reported and changes nothing else

@@ -44,6 +44,35 @@ pub struct ApiResponse {
 pub struct ApiError {
     pub status: u16,
     pub body: ApiResponse,
+    /// A second `codersdk.Response` written into the same body after `body`, as coderd's
+    /// organization middleware does for an unknown organization (§2.3).
+    pub second: Option<Box<ApiResponse>>,
+}
+
+/// Go's `%q` (`strconv.Quote`) for the strings coderd formats into messages.
+pub fn go_quote(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\u{7}' => quoted.push_str("\\a"),
+            '\u{8}' => quoted.push_str("\\b"),
+            '\u{c}' => quoted.push_str("\\f"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            '\u{b}' => quoted.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                quoted.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
 }
 
 impl ApiError {
@@ -55,6 +84,7 @@ impl ApiError {
                 detail: None,
                 validations: Vec::new(),
             },
+            second: None,
         }
     }
 
@@ -82,6 +112,18 @@ impl ApiError {
     /// §1.5 generic not found (also used when the caller may not read the resource).
     pub fn resource_not_found() -> Self {
         Self::new(404, RESOURCE_NOT_FOUND_MESSAGE)
+    }
+
+    /// §2.3: an organization path value that names no organization the caller may read. coderd's
+    /// `ExtractOrganizationParam` writes the generic not-found response and then a second object.
+    pub fn organization_not_found(arg: &str) -> Self {
+        let mut error = Self::resource_not_found();
+        error.second = Some(Box::new(ApiResponse {
+            message: format!("Organization {} not found.", go_quote(arg)),
+            detail: Some("Provide either the organization id or name.".to_string()),
+            validations: Vec::new(),
+        }));
+        error
     }
 
     /// §1.1 unknown route under /api/v2.
@@ -114,6 +156,8 @@ impl ApiError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReplyBody {
     Json(Value),
+    /// Several JSON values written one after the other into one body (§2.3's doubled 404).
+    JsonSeq(Vec<Value>),
     Text(String),
     Empty,
 }
@@ -165,7 +209,11 @@ impl Reply {
         let mut template = ResponseTemplate::new(self.status);
         template = match self.body {
             ReplyBody::Json(value) => {
-                template.set_body_raw(value.to_string().into_bytes(), JSON_CONTENT_TYPE)
+                template.set_body_raw(go_encode(&value).into_bytes(), JSON_CONTENT_TYPE)
+            }
+            ReplyBody::JsonSeq(values) => {
+                let text: String = values.iter().map(go_encode).collect();
+                template.set_body_raw(text.into_bytes(), JSON_CONTENT_TYPE)
             }
             ReplyBody::Text(text) => template.set_body_raw(text.into_bytes(), TEXT_CONTENT_TYPE),
             ReplyBody::Empty => template,
@@ -177,8 +225,66 @@ impl Reply {
     }
 }
 
+/// A JSON value as Go's `json.Encoder` with `SetEscapeHTML(true)` writes it (coderd's
+/// `httpapi.Write`): `<`, `>`, `&`, U+2028 and U+2029 escaped, followed by a newline.
+pub fn go_encode(value: &Value) -> String {
+    let mut text = String::new();
+    // Outside strings JSON has none of these characters, so escaping the whole text is safe.
+    for c in value.to_string().chars() {
+        match c {
+            '<' => text.push_str("\\u003c"),
+            '>' => text.push_str("\\u003e"),
+            '&' => text.push_str("\\u0026"),
+            '\u{2028}' => text.push_str("\\u2028"),
+            '\u{2029}' => text.push_str("\\u2029"),
+            c => text.push(c),
+        }
+    }
+    text.push('\n');
+    text
+}
+
 impl From<ApiError> for Reply {
     fn from(error: ApiError) -> Self {
-        Reply::json(error.status, error.body)
+        match error.second {
+            None => Reply::json(error.status, error.body),
+            Some(second) => {
+                let values = [&error.body, second.as_ref()]
+                    .into_iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<Vec<Value>, _>>();
+                match values {
+                    Ok(values) => Reply {
+                        status: error.status,
+                        body: ReplyBody::JsonSeq(values),
+                        headers: Vec::new(),
+                    },
+                    Err(failure) => ApiError::internal(failure.to_string()).into(),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[rstest::rstest]
+    #[case("x", r#""x""#)]
+    #[case("a\"b\\c", r#""a\"b\\c""#)]
+    #[case("tab\there\u{1}", r#""tab\there\x01""#)]
+    #[case("Ünïcode", r#""Ünïcode""#)]
+    fn quotes_like_go(#[case] text: &str, #[case] expected: &str) {
+        assert_eq!(go_quote(text), expected);
+    }
+
+    #[test]
+    fn encodes_like_go_json_encoder() {
+        assert_eq!(
+            go_encode(&json!({"message": "<a> & b"})),
+            "{\"message\":\"\\u003ca\\u003e \\u0026 b\"}\n"
+        );
     }
 }

@@ -28,6 +28,15 @@ struct Cli {
     /// Session token (`<10>-<22>`) of the owner operator user [default: generated, readable via GET /__fake/info].
     #[arg(long, env = "FAKE_CODERD_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// Requests per minute per user (or anonymous caller) and endpoint, as coderd's flag; 0 or
+    /// less disables rate limiting.
+    #[arg(
+        long,
+        env = "FAKE_CODERD_API_RATE_LIMIT",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    api_rate_limit: i64,
 }
 
 fn default_admin_listen(listen: SocketAddr) -> SocketAddr {
@@ -61,6 +70,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         admin_token: cli.admin_token.unwrap_or_else(|| random_alphanumeric(32)),
         operator_token: cli.operator_token,
         seed,
+        api_rate_limit: cli.api_rate_limit,
     };
     let fake = FakeCoderd::start_with(config).await?;
     println!("fake-coderd: coderd API on {}", fake.url());

@@ -1,26 +1,31 @@
 //! coderd-api.md §1.7: the API rate limiter and its owner-only bypass header.
 //!
-//! The real limiter is always on (512/min by default), which a test suite cannot afford to trip by
-//! accident, so the fake counts nothing until a `RateLimitSpec` is set. The bypass rule is always
-//! applied, as with the real default: a true `X-Coder-Bypass-Ratelimit` from anyone but an
-//! authenticated owner is answered 428 text/plain.
+//! Like coderd (`coderd/httpmw/ratelimit.go` over go-chi/httprate), the fake counts every
+//! `/api/v2` request by default: 512 per minute per caller and endpoint (path), with httprate's
+//! sliding-window estimate, `X-Ratelimit-Limit`/`-Remaining`/`-Reset` on every answer and
+//! `Retry-After` on a 429. Callers are keyed by user id when a valid session token is presented,
+//! else as one anonymous caller (coderd keys them by client IP). The bypass header lets an
+//! authenticated owner through, is answered 428 text/plain for any other authenticated user, and is
+//! ignored for unauthenticated callers. The admin API can change the window, script the next
+//! answers, or switch counting off (as coderd's `--api-rate-limit -1`, which also ignores the
+//! bypass header).
 
-use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, Reply};
 
 pub const BYPASS_HEADER: &str = "X-Coder-Bypass-Ratelimit";
-/// Numbers used in the message of a scripted 429 (coderd's defaults).
-const DEFAULT_LIMIT: u32 = 512;
-const DEFAULT_WINDOW_SECS: u64 = 60;
+/// coderd's defaults: `--api-rate-limit 512` per `time.Minute`.
+pub const DEFAULT_LIMIT: u32 = 512;
+pub const DEFAULT_WINDOW_SECS: u64 = 60;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RateLimitSpec {
-    /// The next `count` requests (optionally only this method and/or route template) are answered 429.
+    /// The next `count` requests (optionally only this method and/or route template) are answered
+    /// 429, on top of the counting in force.
     NextRequests {
         #[serde(default)]
         method: Option<String>,
@@ -28,23 +33,71 @@ pub enum RateLimitSpec {
         route: Option<String>,
         count: u32,
     },
-    /// At most `limit` requests per `window_secs` sliding window, per caller (user, or anonymous) and
-    /// path, like httprate's `KeyByEndpoint`.
+    /// At most `limit` requests per `window_secs` per caller and path (httprate's sliding window);
+    /// replaces the counting in force and any scripted answers.
     Window { limit: u32, window_secs: u64 },
+    /// No counting, no headers, and the bypass header is not looked at (coderd with a negative
+    /// `--api-rate-limit`).
+    Off,
 }
 
 /// What the limiter decided for one request.
 #[derive(Debug, PartialEq)]
 pub enum Verdict {
-    Allow,
+    /// Go on; put these `X-Ratelimit-*` headers on the answer.
+    Allow(Vec<(String, String)>),
     Limited(Reply),
     BypassRefused(Reply),
 }
 
-#[derive(Default, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    limit: u32,
+    window_secs: u64,
+}
+
+const DEFAULT_WINDOW: Window = Window {
+    limit: DEFAULT_LIMIT,
+    window_secs: DEFAULT_WINDOW_SECS,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Script {
+    method: Option<String>,
+    route: Option<String>,
+    count: u32,
+}
+
+/// Request counts of one key: the current fixed window (by its start) and the one before.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    window_start_ms: u64,
+    current: u32,
+    previous: u32,
+}
+
+#[derive(Debug)]
 pub struct RateLimiter {
-    spec: Option<RateLimitSpec>,
-    hits: HashMap<String, VecDeque<Instant>>,
+    /// What `set(None)` and a reset return to: coderd's default unless configured otherwise.
+    base: Option<Window>,
+    window: Option<Window>,
+    script: Option<Script>,
+    /// By a fingerprint of (caller, path): the paths may hold daemon keys.
+    counts: HashMap<String, Counts>,
+    bypasses: u64,
+}
+
+impl Default for RateLimiter {
+    /// coderd's default: counting on at 512 per minute.
+    fn default() -> Self {
+        Self {
+            base: Some(DEFAULT_WINDOW),
+            window: Some(DEFAULT_WINDOW),
+            script: None,
+            counts: HashMap::new(),
+            bypasses: 0,
+        }
+    }
 }
 
 /// Go's `strconv.ParseBool` true values.
@@ -62,22 +115,32 @@ pub fn go_duration(secs: u64) -> String {
     }
 }
 
-fn too_many_requests(limit: u32, window_secs: u64, reset_unix: u64) -> Reply {
-    let message = format!(
-        "You've been rate limited for sending more than {limit} requests in {}.",
-        go_duration(window_secs)
-    );
-    Reply::from(ApiError::new(429, message))
-        .with_header("Retry-After", window_secs.to_string())
-        .with_header("X-Ratelimit-Limit", limit.to_string())
-        .with_header("X-Ratelimit-Remaining", "0")
-        .with_header("X-Ratelimit-Reset", reset_unix.to_string())
+fn headers(limit: u32, remaining: i64, reset_unix: u64) -> Vec<(String, String)> {
+    vec![
+        ("X-Ratelimit-Limit".to_string(), limit.to_string()),
+        ("X-Ratelimit-Remaining".to_string(), remaining.to_string()),
+        ("X-Ratelimit-Reset".to_string(), reset_unix.to_string()),
+    ]
 }
 
-fn unix_now() -> u64 {
+fn too_many_requests(window: Window, remaining: i64, reset_unix: u64) -> Reply {
+    let message = format!(
+        "You've been rate limited for sending more than {} requests in {}.",
+        window.limit,
+        go_duration(window.window_secs)
+    );
+    let mut reply = Reply::from(ApiError::new(429, message));
+    reply
+        .headers
+        .extend(headers(window.limit, remaining, reset_unix));
+    reply.with_header("Retry-After", window.window_secs.to_string())
+}
+
+/// Milliseconds since the Unix epoch, the limiter's clock.
+pub fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
@@ -85,6 +148,7 @@ fn unix_now() -> u64 {
 pub struct Caller<'a> {
     pub method: &'a str,
     pub route: Option<&'a str>,
+    /// The decoded request path (httprate's `KeyByEndpoint`); may hold a daemon key.
     pub path: &'a str,
     /// User id of a valid session token, `None` for anonymous callers (keyed by IP in coderd).
     pub user_id: Option<&'a str>,
@@ -93,68 +157,139 @@ pub struct Caller<'a> {
 }
 
 impl RateLimiter {
-    pub fn set(&mut self, spec: Option<RateLimitSpec>) {
-        self.spec = spec;
-        self.hits.clear();
-    }
-
-    pub fn spec(&self) -> Option<&RateLimitSpec> {
-        self.spec.as_ref()
-    }
-
-    pub fn check(&mut self, caller: &Caller<'_>, now: Instant) -> Verdict {
-        if caller.bypass_header.is_some_and(is_true) {
-            if caller.is_owner {
-                return Verdict::Allow;
-            }
-            return Verdict::BypassRefused(Reply::text(
-                428,
-                format!("\"{BYPASS_HEADER}\" provided but user is not owner\n"),
-            ));
+    /// A limiter like coderd's `--api-rate-limit` per minute: 0 or less switches counting off.
+    pub fn per_minute(limit: i64) -> Self {
+        let base = u32::try_from(limit)
+            .ok()
+            .filter(|limit| *limit > 0)
+            .map(|limit| Window {
+                limit,
+                window_secs: DEFAULT_WINDOW_SECS,
+            });
+        Self {
+            base,
+            window: base,
+            ..Self::default()
         }
-        match &mut self.spec {
-            None => Verdict::Allow,
+    }
+
+    /// `None` restores the base counting (coderd's default, 512 per minute, unless the fake was
+    /// started with another `api_rate_limit`) and drops scripted answers.
+    pub fn set(&mut self, spec: Option<RateLimitSpec>) {
+        match spec {
+            None => {
+                self.window = self.base;
+                self.script = None;
+                self.counts.clear();
+            }
+            Some(RateLimitSpec::Off) => {
+                self.window = None;
+                self.script = None;
+                self.counts.clear();
+            }
+            Some(RateLimitSpec::Window { limit, window_secs }) => {
+                self.window = Some(Window {
+                    limit,
+                    window_secs: window_secs.max(1),
+                });
+                self.script = None;
+                self.counts.clear();
+            }
             Some(RateLimitSpec::NextRequests {
                 method,
                 route,
                 count,
             }) => {
-                let method_matches = method
-                    .as_deref()
-                    .is_none_or(|m| m.eq_ignore_ascii_case(caller.method));
-                let route_matches = route.is_none() || route.as_deref() == caller.route;
-                if *count == 0 || !method_matches || !route_matches {
-                    return Verdict::Allow;
-                }
-                *count -= 1;
-                Verdict::Limited(too_many_requests(
-                    DEFAULT_LIMIT,
-                    DEFAULT_WINDOW_SECS,
-                    unix_now() + DEFAULT_WINDOW_SECS,
-                ))
-            }
-            Some(RateLimitSpec::Window { limit, window_secs }) => {
-                let window = Duration::from_secs(*window_secs);
-                let key = format!("{}|{}", caller.user_id.unwrap_or("anonymous"), caller.path);
-                let hits = self.hits.entry(key).or_default();
-                while hits
-                    .front()
-                    .is_some_and(|hit| now.duration_since(*hit) >= window)
-                {
-                    hits.pop_front();
-                }
-                if hits.len() >= *limit as usize {
-                    let reset_in = hits
-                        .front()
-                        .map(|oldest| window.saturating_sub(now.duration_since(*oldest)));
-                    let reset_unix =
-                        unix_now() + reset_in.map(|d| d.as_secs()).unwrap_or(*window_secs);
-                    return Verdict::Limited(too_many_requests(*limit, *window_secs, reset_unix));
-                }
-                hits.push_back(now);
-                Verdict::Allow
+                self.script = Some(Script {
+                    method,
+                    route,
+                    count,
+                });
             }
         }
+    }
+
+    /// The counting in force: `Window`, or `Off`.
+    pub fn counting(&self) -> RateLimitSpec {
+        match self.window {
+            Some(window) => RateLimitSpec::Window {
+                limit: window.limit,
+                window_secs: window.window_secs,
+            },
+            None => RateLimitSpec::Off,
+        }
+    }
+
+    /// httprate's handler: key function (bypass rule), then the sliding-window estimate
+    /// `previous × (window − elapsed) / window + current`, rounded, against the limit.
+    pub fn check(&mut self, caller: &Caller<'_>, now_ms: u64) -> Verdict {
+        let scripted = self.script.as_ref().is_some_and(|script| {
+            script.count > 0
+                && script
+                    .method
+                    .as_deref()
+                    .is_none_or(|m| m.eq_ignore_ascii_case(caller.method))
+                && (script.route.is_none() || script.route.as_deref() == caller.route)
+        });
+        if self.window.is_none() && !scripted {
+            return Verdict::Allow(Vec::new());
+        }
+        let window = self.window.unwrap_or(DEFAULT_WINDOW);
+        let bypass = caller.user_id.is_some() && caller.bypass_header.is_some_and(is_true);
+        let key = match (bypass, caller.is_owner) {
+            (true, false) => {
+                return Verdict::BypassRefused(Reply::text(
+                    428,
+                    format!("\"{BYPASS_HEADER}\" provided but user is not owner\n"),
+                ));
+            }
+            // coderd gives an owner's bypass a random key each time: a fresh, unlimited budget.
+            (true, true) => {
+                self.bypasses += 1;
+                format!("bypass|{}", self.bypasses)
+            }
+            (false, _) => crate::journal::fingerprint(&format!(
+                "{}|{}",
+                caller.user_id.unwrap_or("anonymous"),
+                caller.path
+            )),
+        };
+        let window_ms = window.window_secs.saturating_mul(1000);
+        let window_start_ms = now_ms - now_ms % window_ms;
+        let reset_unix = (window_start_ms + window_ms) / 1000;
+        if scripted && !bypass {
+            if let Some(script) = &mut self.script {
+                script.count -= 1;
+            }
+            return Verdict::Limited(too_many_requests(window, 0, reset_unix));
+        }
+        if self.window.is_none() {
+            return Verdict::Allow(Vec::new());
+        }
+        let counts = self.counts.entry(key.clone()).or_default();
+        if counts.window_start_ms != window_start_ms {
+            counts.previous = if counts.window_start_ms + window_ms == window_start_ms {
+                counts.current
+            } else {
+                0
+            };
+            counts.current = 0;
+            counts.window_start_ms = window_start_ms;
+        }
+        let elapsed = (now_ms - window_start_ms) as f64;
+        let rate = (f64::from(counts.previous) * (window_ms as f64 - elapsed) / window_ms as f64
+            + f64::from(counts.current))
+        .round() as i64;
+        let limit = i64::from(window.limit);
+        if rate + 1 > limit {
+            return Verdict::Limited(too_many_requests(window, limit - rate, reset_unix));
+        }
+        counts.current += 1;
+        if bypass {
+            // One use only: do not keep a counter per bypassed request.
+            self.counts.remove(&key);
+        }
+        Verdict::Allow(headers(window.limit, limit - rate - 1, reset_unix))
     }
 }
 
@@ -163,14 +298,30 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    fn caller<'a>(bypass: Option<&'a str>, is_owner: bool) -> Caller<'a> {
+    const T0: u64 = 1_800_000_000_000; // a whole minute, in ms
+
+    fn caller<'a>(bypass: Option<&'a str>, user: Option<bool>) -> Caller<'a> {
         Caller {
             method: "GET",
             route: Some("/api/v2/buildinfo"),
             path: "/api/v2/buildinfo",
-            user_id: is_owner.then_some("owner-id"),
-            is_owner,
+            user_id: user.map(|owner| if owner { "owner-id" } else { "member-id" }),
+            is_owner: user == Some(true),
             bypass_header: bypass,
+        }
+    }
+
+    fn outcome(verdict: &Verdict) -> &'static str {
+        match verdict {
+            Verdict::Allow(_) => "allow",
+            Verdict::Limited(reply) => {
+                assert_eq!(reply.status, 429);
+                "429"
+            }
+            Verdict::BypassRefused(reply) => {
+                assert_eq!(reply.status, 428);
+                "428"
+            }
         }
     }
 
@@ -184,14 +335,15 @@ mod tests {
     }
 
     #[rstest]
-    #[case(Some("true"), true, "allow")]
-    #[case(Some("1"), false, "428")]
-    #[case(Some("false"), false, "429")]
-    #[case(Some("yes"), true, "429")]
-    #[case(None, true, "429")]
+    #[case(Some("true"), Some(true), "allow")]
+    #[case(Some("1"), Some(false), "428")]
+    #[case(Some("true"), None, "429")] // unauthenticated: the header is ignored
+    #[case(Some("false"), Some(false), "429")]
+    #[case(Some("yes"), Some(true), "429")]
+    #[case(None, Some(true), "429")]
     fn bypass_header_rules(
         #[case] bypass: Option<&str>,
-        #[case] is_owner: bool,
+        #[case] user: Option<bool>,
         #[case] expected: &str,
     ) {
         let mut limiter = RateLimiter::default();
@@ -200,39 +352,70 @@ mod tests {
             route: None,
             count: 1,
         }));
-        let verdict = limiter.check(&caller(bypass, is_owner), Instant::now());
-        let outcome = match verdict {
-            Verdict::Allow => "allow",
-            Verdict::Limited(reply) => {
-                assert_eq!(reply.status, 429);
-                "429"
-            }
-            Verdict::BypassRefused(reply) => {
-                assert_eq!(reply.status, 428);
-                "428"
-            }
-        };
-        assert_eq!(outcome, expected);
+        assert_eq!(outcome(&limiter.check(&caller(bypass, user), T0)), expected);
     }
 
     #[test]
-    fn window_limits_then_recovers() {
+    fn off_ignores_the_bypass_header_and_sets_no_headers() {
+        let mut limiter = RateLimiter::default();
+        limiter.set(Some(RateLimitSpec::Off));
+        assert_eq!(
+            limiter.check(&caller(Some("true"), Some(false)), T0),
+            Verdict::Allow(Vec::new())
+        );
+    }
+
+    #[test]
+    fn default_counts_512_per_minute_with_headers() {
+        let mut limiter = RateLimiter::default();
+        let who = caller(None, Some(false));
+        let Verdict::Allow(first) = limiter.check(&who, T0) else {
+            panic!("first request allowed");
+        };
+        assert_eq!(
+            first,
+            headers(512, 511, T0 / 1000 + 60),
+            "limit, remaining, reset"
+        );
+        for _ in 1..512 {
+            assert_eq!(outcome(&limiter.check(&who, T0 + 1)), "allow");
+        }
+        let Verdict::Limited(reply) = limiter.check(&who, T0 + 2) else {
+            panic!("513th request limited");
+        };
+        assert!(
+            reply
+                .headers
+                .contains(&("Retry-After".to_string(), "60".to_string()))
+        );
+        assert!(
+            reply
+                .headers
+                .contains(&("X-Ratelimit-Remaining".to_string(), "0".to_string()))
+        );
+        let owner = caller(Some("true"), Some(true));
+        let Verdict::Allow(bypassed) = limiter.check(&owner, T0 + 3) else {
+            panic!("owner bypasses");
+        };
+        assert_eq!(bypassed, headers(512, 511, T0 / 1000 + 60));
+    }
+
+    #[test]
+    fn window_slides_over_the_previous_window() {
         let mut limiter = RateLimiter::default();
         limiter.set(Some(RateLimitSpec::Window {
             limit: 2,
             window_secs: 10,
         }));
-        let start = Instant::now();
-        let who = caller(None, false);
-        assert_eq!(limiter.check(&who, start), Verdict::Allow);
-        assert_eq!(limiter.check(&who, start), Verdict::Allow);
-        assert!(matches!(
-            limiter.check(&who, start + Duration::from_secs(9)),
-            Verdict::Limited(_)
-        ));
-        assert_eq!(
-            limiter.check(&who, start + Duration::from_secs(10)),
-            Verdict::Allow
-        );
+        let who = caller(None, None);
+        assert_eq!(outcome(&limiter.check(&who, T0)), "allow");
+        assert_eq!(outcome(&limiter.check(&who, T0)), "allow");
+        assert_eq!(outcome(&limiter.check(&who, T0 + 9_000)), "429");
+        // Next window, 1 s in: 2 × 0.9 = 1.8, rounds to 2: still limited.
+        assert_eq!(outcome(&limiter.check(&who, T0 + 11_000)), "429");
+        // 6 s in: 2 × 0.4 = 0.8, rounds to 1: one more request fits.
+        assert_eq!(outcome(&limiter.check(&who, T0 + 16_000)), "allow");
+        assert_eq!(outcome(&limiter.check(&who, T0 + 16_000)), "429");
+        assert_eq!(outcome(&limiter.check(&who, T0 + 30_000)), "allow");
     }
 }

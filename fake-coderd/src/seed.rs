@@ -67,6 +67,10 @@ pub struct SeedUser {
     /// Names of the organizations the user is a member of (owners see every organization anyway).
     #[serde(default = "default_memberships")]
     pub organizations: Vec<String>,
+    /// Organizations (names, ids or `default`) in which the user holds the `organization-admin`
+    /// role; being admin implies membership.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub organization_admin: Vec<String>,
     #[serde(default)]
     pub status: UserStatus,
     /// The token exists but expired (coderd-api.md §1.4 "expired").
@@ -79,7 +83,7 @@ fn default_role() -> UserRole {
 }
 
 fn default_memberships() -> Vec<String> {
-    vec![crate::state::DEFAULT_ORGANIZATION_NAME.to_string()]
+    vec![crate::state::DEFAULT_ORGANIZATION_PARAM.to_string()]
 }
 
 impl SeedUser {
@@ -89,6 +93,7 @@ impl SeedUser {
             role,
             token: None,
             organizations: default_memberships(),
+            organization_admin: Vec::new(),
             status: UserStatus::Active,
             token_expired: false,
         }

@@ -37,6 +37,9 @@ pub struct FakeConfig {
     /// Owner operator session token (`<10>-<22>`); generated when `None`.
     pub operator_token: Option<String>,
     pub seed: Seed,
+    /// Requests per minute per caller and endpoint, as coderd's `--api-rate-limit`: 512 by
+    /// default, 0 or less switches the limiter off. A reset returns to this.
+    pub api_rate_limit: i64,
 }
 
 impl Default for FakeConfig {
@@ -47,6 +50,7 @@ impl Default for FakeConfig {
             admin_token: random_alphanumeric(32),
             operator_token: None,
             seed: Seed::default(),
+            api_rate_limit: i64::from(crate::ratelimit::DEFAULT_LIMIT),
         }
     }
 }
@@ -154,7 +158,7 @@ impl FakeCoderd {
             .unwrap_or_else(generate_session_token);
         split_session_token(&operator_token)
             .map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
-        let world = World::new(config.seed, operator_token.clone())
+        let world = World::new(config.seed, operator_token.clone(), config.api_rate_limit)
             .map_err(|error| anyhow!("invalid seed: {error}"))?;
 
         let listen = config
@@ -289,6 +293,7 @@ impl FakeCoderd {
         self.shared.lock().clear_faults_for(fingerprint);
     }
 
+    /// `None` returns to the base counting (see [`FakeConfig::api_rate_limit`]).
     pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
         self.shared.lock().set_rate_limit(spec);
     }
@@ -333,6 +338,11 @@ impl FakeCoderd {
 
     pub fn journal(&self) -> Vec<JournalEntry> {
         self.shared.lock().journal()
+    }
+
+    /// The entries recorded after sequence number `since`.
+    pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
+        self.shared.lock().journal_since(since)
     }
 
     pub fn clear_journal(&self) {

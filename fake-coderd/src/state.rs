@@ -13,7 +13,12 @@ use uuid::Uuid;
 use crate::api::ApiError;
 use crate::seed::{Seed, SeedUser};
 
-pub const DEFAULT_ORGANIZATION_NAME: &str = "default";
+/// The name of the default organization coderd creates for a new deployment; no real
+/// organization is named `default` (issue 14, item 1).
+pub const DEFAULT_ORGANIZATION_NAME: &str = "first-organization";
+/// The path value that means "the default organization", compared exactly (case-sensitive), as in
+/// coderd's `httpmw.ExtractOrganizationParam` (`arg == codersdk.DefaultOrganization`).
+pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
 pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// The owner user that holds the operator token (coderd-api.md §1.2).
 pub const OPERATOR_USERNAME: &str = "coder-k8s-operator";
@@ -122,6 +127,9 @@ pub struct UserView {
     pub email: String,
     pub created_at: String,
     pub updated_at: String,
+    /// coderd always sends it (`omitempty` does not drop a zero `time.Time`); the fake uses the
+    /// creation time.
+    pub last_seen_at: String,
     pub status: String,
     pub login_type: String,
     pub organization_ids: Vec<String>,
@@ -136,12 +144,24 @@ pub struct User {
     pub status: UserStatus,
     /// Organization ids the user is a member of.
     pub organization_ids: Vec<String>,
+    /// Organization ids in which the user holds `organization-admin`.
+    pub admin_organization_ids: Vec<String>,
     pub created_at: String,
 }
 
 impl User {
     pub fn is_owner(&self) -> bool {
         self.role == UserRole::Owner
+    }
+
+    /// May manage the organization's provisioner keys: the site owner, or an organization admin
+    /// (coderd RBAC: `organization-admin` holds every action on the organization's provisioner daemons).
+    pub fn may_manage_keys_in(&self, organization_id: &str) -> bool {
+        self.is_owner()
+            || self
+                .admin_organization_ids
+                .iter()
+                .any(|id| id == organization_id)
     }
 }
 
@@ -222,10 +242,34 @@ pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
     Ok((id, secret))
 }
 
+/// One character under Go's simple Unicode case folding, as `strings.EqualFold` compares
+/// (`ſ` folds with `s`, the Kelvin sign `K` with `k`); multi-character mappings are not folds.
+fn simple_fold(c: char) -> char {
+    let mut upper = c.to_uppercase();
+    let folded = match (upper.next(), upper.next()) {
+        (Some(single), None) => single,
+        _ => c,
+    };
+    let mut lower = folded.to_lowercase();
+    match (lower.next(), lower.next()) {
+        (Some(single), None) => single,
+        _ => folded,
+    }
+}
+
+/// Go's `strings.EqualFold`.
+pub fn equal_fold(a: &str, b: &str) -> bool {
+    a.chars().count() == b.chars().count()
+        && a.chars()
+            .zip(b.chars())
+            .all(|(x, y)| simple_fold(x) == simple_fold(y))
+}
+
+/// coderd `enterprise/coderd/provisionerkeys.go`: `strings.EqualFold` against the reserved names.
 fn is_reserved_key_name(name: &str) -> bool {
     RESERVED_KEYS
         .iter()
-        .any(|(reserved, _)| reserved.eq_ignore_ascii_case(name))
+        .any(|(reserved, _)| equal_fold(reserved, name))
 }
 
 impl State {
@@ -351,11 +395,22 @@ impl State {
             ));
         }
         let mut organization_ids = Vec::new();
-        for name in &spec.organizations {
+        let mut admin_organization_ids = Vec::new();
+        for (name, admin) in spec
+            .organizations
+            .iter()
+            .map(|name| (name, false))
+            .chain(spec.organization_admin.iter().map(|name| (name, true)))
+        {
             let org = self.organization(name).ok_or_else(|| {
                 format!("user {:?}: unknown organization {name:?}", spec.username)
             })?;
-            organization_ids.push(org.id.clone());
+            if !organization_ids.contains(&org.id) {
+                organization_ids.push(org.id.clone());
+            }
+            if admin {
+                admin_organization_ids.push(org.id.clone());
+            }
         }
         let created_at = self.next_timestamp();
         let user = User {
@@ -364,6 +419,7 @@ impl State {
             role: spec.role,
             status: spec.status,
             organization_ids,
+            admin_organization_ids,
             created_at: created_at.clone(),
         };
         self.tokens.push(SessionToken {
@@ -415,9 +471,10 @@ impl State {
         Ok(user)
     }
 
-    /// §2.3 resolution: `default` or the nil UUID, then a UUID by id, then a case-insensitive name.
+    /// §2.3 resolution: exactly `default` or the nil UUID, then a UUID by id, then a
+    /// case-insensitive name (so `Default` is a name lookup, and no organization is named that).
     pub fn organization(&self, ident: &str) -> Option<&Organization> {
-        if ident == DEFAULT_ORGANIZATION_NAME || ident == NIL_UUID {
+        if ident == DEFAULT_ORGANIZATION_PARAM || ident == NIL_UUID {
             return self.organizations.iter().find(|org| org.is_default);
         }
         if let Ok(id) = Uuid::parse_str(ident) {
@@ -429,14 +486,15 @@ impl State {
             .find(|org| org.name.eq_ignore_ascii_case(ident))
     }
 
-    /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no read access" is 404).
+    /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no
+    /// read access" is 404, with coderd's two-object body).
     pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
         if ident.is_empty() {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
         }
         self.organization(ident)
             .filter(|org| user.is_owner() || user.organization_ids.contains(&org.id))
-            .ok_or_else(ApiError::resource_not_found)
+            .ok_or_else(|| ApiError::organization_not_found(ident))
     }
 
     pub fn user_view(&self, user: &User) -> UserView {
@@ -453,6 +511,7 @@ impl State {
             email: format!("{}@fake-coderd.invalid", user.username),
             created_at: user.created_at.clone(),
             updated_at: user.created_at.clone(),
+            last_seen_at: user.created_at.clone(),
             status: user.status.wire_value().to_string(),
             login_type: if user.username == OPERATOR_USERNAME {
                 "none"
@@ -596,6 +655,8 @@ mod tests {
     #[rstest]
     #[case("default", true)]
     #[case(NIL_UUID, true)]
+    #[case("first-organization", true)]
+    #[case("FIRST-Organization", true)]
     #[case("acme", false)]
     #[case("ACME", false)]
     fn organization_lookup(#[case] ident: &str, #[case] is_default: bool) {
@@ -606,6 +667,14 @@ mod tests {
             state.organization(&org.id.clone()).map(|o| o.name.as_str()),
             Some(org.name.as_str())
         );
+    }
+
+    #[rstest]
+    #[case("Default")]
+    #[case("DEFAULT")]
+    #[case("default ")]
+    fn only_the_exact_lower_case_default_means_the_default_organization(#[case] ident: &str) {
+        assert!(state().organization(ident).is_none());
     }
 
     #[test]

@@ -37,13 +37,15 @@ fn pin_seed(mut seed: Seed) -> Seed {
 }
 
 impl World {
-    pub fn new(seed: Seed, operator_token: String) -> Result<World, String> {
+    /// `api_rate_limit`: requests per minute per caller and endpoint, as coderd's
+    /// `--api-rate-limit` (default 512; 0 or less: no limiting).
+    pub fn new(seed: Seed, operator_token: String, api_rate_limit: i64) -> Result<World, String> {
         let seed = pin_seed(seed);
         let state = State::from_seed(&seed, &operator_token)?;
         Ok(World {
             state,
             faults: Faults::default(),
-            limiter: RateLimiter::default(),
+            limiter: RateLimiter::per_minute(api_rate_limit),
             journal: Journal::default(),
             seed,
             operator_token,
@@ -54,7 +56,7 @@ impl World {
         &self.operator_token
     }
 
-    /// State back to the seed, faults and rate limit cleared, journal emptied.
+    /// State back to the seed, faults cleared, rate limiter back to coderd's default, journal emptied.
     pub fn reset(&mut self) -> Result<(), String> {
         self.state = State::from_seed(&self.seed, &self.operator_token)?;
         self.faults.clear();
@@ -145,6 +147,14 @@ impl World {
 
     pub fn journal(&self) -> Vec<JournalEntry> {
         self.journal.entries().to_vec()
+    }
+
+    /// The entries after sequence number `since` (sequence numbers never repeat, not even across
+    /// a clear or reset), so pollers fetch only what is new.
+    pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
+        let entries = self.journal.entries();
+        let start = entries.partition_point(|entry| entry.seq <= since);
+        entries[start..].to_vec()
     }
 
     pub fn clear_journal(&mut self) {

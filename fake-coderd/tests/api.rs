@@ -122,6 +122,18 @@ fn message(text: &str) -> Value {
     json!({ "message": text })
 }
 
+/// coderd `httpmw/organizationparam.go`: an unknown organization (or one the caller may not read)
+/// gets two JSON objects in one body; a Go client decodes only the first.
+fn org_not_found(arg: &str) -> Value {
+    json!([
+        { "message": RESOURCE_NOT_FOUND_MESSAGE },
+        {
+            "message": format!("Organization \"{arg}\" not found."),
+            "detail": "Provide either the organization id or name."
+        }
+    ])
+}
+
 fn validation(text: &str) -> Value {
     json!({ "message": text, "validations": [{ "field": "name", "detail": text }] })
 }
@@ -268,7 +280,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope/provisionerkeys",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
 )]
 #[case::gate_list(
     Given::Entitlement(Entitlement::NotEntitled),
@@ -323,7 +335,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/{acme_id}",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("{acme_id}")
 )]
 #[case::member_other_user(
     Given::Nothing,
@@ -342,7 +354,27 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
+)]
+// coderd `httpmw/organizationparam.go`: only the exact path value `default` means the default
+// organization; `Default` is a name lookup, and the default organization is `first-organization`.
+#[case::org_default_capitalised(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/Default",
+    None,
+    404,
+    org_not_found("Default")
+)]
+#[case::org_default_upper_on_keys(
+    Given::Nothing,
+    Who::Operator,
+    "GET",
+    "/api/v2/organizations/DEFAULT/provisionerkeys",
+    None,
+    404,
+    org_not_found("DEFAULT")
 )]
 #[case::org_unknown_id(
     Given::Nothing,
@@ -351,7 +383,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/11111111-1111-1111-1111-111111111111",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("11111111-1111-1111-1111-111111111111")
 )]
 #[case::org_empty(
     Given::Nothing,
@@ -448,6 +480,27 @@ const ME: &str = "/api/v2/users/me";
     400,
     validation("Name cannot be reserved name 'built-in'")
 )]
+// coderd `enterprise/coderd/provisionerkeys.go`: `strings.EqualFold` uses Unicode simple folding.
+#[case::reserved_long_s(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some(r#"{"name":"pſk"}"#),
+    400,
+    validation("Name cannot be reserved name 'pſk'")
+)]
+// coderd `httpapi.Read` (Go `json.Decoder`): an array does not decode into the request struct.
+#[case::body_array(Given::Nothing, Who::Operator, "POST", KEYS, Some(r#"["x"]"#), 400, json!({"message": "Request body must be valid JSON.", "detail": "*"}))]
+#[case::body_null_is_an_empty_request(
+    Given::Nothing,
+    Who::Operator,
+    "POST",
+    KEYS,
+    Some("null"),
+    400,
+    validation("Name is required")
+)]
 #[case::reserved_user_auth(
     Given::Nothing,
     Who::Operator,
@@ -528,7 +581,7 @@ const ME: &str = "/api/v2/users/me";
     "/api/v2/organizations/nope/provisionerkeys/k",
     None,
     404,
-    message(RESOURCE_NOT_FOUND_MESSAGE)
+    org_not_found("nope")
 )]
 #[case::delete_empty_name(
     Given::Nothing,
@@ -663,7 +716,15 @@ async fn error_rows(
     }
     let answer = env.send(request).await;
     assert_eq!(answer.status, status, "{method} {path}: {}", answer.text);
-    assert_matches(&expected, &answer.json());
+    let expected: Value =
+        serde_json::from_str(&expected.to_string().replace("{acme_id}", &acme.id))
+            .expect("expected value stays JSON");
+    let actual = match expected {
+        // A JSON sequence: every value of the body, in order.
+        Value::Array(_) => Value::Array(answer.json_values()),
+        _ => answer.json(),
+    };
+    assert_matches(&expected, &actual);
     assert_eq!(
         answer.header("x-coder-build-version"),
         Some(fake_coderd::api::BUILD_VERSION)
@@ -751,6 +812,7 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
             "created_at",
             "email",
             "id",
+            "last_seen_at",
             "login_type",
             "organization_ids",
             "roles",
@@ -773,6 +835,8 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
 #[case::default_by_id("{default_id}", true)]
 #[case::name("acme", false)]
 #[case::name_other_case("ACME", false)]
+#[case::default_by_name("first-organization", true)]
+#[case::default_by_name_other_case("First-Organization", true)]
 #[case::id("{acme_id}", false)]
 #[tokio::test]
 async fn organizations_resolve_by_default_nil_uuid_id_or_name(
@@ -1020,6 +1084,7 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
     assert_eq!(limited.status, 429);
     assert_eq!(limited.header("retry-after"), Some("30"));
     assert_eq!(limited.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(limited.header("x-ratelimit-remaining"), Some("0"));
     assert_eq!(
         limited.json()["message"],
         "You've been rate limited for sending more than 2 requests in 30s."
@@ -1028,6 +1093,11 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
         .as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true"))
         .await;
     assert_eq!(bypass.status, 200, "owners bypass the limiter");
+    assert_eq!(
+        bypass.header("x-ratelimit-remaining"),
+        Some("1"),
+        "a fresh budget"
+    );
     let member = env.fake.add_user("member", UserRole::Member).expect("user");
     assert_eq!(
         env.send(Request::new("GET", ME).token(&member))
@@ -1036,23 +1106,137 @@ async fn rate_limit_window_is_per_caller_and_owners_bypass_it() {
         200,
         "each user has a budget"
     );
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/organizations/default"))
+            .await
+            .status,
+        200,
+        "and each endpoint"
+    );
+}
+
+// coderd `coderd/httpmw/ratelimit.go` (go-chi/httprate): always on, 512 per minute per user and
+// endpoint, X-Ratelimit-* on every answer, Retry-After on the 429.
+#[tokio::test]
+async fn rate_limiting_is_on_by_default_at_512_per_minute_with_headers_on_every_answer() {
+    let env = Env::start().await;
+    let anonymous = env.send(Request::new("GET", "/api/v2/buildinfo")).await;
+    let unknown = env.as_operator(Request::new("GET", "/api/v2/nope")).await;
+    for answer in [&anonymous, &unknown] {
+        assert_eq!(answer.header("x-ratelimit-limit"), Some("512"));
+        assert_eq!(answer.header("x-ratelimit-remaining"), Some("511"));
+        let reset: u64 = answer
+            .header("x-ratelimit-reset")
+            .and_then(|reset| reset.parse().ok())
+            .expect("X-Ratelimit-Reset in unix seconds");
+        let now = jiff::Timestamp::now().as_second() as u64;
+        assert!(reset > now && reset <= now + 61, "{reset} vs {now}");
+        assert_eq!(answer.header("retry-after"), None);
+    }
+    let member = env.fake.add_user("member", UserRole::Member).expect("user");
+    let mut last = None;
+    for _ in 0..512 {
+        last = Some(env.send(Request::new("GET", ME).token(&member)).await);
+    }
+    let last = last.expect("512 answers");
+    // The first budget may straddle a minute boundary; then it is spread over two windows.
+    if last.status == 200 {
+        assert_eq!(last.header("x-ratelimit-remaining"), Some("0"));
+        let limited = env.send(Request::new("GET", ME).token(&member)).await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.header("retry-after"), Some("60"));
+        assert_eq!(
+            limited.json(),
+            message("You've been rate limited for sending more than 512 requests in 1m0s.")
+        );
+    }
+    let owner = env
+        .as_operator(Request::new("GET", ME).header("X-Coder-Bypass-Ratelimit", "true"))
+        .await;
+    assert_eq!(owner.status, 200);
+}
+
+// coderd `coderd/httpmw/ratelimit.go`: only an authenticated owner may bypass; the header is
+// ignored (not answered 428) when no valid session token identifies the caller.
+#[rstest]
+#[case::no_token(None)]
+#[case::invalid_token(Some("zzzzzzzzzz-0123456789012345678901"))]
+#[tokio::test]
+async fn bypass_header_is_ignored_for_unauthenticated_callers(#[case] token: Option<&str>) {
+    let env = Env::start().await;
+    let mut request =
+        Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "true");
+    if let Some(token) = token {
+        request = request.token(token);
+    }
+    let answer = env.send(request).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        answer.header("x-ratelimit-remaining"),
+        Some("511"),
+        "counted"
+    );
+}
+
+#[tokio::test]
+async fn rate_limiting_can_be_switched_off_and_back_to_coderds_default() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    admin
+        .set_rate_limit(Some(RateLimitSpec::Off))
+        .await
+        .expect("off");
+    let member = env.fake.add_user("member", UserRole::Member).expect("user");
+    let off = env
+        .send(
+            Request::new("GET", ME)
+                .token(&member)
+                .header("X-Coder-Bypass-Ratelimit", "true"),
+        )
+        .await;
+    assert_eq!(
+        off.status, 200,
+        "no limiter, no bypass check (--api-rate-limit -1)"
+    );
+    assert_eq!(off.header("x-ratelimit-limit"), None);
+    admin.set_rate_limit(None).await.expect("default");
+    let on = env.send(Request::new("GET", ME).token(&member)).await;
+    assert_eq!(on.header("x-ratelimit-limit"), Some("512"));
+    let off_at_start = fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig {
+        api_rate_limit: -1,
+        ..Default::default()
+    })
+    .await
+    .expect("starts");
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&env.http, &off_at_start.url())
+        .await;
+    assert_eq!(answer.header("x-ratelimit-limit"), None);
+    off_at_start.reset().expect("reset");
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&env.http, &off_at_start.url())
+        .await;
+    assert_eq!(
+        answer.header("x-ratelimit-limit"),
+        None,
+        "a reset keeps the configured limit"
+    );
 }
 
 #[rstest]
-#[case::member(Some(UserRole::Member), "true")]
-#[case::member_numeric(Some(UserRole::Member), "1")]
-#[case::anonymous(None, "True")]
+#[case::member("true")]
+#[case::member_numeric("1")]
+#[case::member_capitalised("True")]
 #[tokio::test]
-async fn bypass_header_from_non_owner_is_428_plain_text(
-    #[case] role: Option<UserRole>,
-    #[case] value: &str,
-) {
+async fn bypass_header_from_non_owner_is_428_plain_text(#[case] value: &str) {
     let env = Env::start().await;
-    let mut request =
-        Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", value);
-    if let Some(role) = role {
-        request = request.token(&env.fake.add_user("someone", role).expect("user"));
-    }
+    let member = env
+        .fake
+        .add_user("someone", UserRole::Member)
+        .expect("user");
+    let request = Request::new("GET", "/api/v2/buildinfo")
+        .header("X-Coder-Bypass-Ratelimit", value)
+        .token(&member);
     let answer = env.send(request).await;
     assert_eq!(answer.status, 428);
     assert_eq!(answer.content_type(), Some("text/plain; charset=utf-8"));
@@ -1061,11 +1245,211 @@ async fn bypass_header_from_non_owner_is_428_plain_text(
         "\"X-Coder-Bypass-Ratelimit\" provided but user is not owner\n"
     );
     let ignored = env
-        .send(Request::new("GET", "/api/v2/buildinfo").header("X-Coder-Bypass-Ratelimit", "false"))
+        .send(
+            Request::new("GET", "/api/v2/buildinfo")
+                .header("X-Coder-Bypass-Ratelimit", "false")
+                .token(&member),
+        )
         .await;
     assert_eq!(
         ignored.status, 200,
         "a false bypass header is no bypass attempt"
     );
     assert_eq!(ignored.content_type(), Some(JSON));
+}
+
+// coderd `httpmw/organizationparam.go` + the deployment's first organization: `default` is a path
+// alias, not a name; the organization behind it is called `first-organization`.
+#[tokio::test]
+async fn the_default_organization_is_named_first_organization() {
+    let env = Env::start().await;
+    let by_alias = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await
+        .json();
+    assert_eq!(by_alias["name"], "first-organization");
+    assert_eq!(by_alias["is_default"], true);
+    let orgs = env
+        .fake
+        .admin()
+        .organizations()
+        .await
+        .expect("organizations");
+    assert!(
+        orgs.iter()
+            .all(|org| !org.name.eq_ignore_ascii_case("default"))
+    );
+}
+
+// coderd RBAC (`coderd/rbac/roles.go`, checked by dbauthz behind `enterprise/coderd/provisionerkeys.go`):
+// an organization admin manages the organization's keys; a user outside the organization cannot
+// even see it (`coderd/httpmw/organizationparam.go` answers its 404).
+#[tokio::test]
+async fn organization_admins_manage_keys_and_outsiders_get_404() {
+    let env = Env::start().await;
+    env.fake.add_organization("Acme").expect("org added");
+    let mut admin_spec = SeedUser::new("acme-admin", UserRole::Member);
+    admin_spec.organizations = vec!["acme".to_string()];
+    admin_spec.organization_admin = vec!["acme".to_string()];
+    let admin = env.fake.add_user_with(&admin_spec).expect("user");
+    let mut member_spec = SeedUser::new("acme-member", UserRole::Member);
+    member_spec.organizations = vec!["acme".to_string()];
+    let member = env.fake.add_user_with(&member_spec).expect("user");
+    let acme_keys = "/api/v2/organizations/acme/provisionerkeys";
+
+    let created = env
+        .send(
+            Request::new("POST", acme_keys)
+                .token(&admin)
+                .body(r#"{"name":"by-admin"}"#),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let listed = env.send(Request::new("GET", acme_keys).token(&admin)).await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.json()[0]["name"], "by-admin");
+
+    let outside = env.send(Request::new("GET", KEYS).token(&admin)).await;
+    assert_eq!(
+        outside.status, 404,
+        "not a member of the default organization"
+    );
+    assert_eq!(
+        outside.json_values(),
+        org_not_found("default")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    );
+    let outside_create = env
+        .send(
+            Request::new("POST", KEYS)
+                .token(&admin)
+                .body(r#"{"name":"x"}"#),
+        )
+        .await;
+    assert_eq!(outside_create.status, 404);
+
+    let plain = env
+        .send(Request::new("GET", acme_keys).token(&member))
+        .await;
+    assert_eq!(
+        plain.status, 403,
+        "a plain member may not manage keys (see README)"
+    );
+
+    let deleted = env
+        .send(Request::new("DELETE", &format!("{acme_keys}/by-admin")).token(&admin))
+        .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    assert!(env.fake.keys("acme").expect("keys").is_empty());
+}
+
+// coderd routes on decoded path segments (chi, `enterprise/coderd/coderd.go` `/provisionerkeys/{provisionerkey}`),
+// so the daemon key must be redacted from the journal (and the log, which prints the same path)
+// however the path spells it.
+#[rstest]
+#[case::literal("/api/v2/provisionerkeys/{key}", true)]
+#[case::encoded_segment("/api/v2/provisioner%6Beys/{key}", true)]
+#[case::encoded_api("/%61pi/v2/provisionerkeys/{key}", true)]
+#[case::doubled_slash("//api/v2/provisionerkeys/{key}", true)]
+#[case::doubled_inner_slash("/api/v2//provisionerkeys/{key}", true)]
+#[case::encoded_key("/api/v2/provisionerkeys/{encoded key}", true)]
+#[case::literal_without_header("/api/v2/provisionerkeys/{key}", false)]
+#[case::encoded_without_header("/api/v2/provisioner%6Beys/{key}", false)]
+#[case::key_in_query("/api/v2/buildinfo?k={key}", true)]
+#[tokio::test]
+async fn daemon_keys_never_reach_the_journal(#[case] path: &str, #[case] with_header: bool) {
+    let env = Env::start().await;
+    let secret = env
+        .fake
+        .create_key_directly("default", "k", BTreeMap::new())
+        .expect("key");
+    let encoded: String = secret
+        .chars()
+        .map(|c| format!("%{:02X}", c as u32))
+        .collect();
+    let path = path
+        .replace("{key}", &secret)
+        .replace("{encoded key}", &encoded);
+    let mut request = Request::new("GET", &path);
+    if with_header {
+        request = request.header("Coder-Provisioner-Daemon-Key", &secret);
+    }
+    let answer = env.send(request).await;
+    let journal = env.fake.journal();
+    assert_eq!(journal.len(), 1);
+    let recorded = serde_json::to_string(&journal[0]).expect("serialises");
+    assert!(
+        !recorded.contains(&secret) && !recorded.contains(&encoded),
+        "{path} ({}): {recorded}",
+        answer.status
+    );
+    assert!(
+        journal[0].path.contains("<redacted>"),
+        "{}",
+        journal[0].path
+    );
+}
+
+// coderd `httpapi.Read`: Go's `json.Decoder` matches field names case-insensitively, lets later
+// fields win, and does not read past the first JSON value.
+#[rstest]
+#[case::upper_case_field(r#"{"NAME":"upper"}"#, "upper")]
+#[case::folded_field(r#"{"nAmE":"mixed","TAGſ":{"a":null}}"#, "mixed")]
+#[case::later_field_wins(r#"{"name":"first","Name":"second"}"#, "second")]
+#[case::null_name_changes_nothing(r#"{"name":"kept","NAME":null}"#, "kept")]
+#[case::trailing_data(r#"{"name":"trailing"} and then some"#, "trailing")]
+#[tokio::test]
+async fn create_decodes_the_body_like_go(#[case] body: &str, #[case] name: &str) {
+    let env = Env::start().await;
+    let created = env.as_operator(Request::new("POST", KEYS).body(body)).await;
+    assert_eq!(created.status, 201, "{body}: {}", created.text);
+    let keys = env.fake.keys("default").expect("keys");
+    assert_eq!(keys[0].name, name);
+    if body.contains("TAG") {
+        assert_eq!(
+            keys[0].tags.get("a").map(String::as_str),
+            Some(""),
+            "null tag value"
+        );
+    }
+}
+
+// coderd `httpmw/apikey.go` `APITokenFromRequest`: an empty cookie or query value falls through
+// to the next source.
+#[rstest]
+#[case::empty_cookie("cookie")]
+#[case::empty_query("query")]
+#[tokio::test]
+async fn an_empty_token_source_falls_through_to_the_header(#[case] carrier: &str) {
+    let env = Env::start().await;
+    let token = env.fake.operator_token();
+    let path = format!("{ME}?coder_session_token=");
+    let request = match carrier {
+        "cookie" => Request::new("GET", ME).header("Cookie", "coder_session_token="),
+        _ => Request::new("GET", &path),
+    };
+    let answer = env.send(request.token(&token)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+}
+
+// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature name.
+#[tokio::test]
+async fn entitlements_list_every_feature_name() {
+    let env = Env::start().await;
+    let body = env
+        .send(Request::new("GET", "/api/v2/entitlements"))
+        .await
+        .json();
+    let features = body["features"].as_object().expect("features");
+    assert_eq!(features.len(), 26, "{features:?}");
+    for name in [
+        "user_limit",
+        "multiple_organizations",
+        "workspace_prebuilds",
+        "boundary",
+    ] {
+        assert_eq!(features[name]["entitlement"], "not_entitled", "{name}");
+    }
 }

@@ -624,3 +624,28 @@ async fn admin_api_rejects_bad_requests(
         "admin requests are not journaled"
     );
 }
+
+#[tokio::test]
+async fn the_journal_is_readable_by_cursor() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    for _ in 0..3 {
+        env.send(Request::new("GET", "/api/v2/buildinfo")).await;
+    }
+    let all = admin.journal().await.expect("journal");
+    assert_eq!(all.len(), 3);
+    let after_first = admin.journal_since(all[0].seq).await.expect("since");
+    assert_eq!(after_first, all[1..].to_vec());
+    assert!(
+        admin
+            .journal_since(all[2].seq)
+            .await
+            .expect("since")
+            .is_empty()
+    );
+    admin.clear_journal().await.expect("clear");
+    env.send(Request::new("GET", "/api/v2/buildinfo")).await;
+    let new = admin.journal_since(all[2].seq).await.expect("since");
+    assert_eq!(new.len(), 1, "sequence numbers go on after a clear");
+    assert_eq!(env.fake.journal_since(0), new);
+}

@@ -153,11 +153,13 @@ impl BenchRun {
         crate::manifests::wait_crds_established(&admin, &crds, Duration::from_secs(60)).await?;
         let mut fakes = Vec::new();
         for _ in 0..setup.control_planes {
-            fakes.push(
-                FakeCoderd::start()
-                    .await
-                    .context("starting a fake coderd")?,
-            );
+            let fake = FakeCoderd::start()
+                .await
+                .context("starting a fake coderd")?;
+            // The fake limits like coderd (512/min per user and endpoint); the bench measures the
+            // operator, not coderd's limiter, so its figures stay comparable with earlier runs.
+            fake.set_rate_limit(Some(fake_coderd::RateLimitSpec::Off));
+            fakes.push(fake);
         }
         for n in 0..setup.namespaces {
             create_namespace_fixture(&admin, &setup.namespace(n), &fakes).await?;

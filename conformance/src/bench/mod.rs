@@ -148,8 +148,8 @@ const METHODS: [&str; 9] = [
     "Restart: 'reconciled again' is when the new process's coder_provisioner_operator_reconciles_total reaches the number of CRs \
      (its initial list queues every CR once); the counts include the settle window after that point.",
     "Churn: sticky 429 faults on GET/POST …/provisionerkeys and DELETE …/provisionerkeys/{name} are switched on and off every \
-     --fault-toggle for --fault-window from the first create (fake-coderd faults carry no Retry-After header; its rate limiter, \
-     which does, is bypassed by the owner's X-Coder-Bypass-Ratelimit header as in coderd).",
+     --fault-toggle for --fault-window from the first create (fake-coderd faults carry no Retry-After header). \
+     The fakes' coderd-like rate limiter (512/min per user and endpoint) is switched off in every phase.",
 ];
 
 /// Runs the selected phases and writes the results; a missed target is reported, not an error.

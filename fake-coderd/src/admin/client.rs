@@ -190,7 +190,8 @@ impl AdminClient {
         .await
     }
 
-    /// `None` stops counting (the bypass rule stays, see `ratelimit`).
+    /// `None` returns to the fake's base counting (coderd's 512 per minute unless started with
+    /// another `api_rate_limit`); `Some(RateLimitSpec::Off)` stops counting.
     pub async fn set_rate_limit(&self, spec: Option<RateLimitSpec>) -> anyhow::Result<()> {
         self.command(Method::PUT, "/rate-limit", Some(&spec)).await
     }
@@ -248,6 +249,12 @@ impl AdminClient {
 
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
         self.call(Method::GET, "/journal", None::<&()>).await
+    }
+
+    /// The entries recorded after sequence number `since` (`GET /__fake/journal?since=<seq>`).
+    pub async fn journal_since(&self, since: u64) -> anyhow::Result<Vec<JournalEntry>> {
+        self.call(Method::GET, &format!("/journal?since={since}"), None::<&()>)
+            .await
     }
 
     pub async fn clear_journal(&self) -> anyhow::Result<()> {

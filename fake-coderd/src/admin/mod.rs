@@ -232,7 +232,19 @@ impl AdminResponder {
             ("DELETE", ["organizations", org, "keys", id]) => {
                 with_world(&|world| done(world.delete_key_directly(org, id)))
             }
-            ("GET", ["journal"]) => with_world(&|world| Reply::json(200, world.journal())),
+            ("GET", ["journal"]) => {
+                let since = match request
+                    .url
+                    .query_pairs()
+                    .find(|(key, _)| key == "since")
+                    .map(|(_, value)| value.parse::<u64>())
+                {
+                    None => 0,
+                    Some(Ok(since)) => since,
+                    Some(Err(parse)) => return Err(error(400, format!("since: {parse}"))),
+                };
+                with_world(&|world| Reply::json(200, world.journal_since(since)))
+            }
             ("DELETE", ["journal"]) => with_world(&|world| {
                 world.clear_journal();
                 Reply::empty(204)

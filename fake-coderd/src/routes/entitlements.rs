@@ -7,8 +7,35 @@ use crate::api::{ApiError, Reply};
 use crate::state::{Entitlement, State, User};
 
 const FEATURE: &str = "external_provisioner_daemons";
-/// A few other features of a licensed deployment, so clients see a realistic map.
-const OTHER_FEATURES: [&str; 3] = ["audit_log", "multiple_organizations", "user_limit"];
+/// Every other feature name of coderd v2.30.0 (coderd-api.md §2.4): coderd's map always holds every
+/// feature, so a client sees the same keys here (`Absent` still drops ours, to test that path).
+const OTHER_FEATURES: [&str; 25] = [
+    "user_limit",
+    "audit_log",
+    "connection_log",
+    "browser_only",
+    "scim",
+    "template_rbac",
+    "user_role_management",
+    "high_availability",
+    "multiple_external_auth",
+    "appearance",
+    "advanced_template_scheduling",
+    "workspace_proxy",
+    "external_token_encryption",
+    "workspace_batch_actions",
+    "task_batch_actions",
+    "access_control",
+    "control_shared_ports",
+    "custom_roles",
+    "multiple_organizations",
+    "workspace_prebuilds",
+    "managed_agent_limit",
+    "workspace_external_agent",
+    "aibridge",
+    "boundary",
+    "ai_governance_user_limit",
+];
 
 pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
     if state.entitlements_require_token {

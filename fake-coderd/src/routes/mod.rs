@@ -9,7 +9,7 @@ mod provisioner_keys;
 mod users;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
@@ -17,7 +17,7 @@ use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
 use crate::api::{ApiError, BUILD_VERSION, Reply, ReplyBody};
 use crate::faults::{FaultKind, FaultSpec};
 use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
-use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict};
+use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict, unix_now_ms};
 use crate::state::User;
 use crate::world::{Shared, World};
 
@@ -49,7 +49,8 @@ pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
 pub const DAEMON_KEY_HEADER: &str = "Coder-Provisioner-Daemon-Key";
 pub const DAEMON_PSK_HEADER: &str = "Coder-Provisioner-Daemon-PSK";
 const API_PREFIX: &str = "/api/v2/";
-const DAEMON_KEY_PATH_PREFIX: &str = "/api/v2/provisionerkeys/";
+/// Shorter header values are not searched for in paths (they would match ordinary words).
+const MIN_REDACTED_SECRET_LENGTH: usize = 8;
 
 /// One coderd endpoint: a method on a route template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +142,9 @@ pub struct Call {
     pub daemon_psk: Option<String>,
     pub bypass: Option<String>,
     pub body: Vec<u8>,
+    /// The percent-decoded path, as Go's `r.URL.Path` (the rate limiter's endpoint key). May hold
+    /// a daemon key: never log or journal it.
+    pub decoded_path: String,
     /// Path and query with secrets redacted, for the journal and logs.
     pub redacted_path: String,
 }
@@ -166,11 +170,30 @@ fn cookie(request: &Request, name: &str) -> Option<String> {
 }
 
 /// The daemon key travels in the path of §2.9 step 1 (whatever the method), the session token may
-/// travel in the query: neither reaches the journal or the log.
+/// travel in the query: neither reaches the journal or the log. Routing decodes segments before it
+/// matches, so redaction does too: `/api/v2/provisioner%6Beys/KEY` and `//api/v2/provisionerkeys/KEY`
+/// are redacted like the literal path, and any secret header value left in the path or query is
+/// replaced as well.
 fn redacted_path(request: &Request) -> String {
     let path = request.url.path();
-    let mut redacted = match path.strip_prefix(DAEMON_KEY_PATH_PREFIX) {
-        Some(key) if !key.is_empty() => format!("{DAEMON_KEY_PATH_PREFIX}{REDACTED}"),
+    let raw: Vec<&str> = path.split('/').collect();
+    let decoded: Vec<(usize, String)> = raw
+        .iter()
+        .enumerate()
+        .map(|(index, segment)| {
+            let segment = percent_decode_str(segment).decode_utf8_lossy().into_owned();
+            (index, segment)
+        })
+        .filter(|(_, segment)| !segment.is_empty())
+        .collect();
+    let mut redacted = match decoded.as_slice() {
+        [(_, api), (_, v2), (keys_index, keys), _, ..]
+            if api.eq_ignore_ascii_case("api")
+                && v2.eq_ignore_ascii_case("v2")
+                && keys.eq_ignore_ascii_case("provisionerkeys") =>
+        {
+            format!("{}/{REDACTED}", raw[..=*keys_index].join("/"))
+        }
         _ => path.to_string(),
     };
     if request.url.query().is_some() {
@@ -187,6 +210,22 @@ fn redacted_path(request: &Request) -> String {
             .collect();
         redacted = format!("{redacted}?{}", pairs.join("&"));
     }
+    let secrets = [DAEMON_KEY_HEADER, DAEMON_PSK_HEADER, SESSION_TOKEN_HEADER]
+        .into_iter()
+        .filter_map(|name| header(request, name))
+        .chain(cookie(request, SESSION_TOKEN_COOKIE))
+        .filter(|secret| secret.len() >= MIN_REDACTED_SECRET_LENGTH);
+    for secret in secrets {
+        if !redacted.contains(&secret) {
+            let decoded = percent_decode_str(&redacted)
+                .decode_utf8_lossy()
+                .into_owned();
+            if decoded.contains(&secret) {
+                redacted = decoded;
+            }
+        }
+        redacted = redacted.replace(&secret, REDACTED);
+    }
     redacted
 }
 
@@ -197,17 +236,23 @@ impl Call {
             .query_pairs()
             .find(|(key, _)| key == SESSION_TOKEN_COOKIE)
             .map(|(_, value)| value.into_owned());
+        let present = |token: &String| !token.is_empty();
         Call {
             method: request.method.as_str().to_string(),
             params,
+            // coderd `httpmw/apikey.go` `APITokenFromRequest`: an empty value falls through to the
+            // next source.
             session_token: cookie(request, SESSION_TOKEN_COOKIE)
-                .or(query_token)
-                .or_else(|| header(request, SESSION_TOKEN_HEADER))
-                .filter(|token| !token.is_empty()),
+                .filter(present)
+                .or(query_token.filter(present))
+                .or_else(|| header(request, SESSION_TOKEN_HEADER).filter(present)),
             daemon_key: header(request, DAEMON_KEY_HEADER),
             daemon_psk: header(request, DAEMON_PSK_HEADER),
             bypass: header(request, BYPASS_HEADER),
             body: request.body.clone(),
+            decoded_path: percent_decode_str(request.url.path())
+                .decode_utf8_lossy()
+                .into_owned(),
             redacted_path: redacted_path(request),
         }
     }
@@ -252,19 +297,21 @@ fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
     let caller = Caller {
         method: &call.method,
         route: endpoint.map(Endpoint::template),
-        path: call.redacted_path.split('?').next().unwrap_or_default(),
+        path: &call.decoded_path,
         user_id: user.as_ref().ok().map(|user| user.id.as_str()),
         is_owner: user.as_ref().is_ok_and(User::is_owner),
         bypass_header: call.bypass.as_deref(),
     };
-    match world.limiter.check(&caller, Instant::now()) {
-        Verdict::Allow => {}
+    let rate_headers = match world.limiter.check(&caller, unix_now_ms()) {
+        Verdict::Allow(headers) => headers,
         Verdict::Limited(reply) | Verdict::BypassRefused(reply) => return reply,
-    }
-    let Some(endpoint) = endpoint else {
-        return ApiError::route_not_found().into();
     };
-    dispatch(world, endpoint, call, user).unwrap_or_else(Reply::from)
+    let mut reply = match endpoint {
+        None => ApiError::route_not_found().into(),
+        Some(endpoint) => dispatch(world, endpoint, call, user).unwrap_or_else(Reply::from),
+    };
+    reply.headers.extend(rate_headers);
+    reply
 }
 
 /// The whole pipeline for one request; returns the answer and how long to hold it back.

@@ -3,7 +3,8 @@
 use crate::api::{ApiError, Reply};
 use crate::state::{State, User};
 
-/// Only the first JSON object of coderd's doubled 404 body is sent (§2.3 "Fake: emit only the first object").
+/// An unknown organization gets coderd's doubled 404 body: the generic not-found object, then
+/// `{"message":"Organization \"x\" not found.","detail":…}` (coderd `httpmw/organizationparam.go`).
 pub fn get(state: &State, caller: &User, ident: &str) -> Result<Reply, ApiError> {
     state
         .organization_for(caller, ident)

@@ -8,11 +8,11 @@ use serde_json::json;
 
 use super::Call;
 use crate::api::{ApiError, Reply};
-use crate::state::{KEY_SECRET_LENGTH, Organization, State, User};
+use crate::state::{KEY_SECRET_LENGTH, Organization, State, User, equal_fold};
 
 /// §1.6 after authentication: organization lookup (400/404), feature gate (403), then permission.
-/// Only owners may manage keys here; the spec leaves non-owner permissions open, and the fake answers
-/// them with the §1.5 forbidden response.
+/// Owners and the organization's admins may manage keys (coderd RBAC); a user outside the
+/// organization already got the organization's 404; a plain member gets the §1.5 forbidden answer.
 fn gated_organization<'s>(
     state: &'s State,
     caller: &User,
@@ -22,7 +22,7 @@ fn gated_organization<'s>(
     if !state.entitlement.enabled() {
         return Err(ApiError::feature_gate());
     }
-    if !caller.is_owner() {
+    if !caller.may_manage_keys_in(&org.id) {
         return Err(ApiError::forbidden());
     }
     Ok(org)
@@ -33,24 +33,67 @@ pub fn list(state: &State, caller: &User, org: &str) -> Result<Reply, ApiError> 
     Ok(Reply::json(200, state.list_keys(&org.id)))
 }
 
-/// `codersdk.CreateProvisionerKeyRequest`; unknown fields are ignored and `null` means empty, as Go decodes.
-#[derive(Deserialize)]
+/// `codersdk.CreateProvisionerKeyRequest`, decoded as Go's `json.Decoder` does in coderd's
+/// `httpapi.Read`: only a JSON object (or `null`) fits the struct; field names match
+/// case-insensitively (Unicode simple folding), later fields overwrite earlier ones, unknown fields are
+/// ignored, a `null` name changes nothing, a `null` tag value is `""`, objects for `tags` merge into
+/// the map, and anything after the first JSON value is not read.
+#[derive(Default)]
 struct CreateRequest {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    tags: Option<BTreeMap<String, String>>,
+    name: String,
+    tags: BTreeMap<String, String>,
+}
+
+impl<'de> Deserialize<'de> for CreateRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = CreateRequest;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object (codersdk.CreateProvisionerKeyRequest)")
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<CreateRequest, E> {
+                Ok(CreateRequest::default())
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<CreateRequest, A::Error> {
+                let mut request = CreateRequest::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if equal_fold(&key, "name") {
+                        if let Some(name) = map.next_value::<Option<String>>()? {
+                            request.name = name;
+                        }
+                    } else if equal_fold(&key, "tags") {
+                        match map.next_value::<Option<BTreeMap<String, Option<String>>>>()? {
+                            None => request.tags.clear(),
+                            Some(tags) => request.tags.extend(
+                                tags.into_iter()
+                                    .map(|(key, value)| (key, value.unwrap_or_default())),
+                            ),
+                        }
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(request)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 pub fn create(state: &mut State, caller: &User, org: &str, body: &[u8]) -> Result<Reply, ApiError> {
     let org_id = gated_organization(state, caller, org)?.id.clone();
-    let request: CreateRequest =
-        serde_json::from_slice(body).map_err(|error| ApiError::invalid_json(error.to_string()))?;
-    let secret = state.create_key(
-        &org_id,
-        &request.name.unwrap_or_default(),
-        request.tags.unwrap_or_default(),
-    )?;
+    // No `end()`: like `json.Decoder.Decode`, whatever follows the first value is not read.
+    let mut decoder = serde_json::Deserializer::from_slice(body);
+    let request = CreateRequest::deserialize(&mut decoder)
+        .map_err(|error| ApiError::invalid_json(error.to_string()))?;
+    let secret = state.create_key(&org_id, &request.name, request.tags)?;
     Ok(Reply::json(201, json!({ "key": secret })))
 }
 

@@ -34,8 +34,16 @@ impl Answer {
         self.header("content-type")
     }
 
-    /// The body as JSON; also asserts the §1.1 content type that every JSON answer must carry.
+    /// The body as one JSON document; also asserts the §1.1 content type that every JSON answer
+    /// must carry, and the trailing newline of Go's `json.Encoder`.
     pub fn json(&self) -> Value {
+        let mut values = self.json_values();
+        assert_eq!(values.len(), 1, "one JSON value expected: {}", self.text);
+        values.remove(0)
+    }
+
+    /// Every JSON value of the body, in order (coderd writes two for an unknown organization).
+    pub fn json_values(&self) -> Vec<Value> {
         assert_eq!(
             self.content_type(),
             Some(JSON),
@@ -43,7 +51,14 @@ impl Answer {
             self.status,
             self.text
         );
-        serde_json::from_str(&self.text)
+        assert!(
+            self.text.ends_with('\n'),
+            "json.Encoder ends every value with a newline: {:?}",
+            self.text
+        );
+        serde_json::Deserializer::from_str(&self.text)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<Value>, _>>()
             .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.text))
     }
 }
