@@ -307,11 +307,11 @@ impl CoderdClient {
         self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)
     }
 
+    /// The path value as written: coderd treats only the exact lower-case `default` as the
+    /// default organization (`Default` is a name lookup that finds nothing), so folding case
+    /// here would answer `Default` from a cached `default`.
     fn cache_key(&self, name_or_id: &str) -> (String, String) {
-        (
-            self.inner.base.as_str().to_owned(),
-            name_or_id.to_lowercase(),
-        )
+        (self.inner.base.as_str().to_owned(), name_or_id.to_owned())
     }
 
     fn forget_organization_on_not_found(
