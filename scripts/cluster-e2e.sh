@@ -11,7 +11,10 @@
 #   --keep  leave the cluster running (a later kind run reuses it); delete kind clusters with
 #           kind delete cluster --name coder-conformance-tiers
 #           kind delete cluster --name coder-conformance
-# Needs: a Docker engine and cargo; kind v0.33.0 or newer for the kind tier.
+# Needs: a Docker engine and cargo; kind v0.33.0 or newer for the kind tier (built from the Go
+# module proxy into ~/.cache when missing and Go is installed).
+# Env: KIND_NODE_IMAGE=offline  build the node image here (scripts/kind-node-image.sh), for hosts
+#      without a registry or with cgroup v1; the tag is passed on in KIND_NODE_IMAGE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,10 +36,26 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+# kind: the one on the PATH (v0.33.0 or newer), else built once from the Go module proxy into the
+# per-user cache (scripts/kind-binary.sh).
+if [[ $tier == kind ]] && ! command -v kind >/dev/null && command -v go >/dev/null; then
+  kind_bin="$(bash scripts/kind-binary.sh)" || { echo "$tier-e2e: kind could not be installed (scripts/kind-binary.sh)" >&2; exit 2; }
+  export PATH="$(dirname "$kind_bin"):$PATH"
+fi
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "$tier-e2e: $tool is not installed" >&2; exit 2; }
 done
-docker info --format '{{.ServerVersion}}' >/dev/null || { echo "$tier-e2e: no Docker engine is reachable" >&2; exit 2; }
+docker info --format '{{.ServerVersion}}' >/dev/null 2>&1 || {
+  echo "$tier-e2e: no Docker engine is reachable (start one; as root, scripts/docker-engine.sh installs and starts Debian's)" >&2
+  exit 2
+}
+# KIND_NODE_IMAGE=offline: build (or reuse) the node image made here without a registry
+# (scripts/kind-node-image.sh) and pass its tag on in KIND_NODE_IMAGE.
+if [[ $tier == kind && ${KIND_NODE_IMAGE:-} == offline ]]; then
+  KIND_NODE_IMAGE="$(bash scripts/kind-node-image.sh)" || { echo "$tier-e2e: the offline node image could not be built" >&2; exit 2; }
+  export KIND_NODE_IMAGE
+  echo "== kind node image: $KIND_NODE_IMAGE"
+fi
 
 keep_args=()
 if [[ $keep == 1 ]]; then
