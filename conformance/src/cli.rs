@@ -70,7 +70,7 @@ pub struct LocalClusterArgs {
     /// Where to write the admin kubeconfig (written last, so its presence means "ready").
     #[arg(long)]
     pub kubeconfig_out: PathBuf,
-    /// Also install the CRDs of config/crd.
+    /// Also install the suite's CRDs (config/crd, built into this binary).
     #[arg(long)]
     pub install_crds: bool,
 }
@@ -135,16 +135,17 @@ pub struct RunArgs {
     /// List the scenarios with their tags, without running anything.
     #[arg(long)]
     pub list: bool,
-    /// Folder with the feature files.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
-    pub features: PathBuf,
+    /// Folder with the feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
     /// The implementation under test.
     #[arg(long, value_enum, default_value_t = OperatorMode::Reference, conflicts_with = "operator_cmd")]
     pub operator: OperatorMode,
     /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
     #[arg(long)]
     pub operator_cmd: Option<String>,
-    /// RBAC manifests the started operator runs under (default: config/rbac of this repository).
+    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
+    /// into this binary).
     #[arg(long)]
     pub operator_rbac: Option<PathBuf>,
     /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
@@ -174,9 +175,9 @@ pub struct RunArgs {
 pub struct VerifyArgs {
     /// The conformance report (YAML).
     pub file: PathBuf,
-    /// Folder with the suite's feature files.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
-    pub features: PathBuf,
+    /// Folder with the suite's feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
 }
 
 /// `90`, `90s`, `3m`, `500ms`.
@@ -360,11 +361,19 @@ struct Prepared {
     mode: String,
 }
 
-async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Result<Prepared> {
+async fn prepare(
+    args: &RunArgs,
+    inputs: &crate::assets::Inputs,
+    report_dir: &Path,
+) -> anyhow::Result<Prepared> {
     let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
         ClusterTier::Kind | ClusterTier::K3s => {
-            let started = provision_cluster(args.cluster, repo, args.keep_cluster).await?;
+            // These tiers build the images from the source tree this binary was compiled in.
+            let repo = repo_root().canonicalize().context(
+                "locating the repository root (the kind and k3s tiers build images from it)",
+            )?;
+            let started = provision_cluster(args.cluster, &repo, args.keep_cluster).await?;
             let cluster = started.provisioned();
             let config = load_config(&cluster.kubeconfig).await?;
             let endpoint = ClusterEndpoint::from_config(&config);
@@ -457,7 +466,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
     if args.operator != OperatorMode::Installed {
-        let crds = crate::manifests::install_crds(&client, &repo.join("config/crd"))
+        let crds = crate::manifests::install_crds(&client, &inputs.crds)
             .await
             .context("installing the CRDs")?;
         crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
@@ -524,9 +533,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
                 None => (OperatorCommand::reference().await?, "reference"),
             };
             let mut spec = OperatorUnderTest::new(command);
-            if let Some(rbac) = &args.operator_rbac {
-                spec.rbac_dir = rbac.clone();
-            }
+            spec.rbac_dir = inputs.rbac.clone();
             eprintln!(
                 "conformance: starting the operator: {} (RBAC {})",
                 spec.command.display(),
@@ -580,7 +587,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         existing_control_plane,
         daemon_image,
         timeouts,
-        repo_root: repo.to_path_buf(),
+        repo_root: inputs.bundle.root().to_path_buf(),
         report_dir: report_dir.to_path_buf(),
         keep_on_failure: args.keep_on_failure,
     });
@@ -630,7 +637,8 @@ async fn local_cluster(args: &LocalClusterArgs) -> anyhow::Result<ExitCode> {
         .context("starting the local control plane")?;
     if args.install_crds {
         let client = local.admin_client().await?;
-        let crds = crate::manifests::install_crds(&client, &repo_root().join("config/crd")).await?;
+        let bundle = crate::assets::materialize()?;
+        let crds = crate::manifests::install_crds(&client, &bundle.crd()).await?;
         crate::manifests::wait_crds_established(&client, &crds, Duration::from_secs(60)).await?;
     }
     let partial = args.kubeconfig_out.with_extension("partial");
@@ -786,7 +794,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         operator_installed: args.operator == OperatorMode::Installed
             || matches!(args.cluster, ClusterTier::Kind | ClusterTier::K3s),
     };
-    let features = parse_features(&args.features)?;
+    let inputs = crate::assets::Inputs::resolve(
+        args.features.as_deref(),
+        None,
+        args.operator_rbac.as_deref(),
+    )?;
+    let features = parse_features(&inputs.features)?;
     if args.list {
         list(&features, &selection);
         return Ok(ExitCode::SUCCESS);
@@ -795,13 +808,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&report_dir)
         .with_context(|| format!("creating {}", report_dir.display()))?;
     let report_dir = report_dir.canonicalize()?;
-    let repo = repo_root()
-        .canonicalize()
-        .context("locating the repository root")?;
 
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
-    let prepared = prepare(&args, &repo, &report_dir).await?;
+    let prepared = prepare(&args, &inputs, &report_dir).await?;
     install_environment(prepared.environment.clone())?;
 
     let collector = Collector::default();
@@ -865,7 +875,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.fail_fast {
         cucumber = cucumber.fail_fast();
     }
-    let finished = cucumber.filter_run(&args.features, filter).await;
+    let finished = cucumber.filter_run(&inputs.features, filter).await;
     let cucumber_failed =
         cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
 
@@ -886,7 +896,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         suite: Suite {
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            features: feature_hashes(&args.features)?,
+            git_commit: crate::assets::GIT_COMMIT.to_owned(),
+            features_source: inputs.features_source.to_string(),
+            features: feature_hashes(&inputs.features)?,
         },
         environment: model::Environment {
             tier: prepared.tier,
@@ -904,7 +916,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_string(),
         duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
         summary: model::summarise(&[]),
-        coverage: crate::coverage::for_report(&args.features, &results),
+        coverage: crate::coverage::for_report(&inputs.features, &results),
         results,
         digest: String::new(),
     }
@@ -980,7 +992,8 @@ fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let report = ConformanceReport::from_yaml(&text)?;
-    let problems = model::verify(&report, &feature_hashes(&args.features)?)?;
+    let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
+    let problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
     if problems.is_empty() {
         println!(
             "{}: valid; Core conformance {}, Extended {}",

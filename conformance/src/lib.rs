@@ -6,6 +6,7 @@
 //! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
 //! contract's rules to scenarios and seeded variants.
+pub mod assets;
 pub mod bench;
 pub mod cli;
 pub mod cluster;

@@ -85,6 +85,12 @@ pub struct FeatureFile {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Suite {
     pub version: String,
+    /// The git commit the suite was built from (`unknown` outside git).
+    #[serde(default)]
+    pub git_commit: String,
+    /// Which feature files ran: `embedded` (built into the binary) or the `--features` folder.
+    #[serde(default)]
+    pub features_source: String,
     pub features: Vec<FeatureFile>,
 }
 
@@ -333,6 +339,8 @@ mod tests {
             },
             suite: Suite {
                 version: "0.1.0".into(),
+                git_commit: "unknown".into(),
+                features_source: "embedded".into(),
                 features: features(),
             },
             environment: Environment {
