@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::report::model::{FeatureFile, sha256_hex};
+use crate::report::model::{FeatureFile, ManifestSet, files_digest, sha256_hex};
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded_assets.rs"));
@@ -167,16 +167,14 @@ pub fn file_digests(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
     Ok(files)
 }
 
-/// One digest for a folder: sha256 over `name  sha256\n` lines of its files (sorted), as
-/// `sha256sum` would list them, so a reader can recompute it with standard tools.
-pub fn folder_digest(files: &[FeatureFile]) -> String {
-    let mut sorted: Vec<&FeatureFile> = files.iter().collect();
-    sorted.sort_by(|a, b| a.path.cmp(&b.path));
-    let listing: String = sorted
-        .iter()
-        .map(|f| format!("{}  {}\n", f.sha256, f.path))
-        .collect();
-    sha256_hex(listing.as_bytes())
+/// A folder as the report records it: source, digest and each file's sha256.
+pub fn manifest_set(source: &Source, dir: &Path) -> anyhow::Result<ManifestSet> {
+    let files = file_digests(dir)?;
+    Ok(ManifestSet {
+        source: source.to_string(),
+        sha256: files_digest(&files),
+        files,
+    })
 }
 
 #[cfg(test)]
@@ -226,7 +224,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            folder_digest(&files(left)) == folder_digest(&files(right)),
+            files_digest(&files(left)) == files_digest(&files(right)),
             equal
         );
     }

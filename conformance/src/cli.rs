@@ -148,6 +148,14 @@ pub struct RunArgs {
     /// into this binary).
     #[arg(long)]
     pub operator_rbac: Option<PathBuf>,
+    /// CRDs to install and judge instead of the suite's (the implementation's own); also
+    /// applied with --operator installed.
+    #[arg(long)]
+    pub crds: Option<PathBuf>,
+    /// Anything else the operator needs (e.g. a CRD of its own): applied before the operator
+    /// starts, waiting for CRDs to be Established and Deployments to be available.
+    #[arg(long)]
+    pub extra_manifests: Option<PathBuf>,
     /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
     #[arg(long, requires = "control_plane")]
     pub coderd: Option<String>,
@@ -359,6 +367,8 @@ struct Prepared {
     tier: String,
     simulated: Vec<String>,
     mode: String,
+    /// The report's `setup` section.
+    setup: model::Setup,
 }
 
 async fn prepare(
@@ -465,12 +475,15 @@ async fn prepare(
     let timeouts =
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
-    if args.operator != OperatorMode::Installed {
+    let crd_set = if args.operator != OperatorMode::Installed || args.crds.is_some() {
         let crds = crate::manifests::install_crds(&client, &inputs.crds)
             .await
-            .context("installing the CRDs")?;
+            .with_context(|| format!("installing the CRDs of {}", inputs.crds_source))?;
         crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
-    }
+        crate::assets::manifest_set(&inputs.crds_source, &inputs.crds)?
+    } else {
+        crate::setup::installed_crds(&client).await?
+    };
 
     let in_cluster_fake = started_cluster
         .as_ref()
@@ -523,32 +536,6 @@ async fn prepare(
         }
     };
 
-    let (operator, mode) = match (&args.operator_cmd, args.operator) {
-        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
-        // kind and k3s run the reference operator in the cluster, from config/manager.
-        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
-        (command, OperatorMode::Reference) => {
-            let (command, mode) = match command {
-                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
-                None => (OperatorCommand::reference().await?, "reference"),
-            };
-            let mut spec = OperatorUnderTest::new(command);
-            spec.rbac_dir = inputs.rbac.clone();
-            eprintln!(
-                "conformance: starting the operator: {} (RBAC {})",
-                spec.command.display(),
-                spec.rbac_dir.display()
-            );
-            let process = OperatorProcess::start(&client, &endpoint, spec)
-                .await
-                .context("starting the operator")?;
-            (
-                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
-                mode,
-            )
-        }
-    };
-
     // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
     // point at such a control plane, so the kubeconfig tier asks too and reports the answer.
@@ -578,6 +565,59 @@ async fn prepare(
         }
     };
 
+    let extra_manifests = match &args.extra_manifests {
+        Some(dir) => {
+            let applied =
+                crate::setup::apply_extra_manifests(&client, dir, timeouts.eventually).await?;
+            eprintln!(
+                "conformance: applied {} object(s) of --extra-manifests {}",
+                applied.len(),
+                dir.display()
+            );
+            let source = crate::assets::Source::from_option(Some(dir));
+            Some(crate::assets::manifest_set(&source, dir)?)
+        }
+        None => None,
+    };
+
+    let mut operator_command = None;
+    let mut rbac_set = None;
+    let (operator, mode) = match (&args.operator_cmd, args.operator) {
+        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
+        // kind and k3s run the reference operator in the cluster, from config/manager.
+        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
+        (command, OperatorMode::Reference) => {
+            let (command, mode) = match command {
+                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
+                None => (OperatorCommand::reference().await?, "reference"),
+            };
+            let mut spec = OperatorUnderTest::new(command);
+            spec.rbac_dir = inputs.rbac.clone();
+            let shown = crate::setup::mask_secrets(
+                args.operator_cmd
+                    .as_deref()
+                    .map_or(spec.command.display(), str::to_owned)
+                    .as_str(),
+            );
+            eprintln!(
+                "conformance: starting the operator: {shown} (RBAC {})",
+                inputs.rbac_source
+            );
+            operator_command = Some(shown);
+            rbac_set = Some(crate::assets::manifest_set(
+                &inputs.rbac_source,
+                &spec.rbac_dir,
+            )?);
+            let process = OperatorProcess::start(&client, &endpoint, spec)
+                .await
+                .context("starting the operator")?;
+            (
+                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
+                mode,
+            )
+        }
+    };
+
     let environment = Arc::new(Environment {
         client,
         kubeconfig,
@@ -598,6 +638,18 @@ async fn prepare(
             started_cluster,
             fake,
             simulator,
+        },
+        setup: model::Setup {
+            mode: mode.to_owned(),
+            operator_command,
+            rbac: rbac_set,
+            crds: crd_set,
+            extra_manifests,
+            control_plane_access: "read-write".to_owned(),
+            tier: tier.to_owned(),
+            timeouts: crate::setup::timeouts(&timeouts, args.timeout_scale),
+            retries: args.retry,
+            concurrency: args.concurrency.max(1),
         },
         tier: tier.to_owned(),
         simulated,
@@ -796,7 +848,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let inputs = crate::assets::Inputs::resolve(
         args.features.as_deref(),
-        None,
+        args.crds.as_deref(),
         args.operator_rbac.as_deref(),
     )?;
     let features = parse_features(&inputs.features)?;
@@ -910,6 +962,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_owned(),
             simulated: prepared.simulated,
         },
+        setup: Some(prepared.setup),
         started_at: started_at
             .round(jiff::Unit::Second)
             .unwrap_or(started_at)
@@ -924,6 +977,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let path = report_dir.join(REPORT_FILE);
     std::fs::write(&path, report.to_yaml()?)
         .with_context(|| format!("writing {}", path.display()))?;
+    // cucumber names the embedded features by their scratch path, relative to the working
+    // folder when inside it; "features/…" reads better and is the same in every run.
+    let root = inputs.bundle.root();
+    let strip: Vec<String> = if inputs.features_source == crate::assets::Source::Embedded {
+        let full = root.display().to_string();
+        let last = root.file_name().map(|n| n.to_string_lossy().into_owned());
+        std::iter::once(full.trim_start_matches('/').to_owned())
+            .chain(last)
+            .map(|p| format!("{p}/"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    crate::report::junit::annotate_file(&report_dir.join("junit.xml"), &report.results, &strip)?;
     print_summary(&report, &report_dir);
 
     let any_failed = report

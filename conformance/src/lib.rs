@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod manifests;
 pub mod report;
 pub mod seeded;
+pub mod setup;
 pub mod steps;
 pub mod wait;
 pub mod world;
