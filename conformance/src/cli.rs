@@ -35,6 +35,8 @@ use crate::world::{
 
 /// Name of the conformance report in the report folder.
 pub const REPORT_FILE: &str = "conformance-report.yaml";
+/// The whole log of the operator the suite started (all restarts), in the report folder.
+pub const OPERATOR_LOG_FILE: &str = "operator.log";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -724,6 +726,14 @@ async fn teardown(environment: &Environment, owned: Owned) {
         && let Some(mut process) = process.lock().await.take()
     {
         process.stop().await;
+        // The whole log (every start) is evidence: keep it with the reports.
+        let kept = environment.report_dir.join(OPERATOR_LOG_FILE);
+        if let Err(error) = std::fs::copy(process.log_path(), &kept) {
+            eprintln!(
+                "conformance: could not keep the operator's log in {}: {error}",
+                kept.display()
+            );
+        }
         // Dropping it removes its scratch folder (kubeconfig with the ServiceAccount token).
         drop(process);
     }
