@@ -99,6 +99,25 @@ pub enum OperatorMode {
     Installed,
 }
 
+/// What the operator under test may do to CoderControlPlanes (the suite's fixture).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControlPlaneAccess {
+    /// Its RBAC as shipped.
+    ReadWrite,
+    /// Its RBAC without write verbs on codercontrolplanes, their status and finalizers (for an
+    /// operator that also reconciles CoderControlPlanes); recorded in the report.
+    ReadOnly,
+}
+
+impl ControlPlaneAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadWrite => "read-write",
+            Self::ReadOnly => "read-only",
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Where the Kubernetes API comes from.
@@ -158,6 +177,9 @@ pub struct RunArgs {
     /// starts, waiting for CRDs to be Established and Deployments to be available.
     #[arg(long)]
     pub extra_manifests: Option<PathBuf>,
+    /// What the started operator's RBAC allows on CoderControlPlanes, the suite's fixture.
+    #[arg(long, value_enum, default_value_t = ControlPlaneAccess::ReadWrite)]
+    pub control_plane_access: ControlPlaneAccess,
     /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
     #[arg(long, requires = "control_plane")]
     pub coderd: Option<String>,
@@ -371,6 +393,8 @@ struct Prepared {
     mode: String,
     /// The report's `setup` section.
     setup: model::Setup,
+    /// Watches the suite's control planes for changes by others (none with --control-plane).
+    guard: Option<crate::fixture_guard::FixtureGuard>,
 }
 
 async fn prepare(
@@ -582,6 +606,24 @@ async fn prepare(
         None => None,
     };
 
+    // The fixture guard learns the suite's own field managers before the operator starts.
+    let guard = if args.control_plane.is_none() {
+        let managers = crate::fixture_guard::suite_managers(&client).await?;
+        Some(crate::fixture_guard::FixtureGuard::start(
+            client.clone(),
+            managers,
+        ))
+    } else {
+        None
+    };
+    let read_only = args.control_plane_access == ControlPlaneAccess::ReadOnly;
+    if read_only && (args.operator == OperatorMode::Installed || started_cluster.is_some()) {
+        anyhow::bail!(
+            "--control-plane-access read-only applies the operator's RBAC, so the suite must start the operator \
+             (not --operator installed, nor the kind or k3s tier); give an installed operator read-only RBAC yourself"
+        );
+    }
+
     let mut operator_command = None;
     let mut rbac_set = None;
     let (operator, mode) = match (&args.operator_cmd, args.operator) {
@@ -595,21 +637,26 @@ async fn prepare(
             };
             let mut spec = OperatorUnderTest::new(command);
             spec.rbac_dir = inputs.rbac.clone();
+            let mut rbac_source = inputs.rbac_source.to_string();
+            if read_only {
+                spec.rbac_dir =
+                    crate::fixture_guard::write_read_only_rbac(&inputs.rbac, report_dir)?;
+                rbac_source = format!(
+                    "{rbac_source}, without write verbs on codercontrolplanes (+/status, /finalizers): {}",
+                    spec.rbac_dir.display()
+                );
+            }
             let shown = crate::setup::mask_secrets(
                 args.operator_cmd
                     .as_deref()
                     .map_or(spec.command.display(), str::to_owned)
                     .as_str(),
             );
-            eprintln!(
-                "conformance: starting the operator: {shown} (RBAC {})",
-                inputs.rbac_source
-            );
+            eprintln!("conformance: starting the operator: {shown} (RBAC {rbac_source})");
             operator_command = Some(shown);
-            rbac_set = Some(crate::assets::manifest_set(
-                &inputs.rbac_source,
-                &spec.rbac_dir,
-            )?);
+            let mut set = crate::assets::manifest_set(&inputs.rbac_source, &spec.rbac_dir)?;
+            set.source = rbac_source;
+            rbac_set = Some(set);
             let process = OperatorProcess::start(&client, &endpoint, spec)
                 .await
                 .context("starting the operator")?;
@@ -647,7 +694,7 @@ async fn prepare(
             rbac: rbac_set,
             crds: crd_set,
             extra_manifests,
-            control_plane_access: "read-write".to_owned(),
+            control_plane_access: args.control_plane_access.as_str().to_owned(),
             tier: tier.to_owned(),
             timeouts: crate::setup::timeouts(&timeouts, args.timeout_scale),
             retries: args.retry,
@@ -656,6 +703,7 @@ async fn prepare(
         tier: tier.to_owned(),
         simulated,
         mode: mode.to_owned(),
+        guard,
     })
 }
 
@@ -937,9 +985,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.fail_fast {
         cucumber = cucumber.fail_fast();
     }
-    let finished = cucumber.filter_run(&inputs.features, filter).await;
-    let cucumber_failed =
-        cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
+    let run = cucumber.filter_run(&inputs.features, filter);
+    // A changed control-plane fixture stops the run at once, with one message.
+    let aborted = match &prepared.guard {
+        Some(guard) => tokio::select! {
+            finished = run => Err(finished),
+            message = guard.tampered() => Ok(message),
+        },
+        None => Err(run.await),
+    };
+    let (cucumber_failed, aborted) = match aborted {
+        Err(finished) => (
+            cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished),
+            None,
+        ),
+        Ok(message) => (true, Some(message)),
+    };
 
     teardown(&prepared.environment, prepared.owned).await;
 
@@ -973,6 +1034,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             simulated: prepared.simulated,
         },
         setup: Some(prepared.setup),
+        aborted: aborted.clone(),
         started_at: started_at
             .round(jiff::Unit::Second)
             .unwrap_or(started_at)
@@ -1007,6 +1069,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .results
         .iter()
         .any(|r| r.status == model::Status::Failed);
+    if let Some(message) = &aborted {
+        eprintln!("conformance: STOPPED: {message}");
+        return Ok(ExitCode::from(2));
+    }
     Ok(if cucumber_failed || any_failed {
         ExitCode::FAILURE
     } else {

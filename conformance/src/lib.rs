@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod coverage;
 pub mod diagnostics;
+pub mod fixture_guard;
 pub mod hygiene;
 pub mod implementation;
 pub mod kubelet;

@@ -204,6 +204,10 @@ pub struct ConformanceReport {
     /// Absent in reports of suites before it existed; `verify-report` then says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<Setup>,
+    /// Why the run was stopped before its end (e.g. the control-plane fixture was changed by
+    /// someone else); such a report claims no conformance and does not verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<String>,
     pub started_at: String,
     pub duration_ms: u64,
     pub summary: Summary,
@@ -250,6 +254,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl ConformanceReport {
+    /// The summary of the results; no conformance claim for a stopped run.
+    pub fn expected_summary(&self) -> Summary {
+        let mut summary = summarise(&self.results);
+        if self.aborted.is_some() {
+            summary.core_conformant = false;
+            summary.extended_conformant = false;
+        }
+        summary
+    }
+
     /// The digest of the report's content (everything but the digest field).
     pub fn compute_digest(&self) -> anyhow::Result<String> {
         let mut unsigned = self.clone();
@@ -259,7 +273,7 @@ impl ConformanceReport {
 
     /// Fills in the summary and the digest.
     pub fn seal(mut self) -> anyhow::Result<Self> {
-        self.summary = summarise(&self.results);
+        self.summary = self.expected_summary();
         self.digest = self.compute_digest()?;
         Ok(self)
     }
@@ -320,7 +334,10 @@ pub fn verify(
             "feature {path} in the report is not part of this suite"
         ));
     }
-    let summary = summarise(&report.results);
+    if let Some(reason) = &report.aborted {
+        problems.push(format!("the run was stopped before its end: {reason}"));
+    }
+    let summary = report.expected_summary();
     if summary != report.summary {
         problems.push("the summary does not match the listed results".to_owned());
     }
@@ -466,6 +483,7 @@ mod tests {
                 simulated: vec![],
             },
             setup: Some(setup()),
+            aborted: None,
             started_at: "2026-11-29T19:00:00Z".into(),
             duration_ms: 5000,
             summary: summarise(&[]),
@@ -532,6 +550,19 @@ mod tests {
         edit(&mut edited);
         let problems = verify(&edited.seal().unwrap(), &features()).unwrap();
         assert!(problems.iter().any(|p| p.contains(problem)), "{problems:?}");
+    }
+
+    #[test]
+    fn a_stopped_run_claims_nothing_and_does_not_verify() {
+        let mut stopped = report(vec![result(Some(Level::Core), Status::Passed)]);
+        stopped.aborted = Some("fixture changed".into());
+        let stopped = stopped.seal().unwrap();
+        assert!(!stopped.summary.core_conformant);
+        let problems = verify(&stopped, &features()).unwrap();
+        assert_eq!(
+            problems,
+            ["the run was stopped before its end: fixture changed"]
+        );
     }
 
     #[test]
