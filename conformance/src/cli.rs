@@ -35,6 +35,8 @@ use crate::world::{
 
 /// Name of the conformance report in the report folder.
 pub const REPORT_FILE: &str = "conformance-report.yaml";
+/// The whole log of the operator the suite started (all restarts), in the report folder.
+pub const OPERATOR_LOG_FILE: &str = "operator.log";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -70,7 +72,7 @@ pub struct LocalClusterArgs {
     /// Where to write the admin kubeconfig (written last, so its presence means "ready").
     #[arg(long)]
     pub kubeconfig_out: PathBuf,
-    /// Also install the CRDs of config/crd.
+    /// Also install the suite's CRDs (config/crd, built into this binary).
     #[arg(long)]
     pub install_crds: bool,
 }
@@ -95,6 +97,25 @@ pub enum OperatorMode {
     Reference,
     /// Already running in the cluster: nothing is started, restart scenarios are skipped.
     Installed,
+}
+
+/// What the operator under test may do to CoderControlPlanes (the suite's fixture).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControlPlaneAccess {
+    /// Its RBAC as shipped.
+    ReadWrite,
+    /// Its RBAC without write verbs on codercontrolplanes, their status and finalizers (for an
+    /// operator that also reconciles CoderControlPlanes); recorded in the report.
+    ReadOnly,
+}
+
+impl ControlPlaneAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadWrite => "read-write",
+            Self::ReadOnly => "read-only",
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -135,18 +156,30 @@ pub struct RunArgs {
     /// List the scenarios with their tags, without running anything.
     #[arg(long)]
     pub list: bool,
-    /// Folder with the feature files.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
-    pub features: PathBuf,
+    /// Folder with the feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
     /// The implementation under test.
     #[arg(long, value_enum, default_value_t = OperatorMode::Reference, conflicts_with = "operator_cmd")]
     pub operator: OperatorMode,
     /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
     #[arg(long)]
     pub operator_cmd: Option<String>,
-    /// RBAC manifests the started operator runs under (default: config/rbac of this repository).
+    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
+    /// into this binary).
     #[arg(long)]
     pub operator_rbac: Option<PathBuf>,
+    /// CRDs to install and judge instead of the suite's (the implementation's own); also
+    /// applied with --operator installed.
+    #[arg(long)]
+    pub crds: Option<PathBuf>,
+    /// Anything else the operator needs (e.g. a CRD of its own): applied before the operator
+    /// starts, waiting for CRDs to be Established and Deployments to be available.
+    #[arg(long)]
+    pub extra_manifests: Option<PathBuf>,
+    /// What the started operator's RBAC allows on CoderControlPlanes, the suite's fixture.
+    #[arg(long, value_enum, default_value_t = ControlPlaneAccess::ReadWrite)]
+    pub control_plane_access: ControlPlaneAccess,
     /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
     #[arg(long, requires = "control_plane")]
     pub coderd: Option<String>,
@@ -174,9 +207,9 @@ pub struct RunArgs {
 pub struct VerifyArgs {
     /// The conformance report (YAML).
     pub file: PathBuf,
-    /// Folder with the suite's feature files.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
-    pub features: PathBuf,
+    /// Folder with the suite's feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
 }
 
 /// `90`, `90s`, `3m`, `500ms`.
@@ -358,13 +391,25 @@ struct Prepared {
     tier: String,
     simulated: Vec<String>,
     mode: String,
+    /// The report's `setup` section.
+    setup: model::Setup,
+    /// Watches the suite's control planes for changes by others (none with --control-plane).
+    guard: Option<crate::fixture_guard::FixtureGuard>,
 }
 
-async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Result<Prepared> {
+async fn prepare(
+    args: &RunArgs,
+    inputs: &crate::assets::Inputs,
+    report_dir: &Path,
+) -> anyhow::Result<Prepared> {
     let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
         ClusterTier::Kind | ClusterTier::K3s => {
-            let started = provision_cluster(args.cluster, repo, args.keep_cluster).await?;
+            // These tiers build the images from the source tree this binary was compiled in.
+            let repo = repo_root().canonicalize().context(
+                "locating the repository root (the kind and k3s tiers build images from it)",
+            )?;
+            let started = provision_cluster(args.cluster, &repo, args.keep_cluster).await?;
             let cluster = started.provisioned();
             let config = load_config(&cluster.kubeconfig).await?;
             let endpoint = ClusterEndpoint::from_config(&config);
@@ -456,12 +501,15 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
     let timeouts =
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
-    if args.operator != OperatorMode::Installed {
-        let crds = crate::manifests::install_crds(&client, &repo.join("config/crd"))
+    let crd_set = if args.operator != OperatorMode::Installed || args.crds.is_some() {
+        let crds = crate::manifests::install_crds(&client, &inputs.crds)
             .await
-            .context("installing the CRDs")?;
+            .with_context(|| format!("installing the CRDs of {}", inputs.crds_source))?;
         crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
-    }
+        crate::assets::manifest_set(&inputs.crds_source, &inputs.crds)?
+    } else {
+        crate::setup::installed_crds(&client).await?
+    };
 
     let in_cluster_fake = started_cluster
         .as_ref()
@@ -514,34 +562,6 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         }
     };
 
-    let (operator, mode) = match (&args.operator_cmd, args.operator) {
-        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
-        // kind and k3s run the reference operator in the cluster, from config/manager.
-        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
-        (command, OperatorMode::Reference) => {
-            let (command, mode) = match command {
-                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
-                None => (OperatorCommand::reference().await?, "reference"),
-            };
-            let mut spec = OperatorUnderTest::new(command);
-            if let Some(rbac) = &args.operator_rbac {
-                spec.rbac_dir = rbac.clone();
-            }
-            eprintln!(
-                "conformance: starting the operator: {} (RBAC {})",
-                spec.command.display(),
-                spec.rbac_dir.display()
-            );
-            let process = OperatorProcess::start(&client, &endpoint, spec)
-                .await
-                .context("starting the operator")?;
-            (
-                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
-                mode,
-            )
-        }
-    };
-
     // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
     // point at such a control plane, so the kubeconfig tier asks too and reports the answer.
@@ -571,6 +591,82 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         }
     };
 
+    let extra_manifests = match &args.extra_manifests {
+        Some(dir) => {
+            let applied =
+                crate::setup::apply_extra_manifests(&client, dir, timeouts.eventually).await?;
+            eprintln!(
+                "conformance: applied {} object(s) of --extra-manifests {}",
+                applied.len(),
+                dir.display()
+            );
+            let source = crate::assets::Source::from_option(Some(dir));
+            Some(crate::assets::manifest_set(&source, dir)?)
+        }
+        None => None,
+    };
+
+    // The fixture guard learns the suite's own field managers before the operator starts.
+    let guard = if args.control_plane.is_none() {
+        let managers = crate::fixture_guard::suite_managers(&client).await?;
+        Some(crate::fixture_guard::FixtureGuard::start(
+            client.clone(),
+            managers,
+        ))
+    } else {
+        None
+    };
+    let read_only = args.control_plane_access == ControlPlaneAccess::ReadOnly;
+    if read_only && (args.operator == OperatorMode::Installed || started_cluster.is_some()) {
+        anyhow::bail!(
+            "--control-plane-access read-only applies the operator's RBAC, so the suite must start the operator \
+             (not --operator installed, nor the kind or k3s tier); give an installed operator read-only RBAC yourself"
+        );
+    }
+
+    let mut operator_command = None;
+    let mut rbac_set = None;
+    let (operator, mode) = match (&args.operator_cmd, args.operator) {
+        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
+        // kind and k3s run the reference operator in the cluster, from config/manager.
+        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
+        (command, OperatorMode::Reference) => {
+            let (command, mode) = match command {
+                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
+                None => (OperatorCommand::reference().await?, "reference"),
+            };
+            let mut spec = OperatorUnderTest::new(command);
+            spec.rbac_dir = inputs.rbac.clone();
+            let mut rbac_source = inputs.rbac_source.to_string();
+            if read_only {
+                spec.rbac_dir =
+                    crate::fixture_guard::write_read_only_rbac(&inputs.rbac, report_dir)?;
+                rbac_source = format!(
+                    "{rbac_source}, without write verbs on codercontrolplanes (+/status, /finalizers): {}",
+                    spec.rbac_dir.display()
+                );
+            }
+            let shown = crate::setup::mask_secrets(
+                args.operator_cmd
+                    .as_deref()
+                    .map_or(spec.command.display(), str::to_owned)
+                    .as_str(),
+            );
+            eprintln!("conformance: starting the operator: {shown} (RBAC {rbac_source})");
+            operator_command = Some(shown);
+            let mut set = crate::assets::manifest_set(&inputs.rbac_source, &spec.rbac_dir)?;
+            set.source = rbac_source;
+            rbac_set = Some(set);
+            let process = OperatorProcess::start(&client, &endpoint, spec)
+                .await
+                .context("starting the operator")?;
+            (
+                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
+                mode,
+            )
+        }
+    };
+
     let environment = Arc::new(Environment {
         client,
         kubeconfig,
@@ -580,7 +676,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
         existing_control_plane,
         daemon_image,
         timeouts,
-        repo_root: repo.to_path_buf(),
+        repo_root: inputs.bundle.root().to_path_buf(),
         report_dir: report_dir.to_path_buf(),
         keep_on_failure: args.keep_on_failure,
     });
@@ -592,9 +688,22 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
             fake,
             simulator,
         },
+        setup: model::Setup {
+            mode: mode.to_owned(),
+            operator_command,
+            rbac: rbac_set,
+            crds: crd_set,
+            extra_manifests,
+            control_plane_access: args.control_plane_access.as_str().to_owned(),
+            tier: tier.to_owned(),
+            timeouts: crate::setup::timeouts(&timeouts, args.timeout_scale),
+            retries: args.retry,
+            concurrency: args.concurrency.max(1),
+        },
         tier: tier.to_owned(),
         simulated,
         mode: mode.to_owned(),
+        guard,
     })
 }
 
@@ -630,7 +739,8 @@ async fn local_cluster(args: &LocalClusterArgs) -> anyhow::Result<ExitCode> {
         .context("starting the local control plane")?;
     if args.install_crds {
         let client = local.admin_client().await?;
-        let crds = crate::manifests::install_crds(&client, &repo_root().join("config/crd")).await?;
+        let bundle = crate::assets::materialize()?;
+        let crds = crate::manifests::install_crds(&client, &bundle.crd()).await?;
         crate::manifests::wait_crds_established(&client, &crds, Duration::from_secs(60)).await?;
     }
     let partial = args.kubeconfig_out.with_extension("partial");
@@ -664,6 +774,14 @@ async fn teardown(environment: &Environment, owned: Owned) {
         && let Some(mut process) = process.lock().await.take()
     {
         process.stop().await;
+        // The whole log (every start) is evidence: keep it with the reports.
+        let kept = environment.report_dir.join(OPERATOR_LOG_FILE);
+        if let Err(error) = std::fs::copy(process.log_path(), &kept) {
+            eprintln!(
+                "conformance: could not keep the operator's log in {}: {error}",
+                kept.display()
+            );
+        }
         // Dropping it removes its scratch folder (kubeconfig with the ServiceAccount token).
         drop(process);
     }
@@ -786,7 +904,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         operator_installed: args.operator == OperatorMode::Installed
             || matches!(args.cluster, ClusterTier::Kind | ClusterTier::K3s),
     };
-    let features = parse_features(&args.features)?;
+    let inputs = crate::assets::Inputs::resolve(
+        args.features.as_deref(),
+        args.crds.as_deref(),
+        args.operator_rbac.as_deref(),
+    )?;
+    let features = parse_features(&inputs.features)?;
     if args.list {
         list(&features, &selection);
         return Ok(ExitCode::SUCCESS);
@@ -795,13 +918,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&report_dir)
         .with_context(|| format!("creating {}", report_dir.display()))?;
     let report_dir = report_dir.canonicalize()?;
-    let repo = repo_root()
-        .canonicalize()
-        .context("locating the repository root")?;
 
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
-    let prepared = prepare(&args, &repo, &report_dir).await?;
+    let prepared = prepare(&args, &inputs, &report_dir).await?;
     install_environment(prepared.environment.clone())?;
 
     let collector = Collector::default();
@@ -865,9 +985,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.fail_fast {
         cucumber = cucumber.fail_fast();
     }
-    let finished = cucumber.filter_run(&args.features, filter).await;
-    let cucumber_failed =
-        cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
+    let run = cucumber.filter_run(&inputs.features, filter);
+    // A changed control-plane fixture stops the run at once, with one message.
+    let aborted = match &prepared.guard {
+        Some(guard) => tokio::select! {
+            finished = run => Err(finished),
+            message = guard.tampered() => Ok(message),
+        },
+        None => Err(run.await),
+    };
+    let (cucumber_failed, aborted) = match aborted {
+        Err(finished) => (
+            cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished),
+            None,
+        ),
+        Ok(message) => (true, Some(message)),
+    };
 
     teardown(&prepared.environment, prepared.owned).await;
 
@@ -886,7 +1019,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         suite: Suite {
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            features: feature_hashes(&args.features)?,
+            git_commit: crate::assets::GIT_COMMIT.to_owned(),
+            features_source: inputs.features_source.to_string(),
+            features: feature_hashes(&inputs.features)?,
         },
         environment: model::Environment {
             tier: prepared.tier,
@@ -898,13 +1033,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_owned(),
             simulated: prepared.simulated,
         },
+        setup: Some(prepared.setup),
+        aborted: aborted.clone(),
         started_at: started_at
             .round(jiff::Unit::Second)
             .unwrap_or(started_at)
             .to_string(),
         duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
         summary: model::summarise(&[]),
-        coverage: crate::coverage::for_report(&args.features, &results),
+        coverage: crate::coverage::for_report(&inputs.features, &results),
         results,
         digest: String::new(),
     }
@@ -912,12 +1049,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let path = report_dir.join(REPORT_FILE);
     std::fs::write(&path, report.to_yaml()?)
         .with_context(|| format!("writing {}", path.display()))?;
+    // cucumber names the embedded features by their scratch path, relative to the working
+    // folder when inside it; "features/…" reads better and is the same in every run.
+    let root = inputs.bundle.root();
+    let strip: Vec<String> = if inputs.features_source == crate::assets::Source::Embedded {
+        let full = root.display().to_string();
+        let last = root.file_name().map(|n| n.to_string_lossy().into_owned());
+        std::iter::once(full.trim_start_matches('/').to_owned())
+            .chain(last)
+            .map(|p| format!("{p}/"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    crate::report::junit::annotate_file(&report_dir.join("junit.xml"), &report.results, &strip)?;
     print_summary(&report, &report_dir);
 
     let any_failed = report
         .results
         .iter()
         .any(|r| r.status == model::Status::Failed);
+    if let Some(message) = &aborted {
+        eprintln!("conformance: STOPPED: {message}");
+        return Ok(ExitCode::from(2));
+    }
     Ok(if cucumber_failed || any_failed {
         ExitCode::FAILURE
     } else {
@@ -980,7 +1135,8 @@ fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let report = ConformanceReport::from_yaml(&text)?;
-    let problems = model::verify(&report, &feature_hashes(&args.features)?)?;
+    let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
+    let problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
     if problems.is_empty() {
         println!(
             "{}: valid; Core conformance {}, Extended {}",

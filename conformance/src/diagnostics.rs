@@ -14,6 +14,8 @@ use crate::world::{ProvisionerWorld, control_plane_resource, provisioner_resourc
 
 /// Lines of operator log kept in a bundle.
 const LOG_LINES: usize = 200;
+/// At most this many of the operator's log lines that mention the scenario are kept.
+const SCENARIO_LOG_LINES: usize = 2000;
 const MASK: &str = "<redacted>";
 
 /// A file-system-friendly folder name for a scenario.
@@ -45,6 +47,41 @@ pub fn mask(text: &str, secrets: &[String]) -> String {
         .fold(text.to_owned(), |acc, secret| {
             acc.replace(secret.as_str(), MASK)
         })
+}
+
+/// The lines of `log` that mention one of `needles` (the scenario's namespace, its CR names),
+/// with the `=== start #N` banners of the operator's (re)starts, the last `max` of them. A log
+/// shared by concurrent scenarios thus yields the failing scenario's own lines.
+pub fn lines_mentioning(log: &str, needles: &[String], max: usize) -> String {
+    let needles: Vec<&str> = needles
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+        .collect();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.starts_with("=== start #") || needles.iter().any(|n| line.contains(n)))
+        .collect();
+    let skipped = lines.len().saturating_sub(max);
+    let mut out = String::new();
+    if skipped > 0 {
+        out.push_str(&format!("… {skipped} earlier line(s) left out\n"));
+    }
+    for line in &lines[skipped..] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `metadata.name` of each object.
+fn names(objects: &anyhow::Result<Vec<Value>>) -> Vec<String> {
+    objects
+        .iter()
+        .flatten()
+        .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Removes terminal colour sequences (`ESC [ … m`) that some loggers write even to files.
@@ -184,6 +221,11 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
             .await,
         ),
     ];
+    let mut needles = vec![world.namespace.clone(), world.provisioner.clone()];
+    needles.extend(names(&groups[0].1));
+    needles.extend(names(&groups[1].1));
+    needles.sort();
+    needles.dedup();
     for (file, objects) in groups {
         let text = match objects {
             Ok(objects) => to_yaml(&Value::Array(objects)),
@@ -235,6 +277,20 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
         "the operator is installed in the cluster; its log is not available to the suite".to_owned()
     });
     parts.push(("operator.log", strip_ansi(&log)));
+    let full_log = match &world.env.operator {
+        crate::world::Operator::Started(process) => {
+            process.lock().await.as_ref().map(|p| p.full_log())
+        }
+        crate::world::Operator::Installed => None,
+    };
+    if let Some(full_log) = full_log {
+        let mine = lines_mentioning(&strip_ansi(&full_log), &needles, SCENARIO_LOG_LINES);
+        let header = format!(
+            "# operator log lines that mention {} (with each start banner)\n",
+            needles.join(", ")
+        );
+        parts.push(("operator-scenario.log", header + &mine));
+    }
 
     let journal = if world.env.coderd.admin.is_none() {
         "a real coderd has no journal".to_owned()
@@ -276,6 +332,21 @@ mod tests {
         #[case] expected: &str,
     ) {
         assert_eq!(folder_name(feature, scenario, line), expected);
+    }
+
+    #[rstest]
+    #[case(&["ns-a"], 10, "=== start #1\nreconcile ns-a/p\n=== start #2\nns-a done\n")]
+    #[case(&["ns-a", "key-x"], 10, "=== start #1\nreconcile ns-a/p\nkey-x created\n=== start #2\nns-a done\n")]
+    #[case(&["ns-a"], 2, "… 2 earlier line(s) left out\n=== start #2\nns-a done\n")]
+    #[case(&["", "nothing"], 10, "=== start #1\n=== start #2\n")]
+    fn scenario_log_lines_are_picked(
+        #[case] needles: &[&str],
+        #[case] max: usize,
+        #[case] expected: &str,
+    ) {
+        let log = "=== start #1\nreconcile ns-a/p\nreconcile ns-b/p\nkey-x created\n=== start #2\nns-a done\n";
+        let needles: Vec<String> = needles.iter().map(|n| (*n).to_owned()).collect();
+        assert_eq!(lines_mentioning(log, &needles, max), expected);
     }
 
     #[test]

@@ -6,17 +6,20 @@
 //! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
 //! contract's rules to scenarios and seeded variants.
+pub mod assets;
 pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod coverage;
 pub mod diagnostics;
+pub mod fixture_guard;
 pub mod hygiene;
 pub mod implementation;
 pub mod kubelet;
 pub mod manifests;
 pub mod report;
 pub mod seeded;
+pub mod setup;
 pub mod steps;
 pub mod wait;
 pub mod world;

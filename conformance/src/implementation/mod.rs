@@ -375,6 +375,13 @@ fn next_to_current_exe() -> Option<PathBuf> {
 /// Builds the reference operator from this workspace with cargo (a no-op when it is fresh).
 pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if !workspace.join("operator").is_dir() {
+        bail!(
+            "the reference operator is neither in ${REFERENCE_BINARY_ENV} nor next to this binary, and \
+             its source tree ({}) is gone: set {REFERENCE_BINARY_ENV}, or run your own operator with --operator-cmd",
+            workspace.display()
+        );
+    }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
     let output = tokio::process::Command::new(cargo)

@@ -5,6 +5,7 @@
 //! outcomes, [`model`] is the YAML document (with a digest over its content so an edited result
 //! is detected) and `verify-report`'s checks.
 pub mod collector;
+pub mod junit;
 pub mod model;
 
 pub use collector::{Collector, Outcomes};

@@ -76,7 +76,7 @@ pub struct Implementation {
     pub mode: String,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct FeatureFile {
     pub path: String,
     pub sha256: String,
@@ -85,6 +85,12 @@ pub struct FeatureFile {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Suite {
     pub version: String,
+    /// The git commit the suite was built from (`unknown` outside git).
+    #[serde(default)]
+    pub git_commit: String,
+    /// Which feature files ran: `embedded` (built into the binary) or the `--features` folder.
+    #[serde(default)]
+    pub features_source: String,
     pub features: Vec<FeatureFile>,
 }
 
@@ -96,6 +102,54 @@ pub struct Environment {
     pub coderd: String,
     /// What the suite plays itself instead of the real thing (contract D-8), said plainly.
     pub simulated: Vec<String>,
+}
+
+/// A set of manifests the run applied (CRDs, RBAC, extra manifests), as it was applied.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ManifestSet {
+    /// `embedded` (built into the suite), a folder, or `cluster` (found installed).
+    pub source: String,
+    /// sha256 over the `sha256  name` lines of `files`, sorted by name (`sha256sum` format).
+    pub sha256: String,
+    /// Each file (or, from the cluster, each object's spec) with its sha256.
+    pub files: Vec<FeatureFile>,
+}
+
+/// Deadlines of the run's waits, after `--timeout-scale` and `--wait-timeout`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct SetupTimeouts {
+    pub eventually_ms: u64,
+    pub hold_window_ms: u64,
+    pub interval_ms: u64,
+    pub reach_and_hold: u32,
+    pub hold_observations: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_scale: Option<f64>,
+}
+
+/// How the run was set up: enough to repeat it, and to see any hand-made change.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Setup {
+    /// `reference`, `command`, `installed` or `installed (config/manager)`.
+    pub mode: String,
+    /// The command the suite ran as the operator, secrets masked (none when installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_command: Option<String>,
+    /// The RBAC the started operator ran under (none when installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<ManifestSet>,
+    /// The CRDs the run judged.
+    pub crds: ManifestSet,
+    /// `--extra-manifests`, applied before the operator started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_manifests: Option<ManifestSet>,
+    /// `read-write`, or `read-only` when the operator's RBAC was stripped of write verbs on
+    /// codercontrolplanes (`--control-plane-access read-only`).
+    pub control_plane_access: String,
+    pub tier: String,
+    pub timeouts: SetupTimeouts,
+    pub retries: usize,
+    pub concurrency: usize,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -147,6 +201,13 @@ pub struct ConformanceReport {
     pub implementation: Implementation,
     pub suite: Suite,
     pub environment: Environment,
+    /// Absent in reports of suites before it existed; `verify-report` then says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Setup>,
+    /// Why the run was stopped before its end (e.g. the control-plane fixture was changed by
+    /// someone else); such a report claims no conformance and does not verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<String>,
     pub started_at: String,
     pub duration_ms: u64,
     pub summary: Summary,
@@ -193,6 +254,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl ConformanceReport {
+    /// The summary of the results; no conformance claim for a stopped run.
+    pub fn expected_summary(&self) -> Summary {
+        let mut summary = summarise(&self.results);
+        if self.aborted.is_some() {
+            summary.core_conformant = false;
+            summary.extended_conformant = false;
+        }
+        summary
+    }
+
     /// The digest of the report's content (everything but the digest field).
     pub fn compute_digest(&self) -> anyhow::Result<String> {
         let mut unsigned = self.clone();
@@ -202,7 +273,7 @@ impl ConformanceReport {
 
     /// Fills in the summary and the digest.
     pub fn seal(mut self) -> anyhow::Result<Self> {
-        self.summary = summarise(&self.results);
+        self.summary = self.expected_summary();
         self.digest = self.compute_digest()?;
         Ok(self)
     }
@@ -263,7 +334,10 @@ pub fn verify(
             "feature {path} in the report is not part of this suite"
         ));
     }
-    let summary = summarise(&report.results);
+    if let Some(reason) = &report.aborted {
+        problems.push(format!("the run was stopped before its end: {reason}"));
+    }
+    let summary = report.expected_summary();
     if summary != report.summary {
         problems.push("the summary does not match the listed results".to_owned());
     }
@@ -291,12 +365,78 @@ pub fn verify(
             }
         }
     }
+    problems.extend(setup_problems(report));
     if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
         problems.push(
             "claims Core conformance although a Core scenario failed or was skipped".to_owned(),
         );
     }
     Ok(problems)
+}
+
+/// sha256 over `sha256  name` lines, sorted by name: the digest of a [`ManifestSet`].
+pub fn files_digest(files: &[FeatureFile]) -> String {
+    let mut sorted: Vec<&FeatureFile> = files.iter().collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    let listing: String = sorted
+        .iter()
+        .map(|f| format!("{}  {}\n", f.sha256, f.path))
+        .collect();
+    sha256_hex(listing.as_bytes())
+}
+
+/// What a report must say about its setup and the suite that made it.
+fn setup_problems(report: &ConformanceReport) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut require = |present: bool, field: &str| {
+        if !present {
+            problems.push(format!("the report does not record {field}"));
+        }
+    };
+    require(!report.suite.git_commit.is_empty(), "suite.git_commit");
+    require(
+        !report.suite.features_source.is_empty(),
+        "suite.features_source",
+    );
+    let Some(setup) = &report.setup else {
+        require(false, "its setup (setup:)");
+        return problems;
+    };
+    require(!setup.mode.is_empty(), "setup.mode");
+    require(!setup.tier.is_empty(), "setup.tier");
+    require(
+        !setup.control_plane_access.is_empty(),
+        "setup.control_plane_access",
+    );
+    require(setup.timeouts.eventually_ms > 0, "setup.timeouts");
+    require(setup.concurrency > 0, "setup.concurrency");
+    let started = matches!(setup.mode.as_str(), "reference" | "command");
+    require(
+        !started || setup.operator_command.is_some(),
+        "setup.operator_command",
+    );
+    require(!started || setup.rbac.is_some(), "setup.rbac");
+    let mut mismatched = Vec::new();
+    let sets = [
+        Some(("crds", &setup.crds)),
+        setup.rbac.as_ref().map(|r| ("rbac", r)),
+    ]
+    .into_iter()
+    .chain([setup
+        .extra_manifests
+        .as_ref()
+        .map(|e| ("extra_manifests", e))])
+    .flatten();
+    for (name, set) in sets {
+        require(!set.source.is_empty(), &format!("setup.{name}.source"));
+        if set.sha256 != files_digest(&set.files) {
+            mismatched.push(format!(
+                "setup.{name}.sha256 does not match its files' digests"
+            ));
+        }
+    }
+    problems.extend(mismatched);
+    problems
 }
 
 #[cfg(test)]
@@ -333,6 +473,8 @@ mod tests {
             },
             suite: Suite {
                 version: "0.1.0".into(),
+                git_commit: "unknown".into(),
+                features_source: "embedded".into(),
                 features: features(),
             },
             environment: Environment {
@@ -340,6 +482,8 @@ mod tests {
                 coderd: "fake".into(),
                 simulated: vec![],
             },
+            setup: Some(setup()),
+            aborted: None,
             started_at: "2026-11-29T19:00:00Z".into(),
             duration_ms: 5000,
             summary: summarise(&[]),
@@ -362,6 +506,74 @@ mod tests {
         }
         .seal()
         .unwrap()
+    }
+
+    fn setup() -> Setup {
+        let files = features();
+        let set = ManifestSet {
+            source: "embedded".into(),
+            sha256: files_digest(&files),
+            files,
+        };
+        Setup {
+            mode: "reference".into(),
+            operator_command: Some("coder-provisioner-operator run".into()),
+            rbac: Some(set.clone()),
+            crds: set,
+            extra_manifests: None,
+            control_plane_access: "read-write".into(),
+            tier: "local".into(),
+            timeouts: SetupTimeouts {
+                eventually_ms: 30_000,
+                hold_window_ms: 8_000,
+                interval_ms: 200,
+                reach_and_hold: 2,
+                hold_observations: 3,
+                timeout_scale: None,
+            },
+            retries: 0,
+            concurrency: 2,
+        }
+    }
+
+    #[rstest]
+    #[case::no_setup(|r: &mut ConformanceReport| r.setup = None, "its setup")]
+    #[case::no_commit(|r: &mut ConformanceReport| r.suite.git_commit.clear(), "suite.git_commit")]
+    #[case::no_feature_source(|r: &mut ConformanceReport| r.suite.features_source.clear(), "suite.features_source")]
+    #[case::no_command(|r: &mut ConformanceReport| r.setup.as_mut().unwrap().operator_command = None, "setup.operator_command")]
+    #[case::no_rbac(|r: &mut ConformanceReport| r.setup.as_mut().unwrap().rbac = None, "setup.rbac")]
+    #[case::no_tier(|r: &mut ConformanceReport| r.setup.as_mut().unwrap().tier.clear(), "setup.tier")]
+    #[case::no_timeouts(|r: &mut ConformanceReport| r.setup.as_mut().unwrap().timeouts.eventually_ms = 0, "setup.timeouts")]
+    #[case::crd_digest(|r: &mut ConformanceReport| r.setup.as_mut().unwrap().crds.files[0].sha256 = "0".into(), "setup.crds.sha256")]
+    fn verify_requires_the_setup(#[case] edit: fn(&mut ConformanceReport), #[case] problem: &str) {
+        let mut edited = report(vec![result(Some(Level::Core), Status::Passed)]);
+        edit(&mut edited);
+        let problems = verify(&edited.seal().unwrap(), &features()).unwrap();
+        assert!(problems.iter().any(|p| p.contains(problem)), "{problems:?}");
+    }
+
+    #[test]
+    fn a_stopped_run_claims_nothing_and_does_not_verify() {
+        let mut stopped = report(vec![result(Some(Level::Core), Status::Passed)]);
+        stopped.aborted = Some("fixture changed".into());
+        let stopped = stopped.seal().unwrap();
+        assert!(!stopped.summary.core_conformant);
+        let problems = verify(&stopped, &features()).unwrap();
+        assert_eq!(
+            problems,
+            ["the run was stopped before its end: fixture changed"]
+        );
+    }
+
+    #[test]
+    fn an_installed_operator_needs_no_command_or_rbac() {
+        let mut installed = report(vec![result(Some(Level::Core), Status::Passed)]);
+        let setup = installed.setup.as_mut().unwrap();
+        setup.mode = "installed".into();
+        setup.operator_command = None;
+        setup.rbac = None;
+        let problems = verify(&installed.seal().unwrap(), &features()).unwrap();
+        assert_eq!(problems, Vec::<String>::new());
     }
 
     fn features() -> Vec<FeatureFile> {
