@@ -220,8 +220,9 @@ async fn backoff_spacing(
 /// Why `gaps` (seconds between consecutive requests) are not a doubling backoff from `first`
 /// seconds with ±20 % jitter, or `None` when they are.
 pub fn backoff_problem(gaps: &[f64], first: f64) -> Option<String> {
-    // Jitter ±20 %, plus half a second for watch and scheduling latency.
-    const SLACK: f64 = 0.5;
+    // Jitter ±20 %, plus a second for watch and scheduling latency on a loaded machine; still
+    // far from an immediate retry (≈0 s) and from a backoff that was not reset (≥ 8 s).
+    const SLACK: f64 = 1.0;
     let rendered = gaps
         .iter()
         .map(|g| format!("{g:.1} s"))
@@ -693,7 +694,7 @@ mod tests {
     #[rstest]
     #[case::nominal(&[2.0, 4.0, 8.0], true)]
     #[case::jitter_at_the_edges(&[1.6, 4.8, 6.4], true)]
-    #[case::scheduling_slack(&[2.4, 4.3], true)]
+    #[case::scheduling_slack(&[2.9, 4.3], true)]
     #[case::immediate_retry(&[0.1, 0.1, 0.1], false)]
     #[case::no_growth(&[2.0, 2.0], false)]
     #[case::never_reset(&[8.0], false)]
