@@ -140,6 +140,32 @@ Feature: Credential Secrets referenced by extraEnv
     And the provisioner becomes Ready
 
   @R-CRED-7 @D-2 @core
+  Scenario Outline: Every referenced Secret is checked on its own: <case>
+    Given a credential Secret "proxy-credentials" with metadata:
+      """
+      labels: {coder.com/credential: "true"}
+      annotations: {coder.com/credential-destinations: "{origin}"}
+      """
+    When the sample provisioner is applied with spec:
+      """
+      extraEnv:
+        - name: FIRST
+          valueFrom:
+            secretKeyRef: {name: <first>, key: value<first optional>}
+        - name: SECOND
+          valueFrom:
+            secretKeyRef: {name: <second>, key: value<second optional>}
+      """
+    Then the provisioner has condition "CredentialsReady" "<status>" with reason "<reason>"
+
+    Examples:
+      | case                                                  | first             | first optional   | second         | second optional  | status | reason                   |
+      | a cleared Secret, then a missing one                  | proxy-credentials |                  | no-such-secret |                  | False  | CredentialSecretNotFound |
+      | a missing Secret, optional first, then required       | no-such-secret    | , optional: true | no-such-secret |                  | False  | CredentialSecretNotFound |
+      | a missing Secret, required first, then optional       | no-such-secret    |                  | no-such-secret | , optional: true | False  | CredentialSecretNotFound |
+      | a missing Secret, optional both times                 | no-such-secret    | , optional: true | no-such-secret | , optional: true | True   | CredentialsValid         |
+
+  @R-CRED-7 @D-2 @core
   Scenario: An optional reference to a missing Secret is allowed
     When the sample provisioner is applied with spec:
       """
