@@ -1117,14 +1117,18 @@ fn print_summary(report: &ConformanceReport, report_dir: &Path) {
     for note in &report.environment.simulated {
         println!("Simulated: {note}");
     }
-    println!(
-        "Core conformance: {}",
-        if report.summary.core_conformant {
-            "yes"
-        } else {
-            "no"
-        }
-    );
+    // A tag- or name-filtered run is partial: it can neither claim nor deny conformance.
+    let verdict = if report.summary.core_conformant {
+        "yes".to_owned()
+    } else if report.summary.core.failed > 0 || deselected.is_empty() {
+        "no".to_owned()
+    } else {
+        format!(
+            "not claimed (a partial run: {} scenarios not selected)",
+            deselected.len()
+        )
+    };
+    println!("Core conformance: {verdict}");
     println!(
         "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
         report_dir.display()
