@@ -35,6 +35,8 @@ use crate::world::{
 
 /// Name of the conformance report in the report folder.
 pub const REPORT_FILE: &str = "conformance-report.yaml";
+/// Folder (in the report folder) for `kind export logs` when the kind tier fails.
+pub const KIND_LOGS_DIR: &str = "kind-logs";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -111,6 +113,15 @@ pub struct RunArgs {
     /// Keep the kind cluster or k3s container after the run (a later run reuses a kept kind cluster).
     #[arg(long)]
     pub keep_cluster: bool,
+    /// kind node image: an image reference, or `offline` to build (or reuse) the node image made
+    /// here without a registry (scripts/kind-node-image.sh). Default: the image
+    /// config/kind/kind-config.yaml pins (kind's stock image).
+    #[arg(long, env = "KIND_NODE_IMAGE")]
+    pub node_image: Option<String>,
+    /// How the kind and k3s tiers build their images: `prebuilt` (host binaries copied by
+    /// */Dockerfile.prebuilt, no registry) or `dockerfile` (multi-stage */Dockerfile, needs internet).
+    #[arg(long, value_enum, env = "CONFORMANCE_IMAGE_BUILD", default_value_t = crate::cluster::images::ImageBuild::Prebuilt)]
+    pub image_build: crate::cluster::images::ImageBuild,
     /// Cucumber tag expression selecting scenarios, e.g. "@core and not @serial".
     #[arg(long, short = 't', env = "CUCUMBER_FILTER_TAGS")]
     pub tags: Option<String>,
@@ -364,7 +375,7 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
     let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
         ClusterTier::Kind | ClusterTier::K3s => {
-            let started = provision_cluster(args.cluster, repo, args.keep_cluster).await?;
+            let started = provision_cluster(args, repo, report_dir).await?;
             let cluster = started.provisioned();
             let config = load_config(&cluster.kubeconfig).await?;
             let endpoint = ClusterEndpoint::from_config(&config);
@@ -600,21 +611,25 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
 
 /// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
 async fn provision_cluster(
-    tier: ClusterTier,
+    args: &RunArgs,
     repo: &Path,
-    keep: bool,
+    report_dir: &Path,
 ) -> anyhow::Result<StartedCluster> {
-    Ok(match tier {
+    Ok(match args.cluster {
         ClusterTier::Kind => {
             let options = KindOptions {
-                keep,
+                keep: args.keep_cluster,
+                node_image: args.node_image.clone(),
+                image_build: Some(args.image_build),
+                logs_dir: Some(report_dir.join(KIND_LOGS_DIR)),
                 ..KindOptions::new(repo)
             };
             StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
         }
         _ => {
             let options = K3sOptions {
-                keep,
+                keep: args.keep_cluster,
+                image_build: Some(args.image_build),
                 ..K3sOptions::new(repo)
             };
             StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
@@ -869,6 +884,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cucumber_failed =
         cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished);
 
+    if cucumber_failed && let Some(StartedCluster::Kind(cluster)) = &prepared.owned.started_cluster
+    {
+        cluster.export_logs(&report_dir.join(KIND_LOGS_DIR));
+    }
     teardown(&prepared.environment, prepared.owned).await;
 
     let results = outcomes
