@@ -527,8 +527,12 @@ async fn prepare(args: &RunArgs, repo: &Path, report_dir: &Path) -> anyhow::Resu
 
     let (operator, mode) = match (&args.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
-        // kind and k3s run the reference operator in the cluster, from config/manager.
-        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
+        // kind and k3s run the reference operator in the cluster, from config/manager; the suite
+        // restarts it by scaling its Deployment.
+        _ if started_cluster.is_some() => (
+            Operator::InCluster(crate::cluster::kind::InClusterOperator::from_manager(repo)?),
+            "in-cluster (config/manager)",
+        ),
         (command, OperatorMode::Reference) => {
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),
@@ -797,9 +801,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .transpose()
             .context("--name is not a valid regex")?,
         real_coderd: args.coderd.is_some(),
-        // kind and k3s run the operator in the cluster: nothing to restart or impersonate.
-        operator_installed: args.operator == OperatorMode::Installed
-            || matches!(args.cluster, ClusterTier::Kind | ClusterTier::K3s),
+        operator_installed: args.operator == OperatorMode::Installed,
     };
     let features = parse_features(&args.features)?;
     if args.list {

@@ -231,6 +231,11 @@ fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
 
     let deployment = one(&objects, "Deployment");
     let pod = &deployment.data["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["annotations"][kind::ADMIN_TOKEN_ANNOTATION],
+        fake_coderd::fingerprint("admin-t0ken"),
+        "a new admin token rolls the fake's pod"
+    );
     let container = &pod["spec"]["containers"][0];
     assert_eq!(container["name"], FAKE_CODERD_NAME);
     assert_eq!(container["image"], "fake-coderd:t1");

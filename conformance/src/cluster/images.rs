@@ -129,7 +129,7 @@ pub const IMAGE_BUILD_ENV: &str = "CONFORMANCE_IMAGE_BUILD";
 /// Environment variable naming a folder that already holds the three binaries (e.g.
 /// `target/release`); with it, `prebuilt` does not run cargo.
 pub const IMAGE_BIN_DIR_ENV: &str = "CONFORMANCE_IMAGE_BIN_DIR";
-/// The binaries the prebuilt images copy, by package.
+/// The binaries the prebuilt images copy, with their packages.
 pub const PREBUILT_BINARIES: [(&str, &str); 3] = [
     ("operator", "coder-provisioner-operator"),
     ("fake-coderd", "fake-coderd"),
@@ -175,19 +175,18 @@ pub fn images_script_args(repo: &Path, tag: &str, bin_dir: &Path) -> Vec<OsStrin
     ]
 }
 
-/// `cargo build -p operator -p fake-coderd --bin … --message-format=json-render-diagnostics`.
+/// `cargo build --workspace --bins --message-format=json-render-diagnostics`: the whole
+/// workspace, so features unify as in `cargo build --workspace` and a later workspace build does
+/// not relink the binaries (which would change the images' content keys).
 pub fn cargo_build_binaries_args() -> Vec<String> {
-    let mut args = vec!["build".to_owned()];
-    let mut packages: Vec<&str> = PREBUILT_BINARIES.iter().map(|(p, _)| *p).collect();
-    packages.dedup();
-    for package in packages {
-        args.extend(["-p".to_owned(), package.to_owned()]);
-    }
-    for (_, binary) in PREBUILT_BINARIES {
-        args.extend(["--bin".to_owned(), binary.to_owned()]);
-    }
-    args.push("--message-format=json-render-diagnostics".to_owned());
-    args
+    [
+        "build",
+        "--workspace",
+        "--bins",
+        "--message-format=json-render-diagnostics",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// The folder cargo put the binaries in (they share one), from its JSON messages.
@@ -547,16 +546,8 @@ mod tests {
             cargo_build_binaries_args(),
             [
                 "build",
-                "-p",
-                "operator",
-                "-p",
-                "fake-coderd",
-                "--bin",
-                "coder-provisioner-operator",
-                "--bin",
-                "fake-coderd",
-                "--bin",
-                "coder-stub",
+                "--workspace",
+                "--bins",
                 "--message-format=json-render-diagnostics"
             ]
         );

@@ -46,6 +46,8 @@ pub const FAKE_CODERD_NAMESPACE: &str = "coder-fake";
 pub const FAKE_CODERD_NAME: &str = "fake-coderd";
 pub const FAKE_CODERD_ADMIN_SECRET: &str = "fake-coderd-admin";
 pub const FAKE_CODERD_ADMIN_SECRET_KEY: &str = "token";
+/// Pod-template annotation with the admin token's fingerprint: a new token rolls the fake's pod.
+pub const ADMIN_TOKEN_ANNOTATION: &str = "conformance.coder.com/admin-token-fingerprint";
 /// Container (and Service) ports of the fake: the coderd API and the admin API.
 pub const FAKE_CODERD_PORT: u16 = 3000;
 pub const FAKE_CODERD_ADMIN_PORT: u16 = 3001;
@@ -628,6 +630,18 @@ pub fn fake_coderd_objects(
 ) -> anyhow::Result<Vec<DynamicObject>> {
     let mut objects = manifests::read_dir(&repo.join(FAKE_CODERD_DIR))?;
     set_container_image(&mut objects, FAKE_CODERD_NAME, image)?;
+    // The token reaches the pod through its environment, read at start: a new token must roll
+    // the pod (a reused cluster keeps the Deployment, and would keep the old token).
+    let fingerprint = fake_coderd::fingerprint(admin_token);
+    for deployment in objects.iter_mut().filter(|o| kind_of(o) == "Deployment") {
+        let template = deployment
+            .data
+            .pointer_mut("/spec/template")
+            .and_then(Value::as_object_mut)
+            .context("the fake coderd Deployment has no pod template")?;
+        let metadata = template.entry("metadata").or_insert_with(|| json!({}));
+        metadata["annotations"][ADMIN_TOKEN_ANNOTATION] = Value::String(fingerprint.clone());
+    }
     let secret: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -687,6 +701,101 @@ fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
             object.metadata.name.clone().unwrap_or_default(),
         )
     })
+}
+
+/// The reference operator as `config/manager` runs it in a real cluster: the suite stops and
+/// starts it by scaling its Deployment (a real process restart: the pod is replaced), and knows
+/// its identity (the Deployment's ServiceAccount).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InClusterOperator {
+    pub namespace: String,
+    pub deployment: String,
+    pub service_account: String,
+    /// Label selector of its pods.
+    pub selector: String,
+}
+
+impl InClusterOperator {
+    /// Read from `config/manager` (the objects [`install_operator`] applies).
+    pub fn from_manager(repo: &Path) -> anyhow::Result<Self> {
+        let objects = manifests::read_dir(&repo.join(MANAGER_DIR))?;
+        let deployment = objects
+            .iter()
+            .find(|o| kind_of(o) == "Deployment")
+            .context("config/manager holds no Deployment")?;
+        let (namespace, name) = deployment_ref(deployment).context("a Deployment")?;
+        let spec = &deployment.data["spec"];
+        let service_account = spec
+            .pointer("/template/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(spec["selector"]["matchLabels"].clone())
+                .context("the operator Deployment's selector.matchLabels")?;
+        Ok(Self {
+            namespace,
+            deployment: name,
+            service_account,
+            selector: label_selector(&labels),
+        })
+    }
+
+    /// Scales the Deployment to 0 and waits until none of its pods is left (the process ended).
+    pub async fn stop(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+        self.scale(client, 0).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = pods
+                .list(&ListParams::default().labels(&self.selector))
+                .await
+                .context("listing the operator's pods")?
+                .items
+                .len();
+            if left == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{left} pod(s) of Deployment {}/{} still exist {timeout:?} after scaling it to 0",
+                    self.namespace,
+                    self.deployment
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Scales the Deployment to 1 and waits until it is available.
+    pub async fn start(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+        self.scale(client, 1).await?;
+        wait_deployment_available(
+            client,
+            &self.namespace,
+            &self.deployment,
+            Instant::now() + timeout,
+        )
+        .await
+    }
+
+    async fn scale(&self, client: &kube::Client, replicas: i32) -> anyhow::Result<()> {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &self.namespace);
+        deployments
+            .patch_scale(
+                &self.deployment,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "scaling Deployment {}/{} to {replicas}",
+                    self.namespace, self.deployment
+                )
+            })?;
+        Ok(())
+    }
 }
 
 /// All desired replicas are available, for the current generation.
@@ -1059,6 +1168,19 @@ mod tests {
         let error =
             set_container_image(&mut objects, "absent", "x").expect_err("no such container");
         assert!(error.to_string().contains("\"absent\""), "{error}");
+    }
+
+    #[test]
+    fn the_in_cluster_operator_is_read_from_config_manager() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let operator = InClusterOperator::from_manager(&repo).expect("config/manager");
+        assert_eq!(operator.namespace, "coder-system");
+        assert_eq!(operator.deployment, "coder-provisioner-operator");
+        assert_eq!(operator.service_account, "coder-provisioner-operator");
+        assert_eq!(
+            operator.selector,
+            "app.kubernetes.io/component=manager,app.kubernetes.io/name=coder-provisioner-operator"
+        );
     }
 
     #[test]
