@@ -84,7 +84,7 @@ pub enum ClusterTier {
     /// Use an existing cluster from --kubeconfig / --context.
     Kubeconfig,
     /// Create a kind cluster, build and load the images, install the operator and an in-cluster
-    /// fake coderd (needs Docker and kind; not exercised by this repository's CI).
+    /// fake coderd (needs Docker and kind; run by .ci/run through scripts/kind-e2e.sh).
     Kind,
     /// Start k3s in a container through testcontainers, then as kind (needs Docker; not
     /// exercised by this repository's CI).
