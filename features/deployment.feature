@@ -55,6 +55,7 @@ Feature: The provisioner Deployment
 
   @R-POD-8 @core
   Scenario: Without any image the default image is used
+    Given the control plane's spec has no image
     When the sample provisioner is applied
     Then the provisioner container's image is "ghcr.io/coder/coder:latest"
 

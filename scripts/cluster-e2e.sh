@@ -11,8 +11,11 @@
 #   --keep  leave the cluster running (a later kind run reuses it); delete kind clusters with
 #           kind delete cluster --name coder-conformance-tiers
 #           kind delete cluster --name coder-conformance
-# Needs: a Docker engine and cargo; kind v0.33.0 or newer for the kind tier (built from the Go
-# module proxy into ~/.cache when missing and Go is installed).
+# Needs: cargo, and a Docker engine (as root, scripts/docker-engine.sh installs and starts one when
+# none answers); kind v0.33.0 or newer for the kind tier (built from the Go module proxy into
+# ~/.cache when missing and Go is installed). Images are built from host binaries
+# (CONFORMANCE_IMAGE_BUILD=prebuilt, the default; `dockerfile` builds the multi-stage Dockerfiles,
+# which needs internet). Each failing step is one line naming it; kind logs go to reports/.
 # Env: KIND_NODE_IMAGE=offline  build the node image here (scripts/kind-node-image.sh), for hosts
 #      without a registry or with cgroup v1; the tag is passed on in KIND_NODE_IMAGE.
 set -euo pipefail
@@ -36,25 +39,39 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# kind: the one on the PATH (v0.33.0 or newer), else built once from the Go module proxy into the
-# per-user cache (scripts/kind-binary.sh).
-if [[ $tier == kind ]] && ! command -v kind >/dev/null && command -v go >/dev/null; then
-  kind_bin="$(bash scripts/kind-binary.sh)" || { echo "$tier-e2e: kind could not be installed (scripts/kind-binary.sh)" >&2; exit 2; }
+started=$SECONDS
+# The engine: one that answers is used as it is; as root (CI), scripts/docker-engine.sh installs
+# Debian's docker.io and starts dockerd when none answers.
+if ! docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
+  if [[ $(id -u) == 0 ]]; then
+    echo "== Docker engine (scripts/docker-engine.sh)"
+    bash scripts/docker-engine.sh || { echo "$tier-e2e: step 'docker engine' failed (scripts/docker-engine.sh)" >&2; exit 2; }
+  else
+    echo "$tier-e2e: step 'docker engine' failed: no Docker engine is reachable (start one; as root, scripts/docker-engine.sh installs and starts Debian's)" >&2
+    exit 2
+  fi
+fi
+# kind: the one on the PATH (v0.33.0 or newer), else the per-user cache, else built once from the
+# Go module proxy (scripts/kind-binary.sh).
+if [[ $tier == kind ]]; then
+  kind_bin="$(bash scripts/kind-binary.sh)" || { echo "$tier-e2e: step 'kind' failed (scripts/kind-binary.sh)" >&2; exit 2; }
   export PATH="$(dirname "$kind_bin"):$PATH"
+fi
+# kubectl (diagnostics and a few steps use it): the pinned one of the local tier when none is installed.
+if ! command -v kubectl >/dev/null; then
+  assets="$(bash scripts/k8s-binaries.sh)" || { echo "$tier-e2e: step 'kubectl' failed (scripts/k8s-binaries.sh)" >&2; exit 2; }
+  export PATH="$assets:$PATH"
 fi
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "$tier-e2e: $tool is not installed" >&2; exit 2; }
 done
-docker info --format '{{.ServerVersion}}' >/dev/null 2>&1 || {
-  echo "$tier-e2e: no Docker engine is reachable (start one; as root, scripts/docker-engine.sh installs and starts Debian's)" >&2
-  exit 2
-}
 # KIND_NODE_IMAGE=offline: build (or reuse) the node image made here without a registry
-# (scripts/kind-node-image.sh) and pass its tag on in KIND_NODE_IMAGE.
+# (scripts/kind-node-image.sh) once, and pass its tag on in KIND_NODE_IMAGE.
 if [[ $tier == kind && ${KIND_NODE_IMAGE:-} == offline ]]; then
-  KIND_NODE_IMAGE="$(bash scripts/kind-node-image.sh)" || { echo "$tier-e2e: the offline node image could not be built" >&2; exit 2; }
+  step=$SECONDS
+  KIND_NODE_IMAGE="$(bash scripts/kind-node-image.sh)" || { echo "$tier-e2e: step 'node image' failed (scripts/kind-node-image.sh)" >&2; exit 2; }
   export KIND_NODE_IMAGE
-  echo "== kind node image: $KIND_NODE_IMAGE"
+  echo "== kind node image: $KIND_NODE_IMAGE ($((SECONDS - step)) s)"
 fi
 
 keep_args=()
@@ -64,7 +81,11 @@ if [[ $keep == 1 ]]; then
 fi
 
 echo "== $tier tier: images, cluster, operator, fake coderd, stub daemon (cargo test --test tiers $tier -- --ignored)"
+step=$SECONDS
 cargo test -p conformance --locked --test tiers "$tier" -- --ignored
+echo "== $tier tier test passed in $((SECONDS - step)) s"
 
 echo "== conformance suite on $tier (reports in reports/)"
+step=$SECONDS
 cargo run -p conformance --locked -- run --cluster "$tier" "${keep_args[@]}" --report-dir reports "${extra[@]}"
+echo "== conformance suite on $tier passed in $((SECONDS - step)) s (total $((SECONDS - started)) s)"

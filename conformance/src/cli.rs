@@ -37,6 +37,8 @@ use crate::world::{
 pub const REPORT_FILE: &str = "conformance-report.yaml";
 /// The whole log of the operator the suite started (all restarts), in the report folder.
 pub const OPERATOR_LOG_FILE: &str = "operator.log";
+/// Folder (in the report folder) for `kind export logs` when the kind tier fails.
+pub const KIND_LOGS_DIR: &str = "kind-logs";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -84,7 +86,7 @@ pub enum ClusterTier {
     /// Use an existing cluster from --kubeconfig / --context.
     Kubeconfig,
     /// Create a kind cluster, build and load the images, install the operator and an in-cluster
-    /// fake coderd (needs Docker and kind; not exercised by this repository's CI).
+    /// fake coderd (needs Docker and kind; run by .ci/run through scripts/kind-e2e.sh).
     Kind,
     /// Start k3s in a container through testcontainers, then as kind (needs Docker; not
     /// exercised by this repository's CI).
@@ -132,6 +134,15 @@ pub struct RunArgs {
     /// Keep the kind cluster or k3s container after the run (a later run reuses a kept kind cluster).
     #[arg(long)]
     pub keep_cluster: bool,
+    /// kind node image: an image reference, or `offline` to build (or reuse) the node image made
+    /// here without a registry (scripts/kind-node-image.sh). Default: the image
+    /// config/kind/kind-config.yaml pins (kind's stock image).
+    #[arg(long, env = "KIND_NODE_IMAGE")]
+    pub node_image: Option<String>,
+    /// How the kind and k3s tiers build their images: `prebuilt` (host binaries copied by
+    /// */Dockerfile.prebuilt, no registry) or `dockerfile` (multi-stage */Dockerfile, needs internet).
+    #[arg(long, value_enum, env = "CONFORMANCE_IMAGE_BUILD", default_value_t = crate::cluster::images::ImageBuild::Prebuilt)]
+    pub image_build: crate::cluster::images::ImageBuild,
     /// Cucumber tag expression selecting scenarios, e.g. "@core and not @serial".
     #[arg(long, short = 't', env = "CUCUMBER_FILTER_TAGS")]
     pub tags: Option<String>,
@@ -409,7 +420,7 @@ async fn prepare(
             let repo = repo_root().canonicalize().context(
                 "locating the repository root (the kind and k3s tiers build images from it)",
             )?;
-            let started = provision_cluster(args.cluster, &repo, args.keep_cluster).await?;
+            let started = provision_cluster(args, &repo, report_dir).await?;
             let cluster = started.provisioned();
             let config = load_config(&cluster.kubeconfig).await?;
             let endpoint = ClusterEndpoint::from_config(&config);
@@ -628,8 +639,17 @@ async fn prepare(
     let mut rbac_set = None;
     let (operator, mode) = match (&args.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
-        // kind and k3s run the reference operator in the cluster, from config/manager.
-        _ if started_cluster.is_some() => (Operator::Installed, "installed (config/manager)"),
+        // kind and k3s run the reference operator in the cluster, from config/manager; the suite
+        // restarts it by scaling its Deployment.
+        _ if started_cluster.is_some() => {
+            let repo = repo_root()
+                .canonicalize()
+                .context("locating the repository root (config/manager)")?;
+            (
+                Operator::InCluster(crate::cluster::kind::InClusterOperator::from_manager(&repo)?),
+                "in-cluster (config/manager)",
+            )
+        }
         (command, OperatorMode::Reference) => {
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),
@@ -709,21 +729,25 @@ async fn prepare(
 
 /// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
 async fn provision_cluster(
-    tier: ClusterTier,
+    args: &RunArgs,
     repo: &Path,
-    keep: bool,
+    report_dir: &Path,
 ) -> anyhow::Result<StartedCluster> {
-    Ok(match tier {
+    Ok(match args.cluster {
         ClusterTier::Kind => {
             let options = KindOptions {
-                keep,
+                keep: args.keep_cluster,
+                node_image: args.node_image.clone(),
+                image_build: Some(args.image_build),
+                logs_dir: Some(report_dir.join(KIND_LOGS_DIR)),
                 ..KindOptions::new(repo)
             };
             StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
         }
         _ => {
             let options = K3sOptions {
-                keep,
+                keep: args.keep_cluster,
+                image_build: Some(args.image_build),
                 ..K3sOptions::new(repo)
             };
             StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
@@ -900,9 +924,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .transpose()
             .context("--name is not a valid regex")?,
         real_coderd: args.coderd.is_some(),
-        // kind and k3s run the operator in the cluster: nothing to restart or impersonate.
-        operator_installed: args.operator == OperatorMode::Installed
-            || matches!(args.cluster, ClusterTier::Kind | ClusterTier::K3s),
+        operator_installed: args.operator == OperatorMode::Installed,
     };
     let inputs = crate::assets::Inputs::resolve(
         args.features.as_deref(),
@@ -1002,6 +1024,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(message) => (true, Some(message)),
     };
 
+    if cucumber_failed && let Some(StartedCluster::Kind(cluster)) = &prepared.owned.started_cluster
+    {
+        cluster.export_logs(&report_dir.join(KIND_LOGS_DIR));
+    }
     teardown(&prepared.environment, prepared.owned).await;
 
     let results = outcomes

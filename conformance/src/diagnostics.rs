@@ -281,7 +281,7 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
         crate::world::Operator::Started(process) => {
             process.lock().await.as_ref().map(|p| p.full_log())
         }
-        crate::world::Operator::Installed => None,
+        crate::world::Operator::Installed | crate::world::Operator::InCluster(_) => None,
     };
     if let Some(full_log) = full_log {
         let mine = lines_mentioning(&strip_ansi(&full_log), &needles, SCENARIO_LOG_LINES);

@@ -38,6 +38,9 @@ pub enum Operator {
     Started(Box<tokio::sync::Mutex<Option<crate::implementation::OperatorProcess>>>),
     /// Already installed in the cluster (`--operator installed`): nothing started, no restarts.
     Installed,
+    /// The reference operator the kind/k3s tier installed from `config/manager`: stopped and
+    /// started by scaling its Deployment, identity from its ServiceAccount.
+    InCluster(crate::cluster::kind::InClusterOperator),
 }
 
 /// How the suite reaches coderd.
@@ -502,6 +505,13 @@ impl ProvisionerWorld {
             Operator::Installed => {
                 bail!("the operator is installed in the cluster; the suite cannot restart it")
             }
+            Operator::InCluster(operator) => {
+                let timeout = self.env.timeouts.eventually;
+                if !self.operator_stopped {
+                    operator.stop(&self.client(), timeout).await?;
+                }
+                operator.start(&self.client(), timeout).await?;
+            }
         }
         self.operator_stopped = false;
         Ok(())
@@ -517,6 +527,11 @@ impl ProvisionerWorld {
             Operator::Installed => {
                 bail!("the operator is installed in the cluster; the suite cannot stop it")
             }
+            Operator::InCluster(operator) => {
+                operator
+                    .stop(&self.client(), self.env.timeouts.eventually)
+                    .await?;
+            }
         }
         self.operator_stopped = true;
         Ok(())
@@ -526,7 +541,7 @@ impl ProvisionerWorld {
     pub async fn operator_log_tail(&self, lines: usize) -> Option<String> {
         match &self.env.operator {
             Operator::Started(process) => process.lock().await.as_ref().map(|p| p.log_tail(lines)),
-            Operator::Installed => None,
+            Operator::Installed | Operator::InCluster(_) => None,
         }
     }
 

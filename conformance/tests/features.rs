@@ -16,7 +16,9 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|runtime| runtime.block_on(conformance::implementation::build_reference_operator()));
+        .and_then(|runtime| {
+            runtime.block_on(conformance::implementation::build_reference_operator())
+        });
     match built {
         // SAFETY: no other thread exists yet (the build's runtime is gone, the suite's not started).
         Ok(binary) => unsafe {

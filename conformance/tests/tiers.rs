@@ -231,6 +231,11 @@ fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
 
     let deployment = one(&objects, "Deployment");
     let pod = &deployment.data["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["annotations"][kind::ADMIN_TOKEN_ANNOTATION],
+        fake_coderd::fingerprint("admin-t0ken"),
+        "a new admin token rolls the fake's pod"
+    );
     let container = &pod["spec"]["containers"][0];
     assert_eq!(container["name"], FAKE_CODERD_NAME);
     assert_eq!(container["image"], "fake-coderd:t1");
@@ -291,25 +296,40 @@ fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
     }
 }
 
-/// The Dockerfiles and stages `cluster::images` builds exist (their owners may rename them).
+/// The Dockerfiles and stages `cluster::images` builds exist (their owners may rename them),
+/// both the multi-stage ones and the thin `.prebuilt` ones scripts/images.sh uses.
 #[test]
 fn every_image_is_built_from_an_existing_dockerfile_stage() {
+    let script = std::fs::read_to_string(repo().join("scripts/images.sh")).expect("images.sh");
     for spec in Images::with_tag(DEFAULT_TAG).build_specs() {
-        let dockerfile = std::fs::read_to_string(repo().join(spec.dockerfile))
-            .unwrap_or_else(|e| panic!("{}: {e}", spec.dockerfile));
-        if let Some(target) = spec.target {
-            let stage = Regex::new(&format!(
-                r"(?im)^FROM\s+\S+\s+AS\s+{}\s*$",
-                regex::escape(target)
-            ))
-            .expect("regex");
-            assert!(
-                stage.is_match(&dockerfile),
-                "{} has no stage {target} for {}",
-                spec.dockerfile,
-                spec.image
-            );
+        let prebuilt = format!("{}.prebuilt", spec.dockerfile);
+        assert!(
+            script.contains(&format!(
+                "build \"{}:$tag\" {prebuilt} ",
+                spec.image.rsplit_once(':').expect("tag").0
+            )),
+            "scripts/images.sh builds {} from {prebuilt}",
+            spec.image
+        );
+        for file in [spec.dockerfile.to_owned(), prebuilt] {
+            check_stage(&file, spec.target, &spec.image);
         }
+    }
+}
+
+fn check_stage(file: &str, target: Option<&str>, image: &str) {
+    let dockerfile =
+        std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    if let Some(target) = target {
+        let stage = Regex::new(&format!(
+            r"(?im)^FROM\s+\S+\s+AS\s+{}\s*$",
+            regex::escape(target)
+        ))
+        .expect("regex");
+        assert!(
+            stage.is_match(&dockerfile),
+            "{file} has no stage {target} for {image}"
+        );
     }
 }
 
@@ -411,9 +431,11 @@ fn keep_cluster() -> bool {
 #[ignore = "needs a Docker engine and kind; run by scripts/kind-e2e.sh"]
 async fn kind_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Node image: KIND_NODE_IMAGE (`offline`: built here), else the one the kind config pins.
     let options = KindOptions {
         name: "coder-conformance-tiers".to_owned(),
         keep: keep_cluster(),
+        logs_dir: Some(repo().join("reports/tiers-kind-logs")),
         ..KindOptions::new(&repo())
     };
     let cluster = KindCluster::provision(options).await?;

@@ -25,6 +25,8 @@ const POLL: Duration = Duration::from_millis(50);
 
 static PROCESS_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 static SCRATCH_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Commands the interrupt handler runs (e.g. `kind delete cluster`), by id.
+static CLEANUP_COMMANDS: Mutex<Vec<(String, Vec<String>)>> = Mutex::new(Vec::new());
 static HANDLER: OnceLock<()> = OnceLock::new();
 
 /// A child process in its own process group, with stdout and stderr appended to a log file.
@@ -169,6 +171,22 @@ pub fn unregister_scratch_dir(dir: &Path) {
     lock(&SCRATCH_DIRS).retain(|d| d != dir);
 }
 
+/// Registers a command (program and arguments) that the interrupt handler runs after stopping
+/// the children, e.g. deleting a kind cluster; `id` names it for [`unregister_cleanup_command`].
+/// Installs the handler.
+pub fn register_cleanup_command(id: &str, command: Vec<String>) {
+    install_interrupt_handler();
+    let mut commands = lock(&CLEANUP_COMMANDS);
+    commands.retain(|(known, _)| known != id);
+    commands.push((id.to_owned(), command));
+}
+
+/// Forgets a command registered with [`register_cleanup_command`] (its owner ran it, or keeps
+/// what it would remove).
+pub fn unregister_cleanup_command(id: &str) {
+    lock(&CLEANUP_COMMANDS).retain(|(known, _)| known != id);
+}
+
 /// Pids (= process group ids) of every child currently registered.
 pub fn registered_pids() -> Vec<u32> {
     lock(&PROCESS_GROUPS)
@@ -252,6 +270,22 @@ async fn terminate_registered(grace: Duration) {
     let dirs: Vec<PathBuf> = lock(&SCRATCH_DIRS).drain(..).collect();
     for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);
+    }
+    let commands: Vec<(String, Vec<String>)> = lock(&CLEANUP_COMMANDS).drain(..).collect();
+    for (id, command) in commands {
+        let Some((program, args)) = command.split_first() else {
+            continue;
+        };
+        eprintln!("interrupted: {id}: {}", command.join(" "));
+        match std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .status()
+        {
+            Ok(status) if status.success() => {}
+            Ok(status) => eprintln!("interrupted: {id} failed ({status})"),
+            Err(error) => eprintln!("interrupted: {id} could not run: {error}"),
+        }
     }
 }
 

@@ -124,6 +124,176 @@ pub fn k3s_import_command(archive_in_container: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Environment variable selecting how the images are built: `prebuilt` (default) or `dockerfile`.
+pub const IMAGE_BUILD_ENV: &str = "CONFORMANCE_IMAGE_BUILD";
+/// Environment variable naming a folder that already holds the three binaries (e.g.
+/// `target/release`); with it, `prebuilt` does not run cargo.
+pub const IMAGE_BIN_DIR_ENV: &str = "CONFORMANCE_IMAGE_BIN_DIR";
+/// The binaries the prebuilt images copy, with their packages.
+pub const PREBUILT_BINARIES: [(&str, &str); 3] = [
+    ("operator", "coder-provisioner-operator"),
+    ("fake-coderd", "fake-coderd"),
+    ("fake-coderd", "coder-stub"),
+];
+
+/// How the three images are built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImageBuild {
+    /// Binaries built on the host with cargo, copied onto a base image by the thin
+    /// `*/Dockerfile.prebuilt` (scripts/images.sh): no registry needed, the base image is made
+    /// locally unless `IMAGES_BASE_IMAGE` names one.
+    #[default]
+    Prebuilt,
+    /// The multi-stage `*/Dockerfile`s with BuildKit: Rust inside the build, base images from
+    /// their registries (needs internet).
+    Dockerfile,
+}
+
+impl ImageBuild {
+    /// From [`IMAGE_BUILD_ENV`] (unset or empty: the default).
+    pub fn from_env() -> anyhow::Result<Self> {
+        match std::env::var(IMAGE_BUILD_ENV) {
+            Ok(value) if !value.trim().is_empty() => Self::parse(&value),
+            _ => Ok(Self::default()),
+        }
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        <Self as clap::ValueEnum>::from_str(text.trim(), true)
+            .map_err(|_| anyhow::anyhow!("unknown image build {text:?} (prebuilt or dockerfile)"))
+    }
+}
+
+/// `scripts/images.sh --tag <tag> --bin-dir <dir>`.
+pub fn images_script_args(repo: &Path, tag: &str, bin_dir: &Path) -> Vec<OsString> {
+    vec![
+        repo.join("scripts/images.sh").into(),
+        "--tag".into(),
+        tag.into(),
+        "--bin-dir".into(),
+        bin_dir.into(),
+    ]
+}
+
+/// `cargo build --workspace --bins --message-format=json-render-diagnostics`: the whole
+/// workspace, so features unify as in `cargo build --workspace` and a later workspace build does
+/// not relink the binaries (which would change the images' content keys).
+pub fn cargo_build_binaries_args() -> Vec<String> {
+    [
+        "build",
+        "--workspace",
+        "--bins",
+        "--message-format=json-render-diagnostics",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The folder cargo put the binaries in (they share one), from its JSON messages.
+pub fn built_binaries_dir(cargo_json: &str) -> anyhow::Result<std::path::PathBuf> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for (_, binary) in PREBUILT_BINARIES {
+        let executable = cargo_json
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == binary)
+            .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+            .with_context(|| format!("cargo reported no {binary} executable"))?;
+        dirs.insert(
+            executable
+                .parent()
+                .context("an executable without a folder")?
+                .to_path_buf(),
+        );
+    }
+    match dirs.len() {
+        1 => Ok(dirs.into_iter().next().expect("one")),
+        _ => bail!("cargo put the binaries in different folders: {dirs:?}"),
+    }
+}
+
+/// Builds the three images the way `how` says.
+pub async fn build_with(how: ImageBuild, repo: &Path, images: &Images) -> anyhow::Result<()> {
+    match how {
+        ImageBuild::Dockerfile => build(repo, images).await,
+        ImageBuild::Prebuilt => build_prebuilt(repo, images).await,
+    }
+}
+
+/// The images from host binaries ([`ImageBuild::Prebuilt`]): cargo builds them (or
+/// [`IMAGE_BIN_DIR_ENV`] names them), scripts/images.sh copies them onto the base image.
+pub async fn build_prebuilt(repo: &Path, images: &Images) -> anyhow::Result<()> {
+    require_docker_engine("docker").await?;
+    let tag = images
+        .operator
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_owned())
+        .context("the operator image has no tag")?;
+    let bin_dir = match std::env::var_os(IMAGE_BIN_DIR_ENV) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            eprintln!(
+                "conformance: building the image binaries with cargo (operator, fake-coderd, coder-stub)"
+            );
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let output = tokio::process::Command::new(&cargo)
+                .args(cargo_build_binaries_args())
+                .current_dir(repo)
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .map_err(|e| spawn_error(&cargo, e))?;
+            if !output.status.success() {
+                bail!(
+                    "cargo build of the image binaries failed ({}); its messages are above",
+                    output.status
+                );
+            }
+            built_binaries_dir(&String::from_utf8_lossy(&output.stdout))?
+        }
+    };
+    eprintln!(
+        "conformance: building images {} from the binaries in {} (scripts/images.sh)",
+        images.all().join(", "),
+        bin_dir.display()
+    );
+    let script = Tool::new("bash", images_script_args(repo, &tag, &bin_dir));
+    let output = run_captured_streaming_stderr(&script).await?;
+    let built: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if built != images.all() {
+        bail!(
+            "scripts/images.sh built {built:?}, expected {:?}",
+            images.all()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `tool` with its stderr going to ours (progress) and returns its stdout.
+pub async fn run_captured_streaming_stderr(tool: &Tool) -> anyhow::Result<String> {
+    let output = tool
+        .command()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .map_err(|e| spawn_error(&tool.program, e))?;
+    if !output.status.success() {
+        bail!(
+            "`{}` failed ({}); its output is above",
+            tool.display(),
+            output.status
+        );
+    }
+    String::from_utf8(output.stdout)
+        .with_context(|| format!("`{}` printed non-UTF-8", tool.display()))
+}
+
 /// Builds the three images from `repo` with `docker build` (BuildKit: the Dockerfiles use cache
 /// mounts). Fails on the first image that does not build.
 pub async fn build(repo: &Path, images: &Images) -> anyhow::Result<()> {
@@ -352,6 +522,63 @@ mod tests {
                 "images",
                 "import",
                 "/images/i.tar"
+            ]
+        );
+    }
+
+    #[test]
+    fn prebuilt_is_the_default_and_both_builds_parse() {
+        assert_eq!(ImageBuild::default(), ImageBuild::Prebuilt);
+        assert_eq!(
+            ImageBuild::parse("Dockerfile").unwrap(),
+            ImageBuild::Dockerfile
+        );
+        assert_eq!(
+            ImageBuild::parse(" prebuilt ").unwrap(),
+            ImageBuild::Prebuilt
+        );
+        assert!(ImageBuild::parse("buildx").is_err());
+    }
+
+    #[test]
+    fn prebuilt_images_come_from_cargo_built_binaries_and_the_images_script() {
+        assert_eq!(
+            cargo_build_binaries_args(),
+            [
+                "build",
+                "--workspace",
+                "--bins",
+                "--message-format=json-render-diagnostics"
+            ]
+        );
+        let messages = [
+            "coder-provisioner-operator",
+            "fake-coderd",
+            "coder-stub",
+        ]
+        .map(|name| {
+            format!(
+                r#"{{"reason":"compiler-artifact","target":{{"name":"{name}"}},"executable":"/t/debug/{name}"}}"#
+            )
+        })
+        .join("\n");
+        assert_eq!(
+            built_binaries_dir(&messages).unwrap(),
+            Path::new("/t/debug")
+        );
+        assert!(built_binaries_dir("").is_err());
+        assert_eq!(
+            strings(&images_script_args(
+                Path::new("/r"),
+                "dev",
+                Path::new("/t/debug")
+            )),
+            [
+                "/r/scripts/images.sh",
+                "--tag",
+                "dev",
+                "--bin-dir",
+                "/t/debug"
             ]
         );
     }

@@ -15,7 +15,7 @@ use testcontainers_modules::testcontainers::core::{CmdWaitFor, ExecCommand};
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
 
-use super::images::{self, Images, Tool};
+use super::images::{self, ImageBuild, Images, Tool};
 use super::kind::{DEFAULT_READY_TIMEOUT, ProvisionedCluster, hold_unless_kept, install_stack};
 use super::kubeconfig;
 
@@ -33,6 +33,8 @@ pub struct K3sOptions {
     pub images: Images,
     /// Build the images first (`false`: they must already be in the local Docker engine).
     pub build_images: bool,
+    /// How to build them (`None`: [`images::IMAGE_BUILD_ENV`], default prebuilt).
+    pub image_build: Option<ImageBuild>,
     /// Leave the container running when dropped.
     pub keep: bool,
     pub ready_timeout: Duration,
@@ -44,6 +46,7 @@ impl K3sOptions {
             repo_root: repo_root.to_path_buf(),
             images: Images::with_tag(images::DEFAULT_TAG),
             build_images: true,
+            image_build: None,
             keep: false,
             ready_timeout: DEFAULT_READY_TIMEOUT,
         }
@@ -104,7 +107,13 @@ impl K3sCluster {
     pub async fn provision(options: K3sOptions) -> anyhow::Result<Self> {
         images::require_docker_engine("docker").await?;
         if options.build_images {
-            images::build(&options.repo_root, &options.images).await?;
+            let how = match options.image_build {
+                Some(how) => how,
+                None => ImageBuild::from_env()?,
+            };
+            images::build_with(how, &options.repo_root, &options.images)
+                .await
+                .context("building the images")?;
         }
         let dir = tempfile::Builder::new()
             .prefix("coder-conformance-k3s-")

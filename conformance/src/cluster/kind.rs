@@ -26,7 +26,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::images::{self, Images, Tool};
+use super::images::{self, ImageBuild, Images, Tool};
 use super::kubeconfig;
 use crate::manifests::{self, ApplyOptions};
 
@@ -46,6 +46,8 @@ pub const FAKE_CODERD_NAMESPACE: &str = "coder-fake";
 pub const FAKE_CODERD_NAME: &str = "fake-coderd";
 pub const FAKE_CODERD_ADMIN_SECRET: &str = "fake-coderd-admin";
 pub const FAKE_CODERD_ADMIN_SECRET_KEY: &str = "token";
+/// Pod-template annotation with the admin token's fingerprint: a new token rolls the fake's pod.
+pub const ADMIN_TOKEN_ANNOTATION: &str = "conformance.coder.com/admin-token-fingerprint";
 /// Container (and Service) ports of the fake: the coderd API and the admin API.
 pub const FAKE_CODERD_PORT: u16 = 3000;
 pub const FAKE_CODERD_ADMIN_PORT: u16 = 3001;
@@ -126,6 +128,16 @@ impl StartedCluster {
 
 // ---- the kind cluster ----
 
+/// Environment variable selecting the node image (as `--node-image`).
+pub const NODE_IMAGE_ENV: &str = "KIND_NODE_IMAGE";
+/// Node image value meaning "build (or reuse) the node image made here without a registry"
+/// (scripts/kind-node-image.sh).
+pub const OFFLINE_NODE_IMAGE: &str = "offline";
+/// Resolves kind: the one on the PATH (new enough), else the per-user cache, else built from the
+/// Go module proxy.
+pub const KIND_BINARY_SCRIPT: &str = "scripts/kind-binary.sh";
+pub const KIND_NODE_IMAGE_SCRIPT: &str = "scripts/kind-node-image.sh";
+
 #[derive(Clone, Debug)]
 pub struct KindOptions {
     /// kind cluster name; an existing cluster of that name is reused.
@@ -135,6 +147,14 @@ pub struct KindOptions {
     pub images: Images,
     /// Build the images first (`false`: they must already be in the local Docker engine).
     pub build_images: bool,
+    /// How to build them (`None`: [`images::IMAGE_BUILD_ENV`], default prebuilt).
+    pub image_build: Option<ImageBuild>,
+    /// Node image: `None` = [`NODE_IMAGE_ENV`], and when that is unset the image the kind
+    /// configuration pins (kind's stock image); [`OFFLINE_NODE_IMAGE`] = scripts/kind-node-image.sh;
+    /// anything else is an image reference.
+    pub node_image: Option<String>,
+    /// Where `kind export logs` writes when provisioning fails (`None`: no export).
+    pub logs_dir: Option<PathBuf>,
     /// Leave the cluster running when dropped (a later run with the same name reuses it).
     pub keep: bool,
     pub ready_timeout: Duration,
@@ -147,10 +167,22 @@ impl KindOptions {
             repo_root: repo_root.to_path_buf(),
             images: Images::with_tag(images::DEFAULT_TAG),
             build_images: true,
+            image_build: None,
+            node_image: None,
+            logs_dir: None,
             keep: false,
             ready_timeout: DEFAULT_READY_TIMEOUT,
         }
     }
+}
+
+/// The node image an option (or, when `None`, the environment value) asks for; empty = none.
+pub fn requested_node_image(option: Option<&str>, env: Option<&str>) -> Option<String> {
+    option
+        .or(env)
+        .map(str::trim)
+        .filter(|image| !image.is_empty())
+        .map(str::to_owned)
 }
 
 /// A kind cluster with the whole stack installed; deleted on drop unless `keep`.
@@ -162,36 +194,140 @@ pub struct KindCluster {
     guard: KindGuard,
 }
 
+/// Runs one provisioning step, printing its duration, and names it in the error.
+async fn step<T>(
+    name: &str,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let started = Instant::now();
+    let result = work
+        .await
+        .with_context(|| format!("kind tier, step '{name}' failed"));
+    if result.is_ok() {
+        eprintln!(
+            "conformance: kind tier: {name}: done in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    result
+}
+
+/// The kind program: scripts/kind-binary.sh's answer when the script exists, else `kind`.
+async fn resolve_kind(repo: &Path) -> anyhow::Result<String> {
+    let script = repo.join(KIND_BINARY_SCRIPT);
+    let program = if script.is_file() {
+        let out = images::run_captured_streaming_stderr(&Tool::new("bash", [script])).await?;
+        last_line(&out)
+            .context("scripts/kind-binary.sh printed no path")?
+            .to_owned()
+    } else {
+        "kind".to_owned()
+    };
+    let version = images::run_captured(&Tool::new(&program, ["version"]))
+        .await
+        .context("the kind tier needs kind (https://kind.sigs.k8s.io)")?;
+    eprintln!("conformance: using {program} ({})", version.trim());
+    Ok(program)
+}
+
+/// The node image to boot: `None` (the configuration's), a reference, or the offline image's
+/// tag from scripts/kind-node-image.sh.
+async fn resolve_node_image(
+    repo: &Path,
+    requested: Option<String>,
+) -> anyhow::Result<Option<String>> {
+    match requested {
+        Some(image) if image == OFFLINE_NODE_IMAGE => {
+            eprintln!(
+                "conformance: building or reusing the offline node image ({KIND_NODE_IMAGE_SCRIPT})"
+            );
+            let out = images::run_captured_streaming_stderr(&Tool::new(
+                "bash",
+                [repo.join(KIND_NODE_IMAGE_SCRIPT)],
+            ))
+            .await?;
+            let tag = last_line(&out).context("scripts/kind-node-image.sh printed no tag")?;
+            Ok(Some(tag.to_owned()))
+        }
+        other => Ok(other),
+    }
+}
+
+fn last_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).rfind(|l| !l.is_empty())
+}
+
 impl KindCluster {
     /// Builds the images, creates (or reuses) the cluster, loads the images and installs the
-    /// stack. On error the cluster is deleted again (unless `keep`).
+    /// stack. On error the cluster's logs go to `logs_dir` and the cluster is deleted again
+    /// (unless `keep`). Every error names the step that failed.
     pub async fn provision(options: KindOptions) -> anyhow::Result<Self> {
-        let kind = Tool::new("kind", ["version"]);
-        images::run_captured(&kind)
-            .await
-            .context("the kind tier needs kind (https://kind.sigs.k8s.io)")?;
-        images::require_docker_engine("docker").await?;
+        let repo = options.repo_root.clone();
+        let kind = step("kind", resolve_kind(&repo)).await?;
+        step("docker engine", images::require_docker_engine("docker")).await?;
+        let requested = requested_node_image(
+            options.node_image.as_deref(),
+            std::env::var(NODE_IMAGE_ENV).ok().as_deref(),
+        );
+        let node_image = step("node image", resolve_node_image(&repo, requested)).await?;
         if options.build_images {
-            images::build(&options.repo_root, &options.images).await?;
+            let how = match options.image_build {
+                Some(how) => how,
+                None => ImageBuild::from_env()?,
+            };
+            step("images", images::build_with(how, &repo, &options.images)).await?;
         }
-        let existing = images::run_captured(&Tool::new("kind", ["get", "clusters"])).await?;
-        let guard = KindGuard {
-            name: options.name.clone(),
-            keep: options.keep,
-        };
-        if cluster_listed(&existing, &options.name) {
+        let existing = images::run_captured(&Tool::new(&kind, ["get", "clusters"]))
+            .await
+            .context("kind tier, step 'cluster' failed")?;
+        let guard = KindGuard::new(&kind, &options.name, options.keep);
+        let result = Self::provision_cluster(
+            &kind,
+            &options,
+            node_image.as_deref(),
+            cluster_listed(&existing, &options.name),
+        )
+        .await;
+        match result {
+            Ok((provisioned, dir)) => Ok(Self {
+                provisioned,
+                _dir: hold_unless_kept(dir, options.keep),
+                guard,
+            }),
+            Err(error) => {
+                if let Some(logs) = &options.logs_dir {
+                    export_logs(&kind, &options.name, logs);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn provision_cluster(
+        kind: &str,
+        options: &KindOptions,
+        node_image: Option<&str>,
+        exists: bool,
+    ) -> anyhow::Result<(ProvisionedCluster, tempfile::TempDir)> {
+        if exists {
             eprintln!("conformance: reusing kind cluster {}", options.name);
         } else {
             let config = options.repo_root.join(KIND_CONFIG);
             eprintln!(
-                "conformance: creating kind cluster {} from {}",
+                "conformance: creating kind cluster {} from {}{}",
                 options.name,
-                config.display()
+                config.display(),
+                node_image
+                    .map(|i| format!(" with node image {i}"))
+                    .unwrap_or_default()
             );
-            images::run(Tool::new(
-                "kind",
-                kind_create_args(&options.name, &config, options.ready_timeout),
-            ))
+            step(
+                "cluster",
+                images::run(Tool::new(
+                    kind,
+                    kind_create_args(&options.name, &config, node_image, options.ready_timeout),
+                )),
+            )
             .await?;
         }
         let dir = tempfile::Builder::new()
@@ -200,22 +336,29 @@ impl KindCluster {
             .context("creating a folder for the kind kubeconfig")?;
         let kubeconfig_path = dir.path().join("kubeconfig");
         let kubeconfig_yaml = images::run_captured(&Tool::new(
-            "kind",
+            kind,
             ["get", "kubeconfig", "--name", &options.name],
         ))
-        .await?;
+        .await
+        .context("kind tier, step 'kubeconfig' failed")?;
         kubeconfig::write_private(&kubeconfig_path, &kubeconfig_yaml)?;
-        images::run(Tool::new(
-            "kind",
-            images::kind_load_args(&options.name, &options.images),
-        ))
+        step(
+            "load images",
+            images::run(Tool::new(
+                kind,
+                images::kind_load_args(&options.name, &options.images),
+            )),
+        )
         .await?;
         let client = kubeconfig::client_from_file(&kubeconfig_path).await?;
-        let fake_coderd = install_stack(
-            &client,
-            &options.repo_root,
-            &options.images,
-            options.ready_timeout,
+        let fake_coderd = step(
+            "install operator and fake coderd",
+            install_stack(
+                &client,
+                &options.repo_root,
+                &options.images,
+                options.ready_timeout,
+            ),
         )
         .await?;
         eprintln!(
@@ -223,15 +366,14 @@ impl KindCluster {
             options.name,
             kubeconfig_path.display()
         );
-        Ok(Self {
-            provisioned: ProvisionedCluster {
+        Ok((
+            ProvisionedCluster {
                 kubeconfig: kubeconfig_path,
-                images: options.images,
+                images: options.images.clone(),
                 fake_coderd,
             },
-            _dir: hold_unless_kept(dir, options.keep),
-            guard,
-        })
+            dir,
+        ))
     }
 
     pub fn provisioned(&self) -> &ProvisionedCluster {
@@ -240,6 +382,31 @@ impl KindCluster {
 
     pub fn name(&self) -> &str {
         &self.guard.name
+    }
+
+    /// `kind export logs` of this cluster into `dir` (best effort; says what happened).
+    pub fn export_logs(&self, dir: &Path) {
+        export_logs(&self.guard.kind, &self.guard.name, dir);
+    }
+}
+
+/// `kind export logs --name N DIR`, best effort: the outcome is printed, never an error.
+pub fn export_logs(kind: &str, name: &str, dir: &Path) {
+    let status = std::process::Command::new(kind)
+        .args(["export", "logs", "--name", name])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {
+            eprintln!("conformance: kind cluster logs in {}", dir.display());
+        }
+        Ok(status) => {
+            eprintln!("conformance: `{kind} export logs --name {name}` failed ({status})")
+        }
+        Err(error) => eprintln!("conformance: could not run {kind} to export logs: {error}"),
     }
 }
 
@@ -253,10 +420,37 @@ pub(super) fn hold_unless_kept(dir: tempfile::TempDir, keep: bool) -> Option<tem
     }
 }
 
-/// Deletes the kind cluster when dropped, unless it is to be kept.
+/// Deletes the kind cluster when dropped (and on Ctrl-C), unless it is to be kept.
 struct KindGuard {
+    kind: String,
     name: String,
     keep: bool,
+}
+
+impl KindGuard {
+    fn new(kind: &str, name: &str, keep: bool) -> Self {
+        if !keep {
+            super::children::register_cleanup_command(
+                &Self::cleanup_id(name),
+                vec![
+                    kind.to_owned(),
+                    "delete".to_owned(),
+                    "cluster".to_owned(),
+                    "--name".to_owned(),
+                    name.to_owned(),
+                ],
+            );
+        }
+        Self {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            keep,
+        }
+    }
+
+    fn cleanup_id(name: &str) -> String {
+        format!("deleting kind cluster {name}")
+    }
 }
 
 impl Drop for KindGuard {
@@ -269,7 +463,7 @@ impl Drop for KindGuard {
             return;
         }
         // Blocking on purpose: drop may run while the runtime shuts down.
-        match std::process::Command::new("kind")
+        match std::process::Command::new(&self.kind)
             .args(["delete", "cluster", "--name", &self.name])
             .stdin(std::process::Stdio::null())
             .status()
@@ -284,21 +478,35 @@ impl Drop for KindGuard {
                 self.name
             ),
         }
+        super::children::unregister_cleanup_command(&Self::cleanup_id(&self.name));
     }
 }
 
-/// `kind create cluster --name N --config F --wait Ns`.
-pub fn kind_create_args(name: &str, config: &Path, wait: Duration) -> Vec<std::ffi::OsString> {
-    vec![
+/// `kind create cluster --name N --config F [--image I] --wait Ns --retain` (`--retain`: a
+/// failed cluster's nodes stay for `kind export logs`; the suite deletes the cluster itself).
+pub fn kind_create_args(
+    name: &str,
+    config: &Path,
+    node_image: Option<&str>,
+    wait: Duration,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec![
         "create".into(),
         "cluster".into(),
         "--name".into(),
         name.into(),
         "--config".into(),
         config.into(),
+    ];
+    if let Some(image) = node_image {
+        args.extend(["--image".into(), image.into()]);
+    }
+    args.extend([
         "--wait".into(),
         format!("{}s", wait.as_secs()).into(),
-    ]
+        "--retain".into(),
+    ]);
+    args
 }
 
 /// Whether `kind get clusters` output lists `name`.
@@ -422,6 +630,18 @@ pub fn fake_coderd_objects(
 ) -> anyhow::Result<Vec<DynamicObject>> {
     let mut objects = manifests::read_dir(&repo.join(FAKE_CODERD_DIR))?;
     set_container_image(&mut objects, FAKE_CODERD_NAME, image)?;
+    // The token reaches the pod through its environment, read at start: a new token must roll
+    // the pod (a reused cluster keeps the Deployment, and would keep the old token).
+    let fingerprint = fake_coderd::fingerprint(admin_token);
+    for deployment in objects.iter_mut().filter(|o| kind_of(o) == "Deployment") {
+        let template = deployment
+            .data
+            .pointer_mut("/spec/template")
+            .and_then(Value::as_object_mut)
+            .context("the fake coderd Deployment has no pod template")?;
+        let metadata = template.entry("metadata").or_insert_with(|| json!({}));
+        metadata["annotations"][ADMIN_TOKEN_ANNOTATION] = Value::String(fingerprint.clone());
+    }
     let secret: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -481,6 +701,101 @@ fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
             object.metadata.name.clone().unwrap_or_default(),
         )
     })
+}
+
+/// The reference operator as `config/manager` runs it in a real cluster: the suite stops and
+/// starts it by scaling its Deployment (a real process restart: the pod is replaced), and knows
+/// its identity (the Deployment's ServiceAccount).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InClusterOperator {
+    pub namespace: String,
+    pub deployment: String,
+    pub service_account: String,
+    /// Label selector of its pods.
+    pub selector: String,
+}
+
+impl InClusterOperator {
+    /// Read from `config/manager` (the objects [`install_operator`] applies).
+    pub fn from_manager(repo: &Path) -> anyhow::Result<Self> {
+        let objects = manifests::read_dir(&repo.join(MANAGER_DIR))?;
+        let deployment = objects
+            .iter()
+            .find(|o| kind_of(o) == "Deployment")
+            .context("config/manager holds no Deployment")?;
+        let (namespace, name) = deployment_ref(deployment).context("a Deployment")?;
+        let spec = &deployment.data["spec"];
+        let service_account = spec
+            .pointer("/template/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(spec["selector"]["matchLabels"].clone())
+                .context("the operator Deployment's selector.matchLabels")?;
+        Ok(Self {
+            namespace,
+            deployment: name,
+            service_account,
+            selector: label_selector(&labels),
+        })
+    }
+
+    /// Scales the Deployment to 0 and waits until none of its pods is left (the process ended).
+    pub async fn stop(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+        self.scale(client, 0).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = pods
+                .list(&ListParams::default().labels(&self.selector))
+                .await
+                .context("listing the operator's pods")?
+                .items
+                .len();
+            if left == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{left} pod(s) of Deployment {}/{} still exist {timeout:?} after scaling it to 0",
+                    self.namespace,
+                    self.deployment
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Scales the Deployment to 1 and waits until it is available.
+    pub async fn start(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+        self.scale(client, 1).await?;
+        wait_deployment_available(
+            client,
+            &self.namespace,
+            &self.deployment,
+            Instant::now() + timeout,
+        )
+        .await
+    }
+
+    async fn scale(&self, client: &kube::Client, replicas: i32) -> anyhow::Result<()> {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &self.namespace);
+        deployments
+            .patch_scale(
+                &self.deployment,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "scaling Deployment {}/{} to {replicas}",
+                    self.namespace, self.deployment
+                )
+            })?;
+        Ok(())
+    }
 }
 
 /// All desired replicas are available, for the current generation.
@@ -764,16 +1079,19 @@ mod tests {
 
     #[test]
     fn kind_commands_and_cluster_listing() {
-        let args: Vec<String> = kind_create_args(
-            "c1",
-            Path::new("/r/config/kind/kind-config.yaml"),
-            Duration::from_secs(300),
-        )
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+        let args = |image: Option<&str>| -> Vec<String> {
+            kind_create_args(
+                "c1",
+                Path::new("/r/config/kind/kind-config.yaml"),
+                image,
+                Duration::from_secs(300),
+            )
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+        };
         assert_eq!(
-            args,
+            args(None),
             [
                 "create",
                 "cluster",
@@ -782,8 +1100,13 @@ mod tests {
                 "--config",
                 "/r/config/kind/kind-config.yaml",
                 "--wait",
-                "300s"
+                "300s",
+                "--retain"
             ]
+        );
+        assert_eq!(
+            args(Some("local/node:v1"))[6..9],
+            ["--image", "local/node:v1", "--wait"]
         );
         assert!(cluster_listed(
             "kind\ncoder-conformance\n",
@@ -797,6 +1120,21 @@ mod tests {
             "No kind clusters found.\n",
             "coder-conformance"
         ));
+    }
+
+    #[test]
+    fn the_node_image_option_wins_over_the_environment_and_blank_means_none() {
+        assert_eq!(
+            requested_node_image(Some("a:1"), Some("b:2")).as_deref(),
+            Some("a:1")
+        );
+        assert_eq!(
+            requested_node_image(None, Some(" offline ")).as_deref(),
+            Some(OFFLINE_NODE_IMAGE)
+        );
+        assert_eq!(requested_node_image(None, Some("")), None);
+        assert_eq!(requested_node_image(None, None), None);
+        assert_eq!(last_line("x\ntag:1\n\n"), Some("tag:1"));
     }
 
     #[test]
@@ -830,6 +1168,19 @@ mod tests {
         let error =
             set_container_image(&mut objects, "absent", "x").expect_err("no such container");
         assert!(error.to_string().contains("\"absent\""), "{error}");
+    }
+
+    #[test]
+    fn the_in_cluster_operator_is_read_from_config_manager() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let operator = InClusterOperator::from_manager(&repo).expect("config/manager");
+        assert_eq!(operator.namespace, "coder-system");
+        assert_eq!(operator.deployment, "coder-provisioner-operator");
+        assert_eq!(operator.service_account, "coder-provisioner-operator");
+        assert_eq!(
+            operator.selector,
+            "app.kubernetes.io/component=manager,app.kubernetes.io/name=coder-provisioner-operator"
+        );
     }
 
     #[test]

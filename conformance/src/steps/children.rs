@@ -901,6 +901,9 @@ async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
             let (namespace, name) = process.service_account();
             (namespace.to_owned(), name.to_owned())
         }
+        crate::world::Operator::InCluster(operator) => {
+            (operator.namespace.clone(), operator.service_account.clone())
+        }
         crate::world::Operator::Installed => {
             bail!("the operator's identity is unknown with --operator installed")
         }

@@ -128,6 +128,23 @@ async fn control_plane_spec_changed(
     Ok(())
 }
 
+/// On real clusters the fixture gives the control plane the stub daemon image (so provisioner
+/// pods can start); scenarios about the default image remove it again. A no-op on the local tier.
+#[given("the control plane's spec has no image")]
+async fn control_plane_without_image(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let patch = json!({ "spec": { "image": null } });
+    world
+        .control_planes()
+        .patch(
+            CONTROL_PLANE,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .context("removing the CoderControlPlane's image")?;
+    Ok(())
+}
+
 #[given("the control plane's entitlement check is older than two minutes")]
 async fn stale_entitlement(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let patch = json!({"status": {
