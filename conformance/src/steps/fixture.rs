@@ -115,33 +115,28 @@ async fn control_plane_spec_changed(
     world: &mut ProvisionerWorld,
     step: &Step,
 ) -> anyhow::Result<()> {
-    let patch = json!({ "spec": docstring_yaml(world, step)? });
-    world
-        .control_planes()
-        .patch(
-            CONTROL_PLANE,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .context("changing the CoderControlPlane spec")?;
-    Ok(())
+    let spec = docstring_yaml(world, step)?;
+    patch_control_plane_spec(world, spec).await
 }
 
 /// On real clusters the fixture gives the control plane the stub daemon image (so provisioner
 /// pods can start); scenarios about the default image remove it again. A no-op on the local tier.
 #[given("the control plane's spec has no image")]
 async fn control_plane_without_image(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let patch = json!({ "spec": { "image": null } });
+    patch_control_plane_spec(world, json!({ "image": null })).await
+}
+
+/// JSON merge patch of the fixture control plane's spec.
+async fn patch_control_plane_spec(world: &ProvisionerWorld, spec: Value) -> anyhow::Result<()> {
     world
         .control_planes()
         .patch(
             CONTROL_PLANE,
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::Merge(&json!({ "spec": spec })),
         )
         .await
-        .context("removing the CoderControlPlane's image")?;
+        .context("changing the CoderControlPlane spec")?;
     Ok(())
 }
 
