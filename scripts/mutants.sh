@@ -50,7 +50,10 @@ for file in "${files[@]}"; do
   echo "[mutants] $file: suite narrowed to $tags" >&2
   rm -rf "$out" && mkdir -p "$out"
   # Exit codes 2 (missed) and 3 (timeout) are findings, reported below; others are errors.
-  CUCUMBER_FILTER_TAGS="$tags" cargo mutants --file "$file" "${shard[@]}" --jobs 1 \
+  # The suite stops at its first failing scenario (a caught mutant needs no more), and the
+  # scratch copy starts from this tree's target/ so only the workspace crates build cold.
+  CUCUMBER_FILTER_TAGS="$tags" CONFORMANCE_FAIL_FAST=true \
+    cargo mutants --file "$file" "${shard[@]}" --jobs 1 --copy-target true \
     --baseline skip --timeout 900 --build-timeout 900 --output "$out" || [ $? -le 3 ]
   dir="$out/mutants.out"
   count() { [ -f "$dir/$1.txt" ] && grep -c . "$dir/$1.txt" || echo 0; }

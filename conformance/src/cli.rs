@@ -150,7 +150,7 @@ pub struct RunArgs {
     #[arg(long, short = 'n')]
     pub name: Option<String>,
     /// Stop at the first failing scenario.
-    #[arg(long)]
+    #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
     /// Scenarios run at the same time (`@serial` ones always run alone).
     #[arg(long, default_value_t = 4)]
