@@ -173,6 +173,11 @@ pub struct RunArgs {
     /// The implementation under test.
     #[arg(long, value_enum, default_value_t = OperatorMode::Reference, conflicts_with = "operator_cmd")]
     pub operator: OperatorMode,
+    /// With --operator installed: its Deployment, as NAMESPACE/NAME. The suite then restarts it
+    /// (scaling to 0 and back to its replicas), reads its pods' logs (diagnostics, the secret-leak
+    /// check) and checks its ServiceAccount's permissions; without it those scenarios are skipped.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub operator_deployment: Option<String>,
     /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
     #[arg(long)]
     pub operator_cmd: Option<String>,
@@ -306,12 +311,12 @@ impl Selection {
         }
         if self.operator_installed && has("operator-restart") {
             return Some(
-                "restarts the operator, which --operator installed does not allow".to_owned(),
+                "restarts the operator, which --operator installed allows only with --operator-deployment".to_owned(),
             );
         }
         if self.operator_installed && has("operator-identity") {
             return Some(
-                "needs the operator's ServiceAccount, unknown with --operator installed".to_owned(),
+                "needs the operator's ServiceAccount, unknown with --operator installed without --operator-deployment".to_owned(),
             );
         }
         None
@@ -638,7 +643,16 @@ async fn prepare(
     let mut operator_command = None;
     let mut rbac_set = None;
     let (operator, mode) = match (&args.operator_cmd, args.operator) {
-        (_, OperatorMode::Installed) => (Operator::Installed, "installed"),
+        (_, OperatorMode::Installed) => match &args.operator_deployment {
+            Some(reference) => (
+                Operator::InCluster(
+                    crate::cluster::in_cluster::InClusterOperator::from_live(&client, reference)
+                        .await?,
+                ),
+                "installed (its Deployment named)",
+            ),
+            None => (Operator::Installed, "installed"),
+        },
         // kind and k3s run the reference operator in the cluster, from config/manager; the suite
         // restarts it by scaling its Deployment.
         _ if started_cluster.is_some() => {
@@ -646,7 +660,7 @@ async fn prepare(
                 .canonicalize()
                 .context("locating the repository root (config/manager)")?;
             (
-                Operator::InCluster(crate::cluster::kind::InClusterOperator::from_manager(&repo)?),
+                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(&repo)?),
                 "in-cluster (config/manager)",
             )
         }
@@ -908,6 +922,11 @@ async fn after_scenario(
 // ---- run ----
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.operator_deployment.is_some() && args.operator != OperatorMode::Installed {
+        anyhow::bail!(
+            "--operator-deployment names the Deployment of an installed operator: use it with --operator installed"
+        );
+    }
     let selection = Selection {
         tags: args
             .tags
@@ -924,7 +943,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .transpose()
             .context("--name is not a valid regex")?,
         real_coderd: args.coderd.is_some(),
-        operator_installed: args.operator == OperatorMode::Installed,
+        operator_installed: args.operator == OperatorMode::Installed
+            && args.operator_deployment.is_none(),
     };
     let inputs = crate::assets::Inputs::resolve(
         args.features.as_deref(),

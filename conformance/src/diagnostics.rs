@@ -273,16 +273,13 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     };
     parts.push(("events.txt", events));
 
-    let log = world.operator_log_tail(LOG_LINES).await.unwrap_or_else(|| {
-        "the operator is installed in the cluster; its log is not available to the suite".to_owned()
+    let log = world.operator_log(Some(LOG_LINES)).await.unwrap_or_else(|| {
+        "the operator is installed in the cluster and its Deployment was not named \
+         (--operator-deployment); its log is not available to the suite"
+            .to_owned()
     });
     parts.push(("operator.log", strip_ansi(&log)));
-    let full_log = match &world.env.operator {
-        crate::world::Operator::Started(process) => {
-            process.lock().await.as_ref().map(|p| p.full_log())
-        }
-        crate::world::Operator::Installed | crate::world::Operator::InCluster(_) => None,
-    };
+    let full_log = world.operator_log(None).await;
     if let Some(full_log) = full_log {
         let mine = lines_mentioning(&strip_ansi(&full_log), &needles, SCENARIO_LOG_LINES);
         let header = format!(

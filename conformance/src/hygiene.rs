@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use crate::world::{Operator, ProvisionerWorld};
+use crate::world::ProvisionerWorld;
 
 /// Secret values shorter than this are not searched for (they would match by accident).
 const MIN_SECRET_LEN: usize = 8;
@@ -185,14 +185,12 @@ async fn known_secrets(world: &ProvisionerWorld) -> anyhow::Result<Vec<(String, 
     Ok(secrets)
 }
 
-/// The readable places a secret must never reach: the operator's log (when the suite runs the
-/// operator), the namespace's Events, the CR's status and annotations.
+/// The readable places a secret must never reach: the operator's log (when the suite can read
+/// it), the namespace's Events, the CR's status and annotations.
 async fn public_places(world: &ProvisionerWorld) -> anyhow::Result<Vec<(String, String)>> {
     let mut places = Vec::new();
-    if let Operator::Started(process) = &world.env.operator
-        && let Some(process) = process.lock().await.as_ref()
-    {
-        places.push(("the operator's log".to_owned(), process.full_log()));
+    if let Some(log) = world.operator_log(None).await {
+        places.push(("the operator's log".to_owned(), log));
     }
     let events: Api<Event> = world.api();
     for event in events

@@ -36,11 +36,13 @@ pub enum Operator {
     /// Started by the suite (the reference operator or `--operator-cmd`); can be restarted.
     /// `None` once the run is over and the process was stopped.
     Started(Box<tokio::sync::Mutex<Option<crate::implementation::OperatorProcess>>>),
-    /// Already installed in the cluster (`--operator installed`): nothing started, no restarts.
+    /// Already installed in the cluster (`--operator installed` without `--operator-deployment`):
+    /// nothing started, no restarts, no log.
     Installed,
-    /// The reference operator the kind/k3s tier installed from `config/manager`: stopped and
-    /// started by scaling its Deployment, identity from its ServiceAccount.
-    InCluster(crate::cluster::kind::InClusterOperator),
+    /// A Deployment in the cluster: the reference operator the kind/k3s tier installed from
+    /// `config/manager`, or the one `--operator-deployment` names. Stopped and started by scaling
+    /// it, identity from its ServiceAccount, log from its pods.
+    InCluster(crate::cluster::in_cluster::InClusterOperator),
 }
 
 /// How the suite reaches coderd.
@@ -537,11 +539,24 @@ impl ProvisionerWorld {
         Ok(())
     }
 
-    /// The last lines of the operator's log, when the suite started it.
-    pub async fn operator_log_tail(&self, lines: usize) -> Option<String> {
+    /// The operator's log (its last `tail` lines, or all of it) when the suite can read it: the
+    /// process it started, or the pods of an in-cluster operator (their current ones only).
+    pub async fn operator_log(&self, tail: Option<usize>) -> Option<String> {
         match &self.env.operator {
-            Operator::Started(process) => process.lock().await.as_ref().map(|p| p.log_tail(lines)),
-            Operator::Installed | Operator::InCluster(_) => None,
+            Operator::Started(process) => process.lock().await.as_ref().map(|p| match tail {
+                Some(lines) => p.log_tail(lines),
+                None => p.full_log(),
+            }),
+            Operator::InCluster(operator) => {
+                let tail = tail.map(|lines| i64::try_from(lines).unwrap_or(i64::MAX));
+                Some(
+                    operator
+                        .logs(&self.client(), tail)
+                        .await
+                        .unwrap_or_else(|error| format!("the operator's pods' logs: {error:#}")),
+                )
+            }
+            Operator::Installed => None,
         }
     }
 

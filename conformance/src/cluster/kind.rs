@@ -54,7 +54,7 @@ pub const FAKE_CODERD_ADMIN_PORT: u16 = 3001;
 
 /// Default deadline for the operator and the fake to become available.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(300);
-const POLL: Duration = Duration::from_secs(1);
+pub(crate) const POLL: Duration = Duration::from_secs(1);
 
 // ---- what a provisioned real cluster offers the suite ----
 
@@ -681,7 +681,7 @@ pub fn set_container_image(
     Ok(())
 }
 
-fn kind_of(object: &DynamicObject) -> &str {
+pub(crate) fn kind_of(object: &DynamicObject) -> &str {
     object
         .types
         .as_ref()
@@ -690,7 +690,7 @@ fn kind_of(object: &DynamicObject) -> &str {
 }
 
 /// (namespace, name) of a Deployment.
-fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
+pub(crate) fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
     (kind_of(object) == "Deployment").then(|| {
         (
             object
@@ -701,101 +701,6 @@ fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
             object.metadata.name.clone().unwrap_or_default(),
         )
     })
-}
-
-/// The reference operator as `config/manager` runs it in a real cluster: the suite stops and
-/// starts it by scaling its Deployment (a real process restart: the pod is replaced), and knows
-/// its identity (the Deployment's ServiceAccount).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InClusterOperator {
-    pub namespace: String,
-    pub deployment: String,
-    pub service_account: String,
-    /// Label selector of its pods.
-    pub selector: String,
-}
-
-impl InClusterOperator {
-    /// Read from `config/manager` (the objects [`install_operator`] applies).
-    pub fn from_manager(repo: &Path) -> anyhow::Result<Self> {
-        let objects = manifests::read_dir(&repo.join(MANAGER_DIR))?;
-        let deployment = objects
-            .iter()
-            .find(|o| kind_of(o) == "Deployment")
-            .context("config/manager holds no Deployment")?;
-        let (namespace, name) = deployment_ref(deployment).context("a Deployment")?;
-        let spec = &deployment.data["spec"];
-        let service_account = spec
-            .pointer("/template/spec/serviceAccountName")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_owned();
-        let labels: BTreeMap<String, String> =
-            serde_json::from_value(spec["selector"]["matchLabels"].clone())
-                .context("the operator Deployment's selector.matchLabels")?;
-        Ok(Self {
-            namespace,
-            deployment: name,
-            service_account,
-            selector: label_selector(&labels),
-        })
-    }
-
-    /// Scales the Deployment to 0 and waits until none of its pods is left (the process ended).
-    pub async fn stop(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
-        self.scale(client, 0).await?;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = pods
-                .list(&ListParams::default().labels(&self.selector))
-                .await
-                .context("listing the operator's pods")?
-                .items
-                .len();
-            if left == 0 {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{left} pod(s) of Deployment {}/{} still exist {timeout:?} after scaling it to 0",
-                    self.namespace,
-                    self.deployment
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Scales the Deployment to 1 and waits until it is available.
-    pub async fn start(&self, client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
-        self.scale(client, 1).await?;
-        wait_deployment_available(
-            client,
-            &self.namespace,
-            &self.deployment,
-            Instant::now() + timeout,
-        )
-        .await
-    }
-
-    async fn scale(&self, client: &kube::Client, replicas: i32) -> anyhow::Result<()> {
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &self.namespace);
-        deployments
-            .patch_scale(
-                &self.deployment,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(json!({ "spec": { "replicas": replicas } })),
-            )
-            .await
-            .with_context(|| {
-                format!(
-                    "scaling Deployment {}/{} to {replicas}",
-                    self.namespace, self.deployment
-                )
-            })?;
-        Ok(())
-    }
 }
 
 /// All desired replicas are available, for the current generation.
@@ -839,7 +744,7 @@ pub fn pod_problems(pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
-async fn wait_deployment_available(
+pub(crate) async fn wait_deployment_available(
     client: &kube::Client,
     namespace: &str,
     name: &str,
@@ -1168,19 +1073,6 @@ mod tests {
         let error =
             set_container_image(&mut objects, "absent", "x").expect_err("no such container");
         assert!(error.to_string().contains("\"absent\""), "{error}");
-    }
-
-    #[test]
-    fn the_in_cluster_operator_is_read_from_config_manager() {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let operator = InClusterOperator::from_manager(&repo).expect("config/manager");
-        assert_eq!(operator.namespace, "coder-system");
-        assert_eq!(operator.deployment, "coder-provisioner-operator");
-        assert_eq!(operator.service_account, "coder-provisioner-operator");
-        assert_eq!(
-            operator.selector,
-            "app.kubernetes.io/component=manager,app.kubernetes.io/name=coder-provisioner-operator"
-        );
     }
 
     #[test]

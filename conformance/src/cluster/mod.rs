@@ -6,10 +6,12 @@
 //! - [`identity`]: ServiceAccount kubeconfigs, so an operator runs with only its declared RBAC.
 //! - [`kubeconfig`] and [`pki`]: the pure parts (rendering kubeconfigs, generating certificates).
 //! - [`children`]: child processes that never outlive the suite.
+//! - [`in_cluster`]: an operator running in the cluster as a Deployment (kind, k3s, installed).
 pub mod binaries;
 pub mod children;
 pub mod identity;
 pub mod images;
+pub mod in_cluster;
 pub mod k3s;
 pub mod kind;
 pub mod kubeconfig;
