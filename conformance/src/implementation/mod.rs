@@ -384,7 +384,17 @@ pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
-    let output = tokio::process::Command::new(cargo)
+    let mut command = tokio::process::Command::new(cargo);
+    // The variables cargo sets for the running test describe *its* package; inherited, they make
+    // build scripts that watch them (ring's watches CARGO_MANIFEST_DIR) rebuild, and then the next
+    // `cargo test` rebuild them back.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if is_package_variable(&name) {
+            command.env_remove(name.as_ref());
+        }
+    }
+    let output = command
         .args(["build", "-p", "operator", "--bin", REFERENCE_BINARY])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(&workspace)
@@ -403,6 +413,18 @@ pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("cargo reported no {REFERENCE_BINARY} executable"))
 }
 
+/// A variable cargo sets for the package whose test or binary is running.
+fn is_package_variable(name: &str) -> bool {
+    const EXACT: [&str; 5] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    EXACT.contains(&name) || name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_BIN_")
+}
+
 /// The `executable` of the `compiler-artifact` message for the reference binary.
 fn built_executable(cargo_json: &str) -> Option<PathBuf> {
     cargo_json
@@ -415,6 +437,16 @@ fn built_executable(cargo_json: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nested_build_drops_only_the_running_packages_variables() {
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_BIN_EXE_conformance"] {
+            assert!(is_package_variable(name), "{name}");
+        }
+        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_TERM_COLOR", "PATH"] {
+            assert!(!is_package_variable(name), "{name}");
+        }
+    }
 
     #[test]
     fn shell_commands_run_through_sh() {
