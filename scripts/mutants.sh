@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the reference operator's decision code with cargo-mutants, judged by the
-# operator's unit tests and the conformance suite (configuration: .cargo/mutants.toml).
+# operator's unit tests, then the conformance suite (configuration: .cargo/mutants.toml).
 #
 #   scripts/mutants.sh [--shard k/n] [file ...]     e.g. scripts/mutants.sh operator/src/provisioner/credentials.rs
 #
@@ -52,7 +52,7 @@ for file in "${files[@]}"; do
   # Exit codes 2 (missed) and 3 (timeout) are findings, reported below; others are errors.
   # The suite stops at its first failing scenario (a caught mutant needs no more), and the
   # scratch copy starts from this tree's target/ so only the workspace crates build cold.
-  CUCUMBER_FILTER_TAGS="$tags" CONFORMANCE_FAIL_FAST=true \
+  CUCUMBER_FILTER_TAGS="$tags" CONFORMANCE_FAIL_FAST=true CONFORMANCE_UNIT_TESTS_FIRST=1 \
     cargo mutants --file "$file" "${shard[@]}" --jobs 1 --copy-target true \
     --baseline skip --timeout 900 --build-timeout 900 --output "$out" || [ $? -le 3 ]
   dir="$out/mutants.out"

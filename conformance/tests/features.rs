@@ -4,7 +4,9 @@
 //!
 //! The reference operator is built from this workspace first, so the suite always judges the
 //! source as it is (a stale binary next to the test would otherwise be used, e.g. by
-//! cargo-mutants, which changes the source between runs).
+//! cargo-mutants, which changes the source between runs). With `CONFORMANCE_UNIT_TESTS_FIRST`
+//! set (scripts/mutants.sh), the operator's unit tests run before the suite, and a failure there
+//! ends the test: cargo would otherwise run them after this target.
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -17,7 +19,12 @@ fn main() -> ExitCode {
         .build()
         .map_err(anyhow::Error::from)
         .and_then(|runtime| {
-            runtime.block_on(conformance::implementation::build_reference_operator())
+            runtime.block_on(async {
+                if std::env::var_os("CONFORMANCE_UNIT_TESTS_FIRST").is_some() {
+                    conformance::implementation::run_reference_unit_tests().await?;
+                }
+                conformance::implementation::build_reference_operator().await
+            })
         });
     match built {
         // SAFETY: no other thread exists yet (the build's runtime is gone, the suite's not started).

@@ -372,8 +372,8 @@ fn next_to_current_exe() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Builds the reference operator from this workspace with cargo (a no-op when it is fresh).
-pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
+/// The workspace the suite was built from, when its source tree is still there.
+fn source_workspace() -> anyhow::Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     if !workspace.join("operator").is_dir() {
         bail!(
@@ -382,27 +382,47 @@ pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
             workspace.display()
         );
     }
+    Ok(workspace)
+}
+
+/// `cargo <args>` in the source workspace, without the variables cargo set for the running test:
+/// they describe *its* package, and inherited they make build scripts that watch them (ring's
+/// watches CARGO_MANIFEST_DIR) rebuild, and then the next `cargo test` rebuild them back.
+fn workspace_cargo(workspace: &Path, args: &[&str]) -> tokio::process::Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
     let mut command = tokio::process::Command::new(cargo);
-    // The variables cargo sets for the running test describe *its* package; inherited, they make
-    // build scripts that watch them (ring's watches CARGO_MANIFEST_DIR) rebuild, and then the next
-    // `cargo test` rebuild them back.
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if is_package_variable(&name) {
             command.env_remove(name.as_ref());
         }
     }
-    let output = command
-        .args(["build", "-p", "operator", "--bin", REFERENCE_BINARY])
-        .arg("--message-format=json-render-diagnostics")
-        .current_dir(&workspace)
+    command
+        .args(args)
+        .current_dir(workspace)
         .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .context("running cargo to build the reference operator")?;
+        .stderr(std::process::Stdio::inherit());
+    command
+}
+
+/// Builds the reference operator from this workspace with cargo (a no-op when it is fresh).
+pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
+    let workspace = source_workspace()?;
+    eprintln!("building the reference operator ({REFERENCE_BINARY}) …");
+    let output = workspace_cargo(
+        &workspace,
+        &[
+            "build",
+            "-p",
+            "operator",
+            "--bin",
+            REFERENCE_BINARY,
+            "--message-format=json-render-diagnostics",
+        ],
+    )
+    .output()
+    .await
+    .context("running cargo to build the reference operator")?;
     if !output.status.success() {
         bail!(
             "building {REFERENCE_BINARY} failed ({}); see the messages above",
@@ -411,6 +431,21 @@ pub async fn build_reference_operator() -> anyhow::Result<PathBuf> {
     }
     built_executable(&String::from_utf8_lossy(&output.stdout))
         .with_context(|| format!("cargo reported no {REFERENCE_BINARY} executable"))
+}
+
+/// Runs the reference operator's unit tests (`cargo test -p operator --lib`). Mutation testing
+/// asks for them before the suite: they judge a mutant of the pure code in a second.
+pub async fn run_reference_unit_tests() -> anyhow::Result<()> {
+    let workspace = source_workspace()?;
+    eprintln!("running the reference operator's unit tests first …");
+    let status = workspace_cargo(&workspace, &["test", "-p", "operator", "--lib", "-q"])
+        .status()
+        .await
+        .context("running cargo to test the reference operator")?;
+    if !status.success() {
+        bail!("the reference operator's unit tests failed ({status})");
+    }
+    Ok(())
 }
 
 /// A variable cargo sets for the package whose test or binary is running.
