@@ -2,7 +2,10 @@
 # Mutation testing of the reference operator's decision code with cargo-mutants, judged by the
 # operator's unit tests, then the conformance suite (configuration: .cargo/mutants.toml).
 #
-#   scripts/mutants.sh [--shard k/n] [file ...]     e.g. scripts/mutants.sh operator/src/provisioner/credentials.rs
+#   scripts/mutants.sh [--in-place] [--shard k/n] [file ...]
+#       e.g. scripts/mutants.sh operator/src/provisioner/credentials.rs
+#   --in-place  mutate this tree itself (restored after each mutant) and build in its target/:
+#               no copy, incremental builds; for a worktree made for the run, never one you edit.
 #
 # Each file is run on its own, with the suite narrowed to the rules that file decides
 # (CUCUMBER_FILTER_TAGS), so a survivor of the unit tests costs one build and a part of the
@@ -13,11 +16,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The scratch copy starts from this tree's target/ so only the workspace crates build cold.
+where=(--copy-target true)
 shard=()
-if [ "${1:-}" = "--shard" ]; then
-  shard=(--shard "$2")
-  shift 2
-fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --in-place) where=(--in-place); shift ;;
+    --shard) shard=(--shard "$2"); shift 2 ;;
+    *) break ;;
+  esac
+done
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(operator/src/provisioner/{gates,keys,credentials,status,children,names,mod}.rs)
 
@@ -50,13 +58,13 @@ for file in "${files[@]}"; do
   echo "[mutants] $file: suite narrowed to $tags" >&2
   rm -rf "$out" && mkdir -p "$out"
   # Exit codes 2 (missed) and 3 (timeout) are findings, reported below; others are errors.
-  # The suite stops at its first failing scenario (a caught mutant needs no more), and the
-  # scratch copy starts from this tree's target/ so only the workspace crates build cold.
+  # The operator's unit tests judge first; the suite stops at its first failing scenario (a
+  # caught mutant needs no more).
   CUCUMBER_FILTER_TAGS="$tags" CONFORMANCE_FAIL_FAST=true CONFORMANCE_UNIT_TESTS_FIRST=1 \
-    cargo mutants --file "$file" "${shard[@]}" --jobs 1 --copy-target true \
+    cargo mutants --file "$file" "${shard[@]}" --jobs 1 "${where[@]}" \
     --baseline skip --timeout 900 --build-timeout 900 --output "$out" || [ $? -le 3 ]
   dir="$out/mutants.out"
-  count() { [ -f "$dir/$1.txt" ] && grep -c . "$dir/$1.txt" || echo 0; }
+  count() { if [ -f "$dir/$1.txt" ]; then grep -c . "$dir/$1.txt" || true; else echo 0; fi; }
   echo "[mutants] $file: caught $(count caught), missed $(count missed), unviable $(count unviable), timeout $(count timeout)"
   if [ -f "$dir/missed.txt" ]; then
     while IFS= read -r mutant; do
