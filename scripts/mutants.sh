@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The scratch copy starts from this tree's target/ so only the workspace crates build cold.
-where=(--copy-target true)
+where=(--jobs 1 --copy-target true)
 shard=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,7 +61,7 @@ for file in "${files[@]}"; do
   # The operator's unit tests judge first; the suite stops at its first failing scenario (a
   # caught mutant needs no more).
   CUCUMBER_FILTER_TAGS="$tags" CONFORMANCE_FAIL_FAST=true CONFORMANCE_UNIT_TESTS_FIRST=1 \
-    cargo mutants --file "$file" "${shard[@]}" --jobs 1 "${where[@]}" \
+    cargo mutants --file "$file" "${shard[@]}" "${where[@]}" \
     --baseline skip --timeout 900 --build-timeout 900 --output "$out" || [ $? -le 3 ]
   dir="$out/mutants.out"
   count() { if [ -f "$dir/$1.txt" ]; then grep -c . "$dir/$1.txt" || true; else echo 0; fi; }
