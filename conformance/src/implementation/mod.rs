@@ -387,7 +387,7 @@ fn source_workspace() -> anyhow::Result<PathBuf> {
 
 /// `cargo <args>` in the source workspace, without the variables cargo set for the running test:
 /// they describe *its* package, and inherited they make build scripts that watch them (ring's
-/// watches CARGO_MANIFEST_DIR) rebuild, and then the next `cargo test` rebuild them back.
+/// watches CARGO_MANIFEST_DIR and OUT_DIR) rebuild, and then the next `cargo test` rebuild them back.
 fn workspace_cargo(workspace: &Path, args: &[&str]) -> tokio::process::Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = tokio::process::Command::new(cargo);
@@ -448,14 +448,17 @@ pub async fn run_reference_unit_tests() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A variable cargo sets for the package whose test or binary is running.
+/// A variable cargo sets for the package whose test or binary is running (with the one this
+/// package's build script adds: cargo sets it when running the test too).
 fn is_package_variable(name: &str) -> bool {
-    const EXACT: [&str; 5] = [
+    const EXACT: [&str; 7] = [
         "CARGO_MANIFEST_DIR",
         "CARGO_MANIFEST_PATH",
         "CARGO_CRATE_NAME",
         "CARGO_PRIMARY_PACKAGE",
         "CARGO_TARGET_TMPDIR",
+        "OUT_DIR",
+        "CONFORMANCE_GIT_COMMIT",
     ];
     EXACT.contains(&name) || name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_BIN_")
 }
@@ -475,7 +478,7 @@ mod tests {
 
     #[test]
     fn the_nested_build_drops_only_the_running_packages_variables() {
-        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_BIN_EXE_conformance"] {
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_BIN_EXE_conformance", "OUT_DIR"] {
             assert!(is_package_variable(name), "{name}");
         }
         for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_TERM_COLOR", "PATH"] {
