@@ -226,6 +226,15 @@ pub struct VerifyArgs {
     /// Folder with the suite's feature files (default: the ones built into this binary).
     #[arg(long)]
     pub features: Option<PathBuf>,
+    /// Also require the run to be on this tier (e.g. `kind`).
+    #[arg(long)]
+    pub require_tier: Option<String>,
+    /// Also require that the suite simulated nothing (a cluster with kubelets).
+    #[arg(long)]
+    pub require_nothing_simulated: bool,
+    /// Also require the Core conformance claim.
+    #[arg(long)]
+    pub require_core: bool,
 }
 
 /// `90`, `90s`, `3m`, `500ms`.
@@ -1186,7 +1195,15 @@ fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let report = ConformanceReport::from_yaml(&text)?;
     let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
-    let problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
+    let mut problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
+    problems.extend(model::unmet_requirements(
+        &report,
+        &model::Requirements {
+            tier: args.require_tier.clone(),
+            nothing_simulated: args.require_nothing_simulated,
+            core: args.require_core,
+        },
+    ));
     if problems.is_empty() {
         println!(
             "{}: valid; Core conformance {}, Extended {}",

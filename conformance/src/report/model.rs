@@ -288,6 +288,37 @@ impl ConformanceReport {
     }
 }
 
+/// Claims a caller of `verify-report` requires beyond validity (CI requires its kind run's).
+#[derive(Clone, Debug, Default)]
+pub struct Requirements {
+    pub tier: Option<String>,
+    pub nothing_simulated: bool,
+    pub core: bool,
+}
+
+/// What the report lacks of the required claims (empty = all met).
+pub fn unmet_requirements(report: &ConformanceReport, required: &Requirements) -> Vec<String> {
+    let mut unmet = Vec::new();
+    if let Some(tier) = &required.tier
+        && &report.environment.tier != tier
+    {
+        unmet.push(format!(
+            "the run was on tier {:?}, not {tier:?}",
+            report.environment.tier
+        ));
+    }
+    if required.nothing_simulated && !report.environment.simulated.is_empty() {
+        unmet.push(format!(
+            "the suite simulated: {}",
+            report.environment.simulated.join("; ")
+        ));
+    }
+    if required.core && !report.summary.core_conformant {
+        unmet.push("no Core conformance claim".to_owned());
+    }
+    unmet
+}
+
 /// Checks a report against the suite's own feature files (`path → sha256`); returns the list
 /// of problems (empty = valid).
 pub fn verify(
@@ -460,6 +491,33 @@ mod tests {
             coderd_calls: None,
             diagnostics: None,
         }
+    }
+
+    #[test]
+    fn required_claims_are_checked_one_by_one() {
+        let mut report = report(vec![]);
+        report.summary.core_conformant = true;
+        let all = Requirements {
+            tier: Some("kind".into()),
+            nothing_simulated: true,
+            core: true,
+        };
+        assert_eq!(
+            unmet_requirements(&report, &all),
+            vec![r#"the run was on tier "local", not "kind""#.to_owned()]
+        );
+        report.environment.tier = "kind".into();
+        assert!(unmet_requirements(&report, &all).is_empty());
+        report.environment.simulated = vec!["Deployment readiness".into()];
+        report.summary.core_conformant = false;
+        assert_eq!(
+            unmet_requirements(&report, &all),
+            vec![
+                "the suite simulated: Deployment readiness".to_owned(),
+                "no Core conformance claim".to_owned()
+            ]
+        );
+        assert!(unmet_requirements(&report, &Requirements::default()).is_empty());
     }
 
     fn report(results: Vec<ScenarioResult>) -> ConformanceReport {
