@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{ApiError, Reply};
+use crate::error::Error;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -97,24 +98,18 @@ impl FaultSpec {
     }
 
     /// Rejects specs the fake could not honour.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
-            return Err(format!(
-                "unknown route template {:?}; expected one of {:?}",
-                self.route,
-                crate::routes::TEMPLATES
-            ));
+            return Err(Error::UnknownRouteTemplate(self.route.clone()));
         }
         if self.times == Some(0) {
-            return Err("times must be at least 1 (omit it for a sticky fault)".to_string());
+            return Err(Error::ZeroFaultTimes);
         }
         match &self.kind {
-            FaultKind::Status { status, .. } if !(400..=599).contains(status) => Err(format!(
-                "fault status {status} is not an error status (400..=599)"
-            )),
-            FaultKind::Reset if self.apply_then_fail => {
-                Err("apply_then_fail needs an HTTP answer; use a status fault".to_string())
+            FaultKind::Status { status, .. } if !(400..=599).contains(status) => {
+                Err(Error::NotAnErrorStatus(*status))
             }
+            FaultKind::Reset if self.apply_then_fail => Err(Error::ResetCannotApplyThenFail),
             _ => Ok(()),
         }
     }
@@ -151,7 +146,7 @@ pub struct Faults {
 }
 
 impl Faults {
-    pub fn inject(&mut self, spec: FaultSpec) -> Result<(), String> {
+    pub fn inject(&mut self, spec: FaultSpec) -> Result<(), Error> {
         spec.validate()?;
         self.active.push(spec);
         Ok(())

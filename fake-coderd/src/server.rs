@@ -6,12 +6,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use wiremock::MockServer;
 
 use crate::admin::{self, AdminClient};
+use crate::error::Error;
 use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
@@ -72,7 +72,7 @@ impl Drop for FakeCoderd {
 }
 
 /// Binds, retrying while the previous listener on that address is still being released.
-async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+async fn bind_with_retry(addr: SocketAddr) -> Result<TcpListener, Error> {
     let deadline = Instant::now() + REACHABILITY_DEADLINE;
     loop {
         match TcpListener::bind(addr) {
@@ -82,19 +82,20 @@ async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
             {
                 tokio::time::sleep(POLL_INTERVAL).await;
             }
-            Err(error) => return Err(error).with_context(|| format!("binding {addr}")),
+            Err(source) => return Err(Error::Bind { addr, source }),
         }
     }
 }
 
 /// Waits until nothing accepts connections on `addr` any more.
-async fn wait_until_closed(addr: SocketAddr) -> Result<(), String> {
+async fn wait_until_closed(addr: SocketAddr) -> Result<(), Error> {
     let deadline = Instant::now() + REACHABILITY_DEADLINE;
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{addr} still accepts connections after {REACHABILITY_DEADLINE:?}"
-            ));
+            return Err(Error::StillAccepting {
+                addr,
+                waited: REACHABILITY_DEADLINE,
+            });
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -131,7 +132,7 @@ async fn run_coderd_listener(
                     server = Some(start_coderd(listener, &shared).await);
                     Ok(())
                 }
-                Err(error) => Err(format!("{error:#}")),
+                Err(error) => Err(error),
             },
             (_, unchanged) => {
                 server = unchanged;
@@ -147,33 +148,39 @@ async fn run_coderd_listener(
 
 impl FakeCoderd {
     /// A fake with the default seed on a free loopback port.
-    pub async fn start() -> anyhow::Result<FakeCoderd> {
+    pub async fn start() -> Result<FakeCoderd, Error> {
         Self::start_with(FakeConfig::default()).await
     }
 
-    pub async fn start_with(config: FakeConfig) -> anyhow::Result<FakeCoderd> {
+    pub async fn start_with(config: FakeConfig) -> Result<FakeCoderd, Error> {
         let operator_token = config
             .operator_token
             .clone()
             .unwrap_or_else(generate_session_token);
-        split_session_token(&operator_token)
-            .map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
+        split_session_token(&operator_token).map_err(Error::MalformedOperatorToken)?;
         let world = World::new(config.seed, operator_token.clone(), config.api_rate_limit)
-            .map_err(|error| anyhow!("invalid seed: {error}"))?;
+            .map_err(|error| Error::InvalidSeed(Box::new(error)))?;
 
         let listen = config
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let coderd_listener = TcpListener::bind(listen)
-            .with_context(|| format!("binding coderd listener {listen}"))?;
+        let coderd_listener = TcpListener::bind(listen).map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
         let coderd_addr = coderd_listener
             .local_addr()
-            .context("reading the coderd listener address")?;
+            .map_err(|source| Error::LocalAddress {
+                addr: listen,
+                source,
+            })?;
         let admin_listen = config
             .admin_listen
             .unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
-        let admin_listener = TcpListener::bind(admin_listen)
-            .with_context(|| format!("binding admin listener {admin_listen}"))?;
+        let admin_listener = TcpListener::bind(admin_listen).map_err(|source| Error::Bind {
+            addr: admin_listen,
+            source,
+        })?;
 
         let (reachability, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(world, reachability));
@@ -237,8 +244,8 @@ impl FakeCoderd {
         AdminClient::new(&self.admin_url(), &self.admin_token)
     }
 
-    pub fn reset(&self) -> anyhow::Result<()> {
-        self.shared.lock().reset().map_err(|error| anyhow!(error))
+    pub fn reset(&self) -> Result<(), Error> {
+        self.shared.lock().reset()
     }
 
     pub fn set_entitlement(&self, entitlement: Entitlement) {
@@ -258,30 +265,21 @@ impl FakeCoderd {
         self.shared.lock().set_enterprise(enterprise);
     }
 
-    pub fn add_organization(&self, name: &str) -> anyhow::Result<Organization> {
-        self.shared
-            .lock()
-            .add_organization(name)
-            .map_err(|error| anyhow!(error))
+    pub fn add_organization(&self, name: &str) -> Result<Organization, Error> {
+        self.shared.lock().add_organization(name)
     }
 
     /// Adds a user (member of `default`) and returns their session token.
-    pub fn add_user(&self, username: &str, role: UserRole) -> anyhow::Result<String> {
+    pub fn add_user(&self, username: &str, role: UserRole) -> Result<String, Error> {
         self.add_user_with(&SeedUser::new(username, role))
     }
 
-    pub fn add_user_with(&self, user: &SeedUser) -> anyhow::Result<String> {
-        self.shared
-            .lock()
-            .add_user(user)
-            .map_err(|error| anyhow!(error))
+    pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
+        self.shared.lock().add_user(user)
     }
 
-    pub fn inject_fault(&self, fault: FaultSpec) -> anyhow::Result<()> {
-        self.shared
-            .lock()
-            .inject_fault(fault)
-            .map_err(|error| anyhow!(error))
+    pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {
+        self.shared.lock().inject_fault(fault)
     }
 
     pub fn clear_faults(&self) {
@@ -299,7 +297,7 @@ impl FakeCoderd {
     }
 
     /// Closes (`true`) or reopens (`false`, same port) the coderd listener; returns once done.
-    pub async fn set_unreachable(&self, unreachable: bool) -> anyhow::Result<()> {
+    pub async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
         let (sender, receiver) = oneshot::channel();
         self.shared.request_reachability(
             unreachable,
@@ -307,14 +305,11 @@ impl FakeCoderd {
                 let _ = sender.send(outcome);
             }),
         );
-        receiver
-            .await
-            .context("the coderd listener task stopped")?
-            .map_err(|error| anyhow!(error))
+        receiver.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    pub fn keys(&self, org: &str) -> anyhow::Result<Vec<ProvisionerKey>> {
-        self.shared.lock().keys(org).map_err(|error| anyhow!(error))
+    pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, Error> {
+        self.shared.lock().keys(org)
     }
 
     pub fn create_key_directly(
@@ -322,18 +317,12 @@ impl FakeCoderd {
         org: &str,
         name: &str,
         tags: BTreeMap<String, String>,
-    ) -> anyhow::Result<String> {
-        self.shared
-            .lock()
-            .create_key_directly(org, name, tags)
-            .map_err(|error| anyhow!(error))
+    ) -> Result<String, Error> {
+        self.shared.lock().create_key_directly(org, name, tags)
     }
 
-    pub fn delete_key_directly(&self, org: &str, id: &str) -> anyhow::Result<()> {
-        self.shared
-            .lock()
-            .delete_key_directly(org, id)
-            .map_err(|error| anyhow!(error))
+    pub fn delete_key_directly(&self, org: &str, id: &str) -> Result<(), Error> {
+        self.shared.lock().delete_key_directly(org, id)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {

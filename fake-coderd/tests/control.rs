@@ -9,9 +9,10 @@ use std::time::Duration;
 use common::{Env, Request, http};
 use fake_coderd::api::INTERNAL_ERROR_MESSAGE;
 use fake_coderd::journal::REDACTED;
+use fake_coderd::state::TokenFormatError;
 use fake_coderd::{
-    AdminClient, Entitlement, FakeCoderd, FaultKind, FaultSpec, JournalQuery, RateLimitSpec,
-    UserRole, fingerprint, routes,
+    AdminClient, Entitlement, Error, FakeCoderd, FakeConfig, FaultKind, FaultSpec, JournalQuery,
+    RateLimitSpec, SeedUser, UserRole, fingerprint, routes,
 };
 use rstest::rstest;
 use serde_json::json;
@@ -603,7 +604,7 @@ async fn admin_api_rejects_bad_requests(
     #[case] body: Option<&str>,
     #[case] status: u16,
 ) {
-    let fake = FakeCoderd::start_with(fake_coderd::FakeConfig {
+    let fake = FakeCoderd::start_with(FakeConfig {
         admin_token: "right".to_string(),
         ..Default::default()
     })
@@ -648,4 +649,89 @@ async fn the_journal_is_readable_by_cursor() {
     let new = admin.journal_since(all[2].seq).await.expect("since");
     assert_eq!(new.len(), 1, "sequence numbers go on after a clear");
     assert_eq!(env.fake.journal_since(0), new);
+}
+
+/// The Rust API refuses with `fake_coderd::Error` variants a caller can match on; the admin API
+/// answers the same refusal 400 with the error's text as `message`.
+#[tokio::test]
+async fn refusals_are_typed_errors_with_the_same_text_over_the_admin_api() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+
+    let unknown = env.fake.keys("nope").expect_err("unknown organization");
+    assert!(
+        matches!(&unknown, Error::UnknownOrganization(org) if org == "nope"),
+        "{unknown:?}"
+    );
+    let over_http = admin.keys("nope").await.expect_err("refused over HTTP too");
+    assert!(
+        over_http
+            .to_string()
+            .ends_with(&format!("answered 400 Bad Request: {unknown}")),
+        "{over_http:#}"
+    );
+
+    assert!(matches!(
+        env.fake.add_organization("First-Organization"),
+        Err(Error::DuplicateOrganization { name, .. }) if name == "First-Organization"
+    ));
+    let reserved = env
+        .fake
+        .create_key_directly("default", "PSK", BTreeMap::new())
+        .expect_err("reserved name");
+    assert!(
+        matches!(&reserved, Error::KeyRefused(refusal) if refusal.status == 400),
+        "{reserved:?}"
+    );
+    assert_eq!(reserved.to_string(), "Name cannot be reserved name 'PSK'");
+    assert!(matches!(
+        env.fake.delete_key_directly("default", "no-such-id"),
+        Err(Error::UnknownKey { .. })
+    ));
+    assert!(matches!(
+        env.fake.add_user_with(&SeedUser {
+            token: Some("short-token".to_string()),
+            ..SeedUser::new("bad-token", UserRole::Member)
+        }),
+        Err(Error::MalformedUserToken {
+            reason: TokenFormatError::IdLength(5),
+            ..
+        })
+    ));
+    assert!(matches!(
+        env.fake
+            .inject_fault(FaultSpec::status("GET", "/api/v2/unknown", 500)),
+        Err(Error::UnknownRouteTemplate(route)) if route == "/api/v2/unknown"
+    ));
+    assert!(matches!(
+        env.fake
+            .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 302)),
+        Err(Error::NotAnErrorStatus(302))
+    ));
+
+    let malformed = FakeCoderd::start_with(FakeConfig {
+        operator_token: Some("not-a-token".to_string()),
+        ..FakeConfig::default()
+    })
+    .await
+    .err();
+    assert!(
+        matches!(
+            malformed,
+            Some(Error::MalformedOperatorToken(TokenFormatError::PartCount(
+                3
+            )))
+        ),
+        "{malformed:?}"
+    );
+    let taken = FakeCoderd::start_with(FakeConfig {
+        listen: Some(env.fake.address()),
+        ..FakeConfig::default()
+    })
+    .await
+    .err();
+    assert!(
+        matches!(&taken, Some(Error::Bind { addr, source }) if *addr == env.fake.address() && source.kind() == std::io::ErrorKind::AddrInUse),
+        "{taken:?}"
+    );
 }

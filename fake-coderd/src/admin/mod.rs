@@ -17,6 +17,7 @@ use wiremock::matchers::any;
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
 use crate::api::Reply;
+use crate::error::Error;
 use crate::faults::FaultSpec;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::SeedUser;
@@ -93,17 +94,17 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
         .map_err(|decode| error(400, format!("invalid request body: {decode}")))
 }
 
-fn done(outcome: Result<(), String>) -> Reply {
+fn done(outcome: Result<(), Error>) -> Reply {
     match outcome {
         Ok(()) => Reply::empty(204),
-        Err(message) => error(400, message),
+        Err(refused) => error(400, refused.to_string()),
     }
 }
 
-fn json_or_400<T: Serialize>(outcome: Result<T, String>) -> Reply {
+fn json_or_400<T: Serialize>(outcome: Result<T, Error>) -> Reply {
     match outcome {
         Ok(value) => Reply::json(200, value),
-        Err(message) => error(400, message),
+        Err(refused) => error(400, refused.to_string()),
     }
 }
 
