@@ -6,8 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::{Mutex, oneshot};
 use wiremock::MockServer;
 
 use crate::admin::{self, AdminClient};
@@ -20,7 +19,7 @@ use crate::state::{
     Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token,
     random_alphanumeric, split_session_token,
 };
-use crate::world::{ReachabilityRequest, Shared, World};
+use crate::world::{Shared, World};
 
 /// How long closing or reopening the coderd listener may take.
 const REACHABILITY_DEADLINE: Duration = Duration::from_secs(10);
@@ -57,18 +56,12 @@ impl Default for FakeConfig {
 
 /// An in-process fake coderd; both listeners stop when it is dropped.
 pub struct FakeCoderd {
-    shared: Arc<Shared>,
-    coderd_addr: SocketAddr,
-    admin_server: MockServer,
-    listener_task: JoinHandle<()>,
+    coderd: Arc<CoderdListener>,
+    admin_addr: SocketAddr,
+    /// Dropped with the fake, which stops the admin server.
+    _admin_shutdown: oneshot::Sender<()>,
     admin_token: String,
     operator_token: String,
-}
-
-impl Drop for FakeCoderd {
-    fn drop(&mut self) {
-        self.listener_task.abort();
-    }
 }
 
 /// Binds, retrying while the previous listener on that address is still being released.
@@ -114,35 +107,40 @@ async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer
     server
 }
 
-/// Owns the coderd `MockServer` and closes/reopens it on request, always on the same address.
-async fn run_coderd_listener(
+/// The coderd listener: a wiremock `MockServer` that can be closed and reopened, always on the
+/// same address, with responders over the same shared world.
+pub(crate) struct CoderdListener {
     addr: SocketAddr,
-    mut server: Option<MockServer>,
     shared: Arc<Shared>,
-    mut requests: mpsc::UnboundedReceiver<ReachabilityRequest>,
-) {
-    while let Some(request) = requests.recv().await {
-        let outcome = match (request.unreachable, server.take()) {
+    /// `None` while unreachable; the lock also serialises closing and reopening.
+    server: Mutex<Option<MockServer>>,
+}
+
+impl CoderdListener {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Closes (`true`) or reopens (`false`) the listener; returns once connecting fails or the
+    /// routes are mounted again.
+    pub(crate) async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
+        let mut server = self.server.lock().await;
+        match (unreachable, server.take()) {
             (true, Some(running)) => {
                 drop(running);
-                wait_until_closed(addr).await
+                wait_until_closed(self.addr).await?;
             }
-            (false, None) => match bind_with_retry(addr).await {
-                Ok(listener) => {
-                    server = Some(start_coderd(listener, &shared).await);
-                    Ok(())
-                }
-                Err(error) => Err(error),
-            },
+            (false, None) => {
+                let listener = bind_with_retry(self.addr).await?;
+                *server = Some(start_coderd(listener, &self.shared).await);
+            }
             (_, unchanged) => {
-                server = unchanged;
-                Ok(())
+                *server = unchanged;
+                return Ok(());
             }
-        };
-        if outcome.is_ok() {
-            tracing::info!(unreachable = request.unreachable, %addr, "coderd listener reachability changed");
         }
-        (request.done)(outcome);
+        tracing::info!(unreachable, addr = %self.addr, "coderd listener reachability changed");
+        Ok(())
     }
 }
 
@@ -177,40 +175,39 @@ impl FakeCoderd {
         let admin_listen = config
             .admin_listen
             .unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
-        let admin_listener = TcpListener::bind(admin_listen).map_err(|source| Error::Bind {
-            addr: admin_listen,
-            source,
-        })?;
+        let admin_listener =
+            tokio::net::TcpListener::bind(admin_listen)
+                .await
+                .map_err(|source| Error::Bind {
+                    addr: admin_listen,
+                    source,
+                })?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| Error::LocalAddress {
+                addr: admin_listen,
+                source,
+            })?;
 
-        let (reachability, requests) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::new(world, reachability));
-        let coderd_server = start_coderd(coderd_listener, &shared).await;
-        let listener_task = tokio::spawn(run_coderd_listener(
-            coderd_addr,
-            Some(coderd_server),
-            Arc::clone(&shared),
-            requests,
-        ));
-
-        let admin_server = MockServer::builder()
-            .listener(admin_listener)
-            .disable_request_recording()
-            .start()
-            .await;
-        let coderd_url = format!("http://{coderd_addr}");
-        admin_server
-            .register(admin::mock(
-                Arc::clone(&shared),
-                config.admin_token.clone(),
-                coderd_url,
-            ))
-            .await;
+        let shared = Arc::new(Shared::new(world));
+        let coderd = Arc::new(CoderdListener {
+            addr: coderd_addr,
+            shared: Arc::clone(&shared),
+            server: Mutex::new(Some(start_coderd(coderd_listener, &shared).await)),
+        });
+        let (admin_shutdown, shutdown) = oneshot::channel();
+        admin::serve(
+            admin_listener,
+            Arc::downgrade(&coderd),
+            config.admin_token.clone(),
+            format!("http://{coderd_addr}"),
+            shutdown,
+        );
 
         Ok(FakeCoderd {
-            shared,
-            coderd_addr,
-            admin_server,
-            listener_task,
+            coderd,
+            admin_addr,
+            _admin_shutdown: admin_shutdown,
             admin_token: config.admin_token,
             operator_token,
         })
@@ -218,16 +215,16 @@ impl FakeCoderd {
 
     /// coderd base URL, e.g. `http://127.0.0.1:PORT` (no trailing slash).
     pub fn url(&self) -> String {
-        format!("http://{}", self.coderd_addr)
+        format!("http://{}", self.coderd.addr)
     }
 
     /// Admin API base URL (the API lives under `/__fake/`), no trailing slash.
     pub fn admin_url(&self) -> String {
-        self.admin_server.uri()
+        format!("http://{}", self.admin_addr)
     }
 
     pub fn address(&self) -> SocketAddr {
-        self.coderd_addr
+        self.coderd.addr
     }
 
     /// The owner operator session token.
@@ -245,28 +242,31 @@ impl FakeCoderd {
     }
 
     pub fn reset(&self) -> Result<(), Error> {
-        self.shared.lock().reset()
+        self.coderd.shared.lock().reset()
     }
 
     pub fn set_entitlement(&self, entitlement: Entitlement) {
-        self.shared.lock().set_entitlement(entitlement);
+        self.coderd.shared.lock().set_entitlement(entitlement);
     }
 
     pub fn set_license(&self, has_license: bool) {
-        self.shared.lock().set_license(has_license);
+        self.coderd.shared.lock().set_license(has_license);
     }
 
     pub fn set_entitlements_require_token(&self, require: bool) {
-        self.shared.lock().set_entitlements_require_token(require);
+        self.coderd
+            .shared
+            .lock()
+            .set_entitlements_require_token(require);
     }
 
     /// `false` models an AGPL coderd (no entitlements or provisioner-key routes).
     pub fn set_enterprise(&self, enterprise: bool) {
-        self.shared.lock().set_enterprise(enterprise);
+        self.coderd.shared.lock().set_enterprise(enterprise);
     }
 
     pub fn add_organization(&self, name: &str) -> Result<Organization, Error> {
-        self.shared.lock().add_organization(name)
+        self.coderd.shared.lock().add_organization(name)
     }
 
     /// Adds a user (member of `default`) and returns their session token.
@@ -275,41 +275,34 @@ impl FakeCoderd {
     }
 
     pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
-        self.shared.lock().add_user(user)
+        self.coderd.shared.lock().add_user(user)
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {
-        self.shared.lock().inject_fault(fault)
+        self.coderd.shared.lock().inject_fault(fault)
     }
 
     pub fn clear_faults(&self) {
-        self.shared.lock().clear_faults();
+        self.coderd.shared.lock().clear_faults();
     }
 
     /// Removes only the faults scoped to this session-token fingerprint.
     pub fn clear_faults_for(&self, fingerprint: &str) {
-        self.shared.lock().clear_faults_for(fingerprint);
+        self.coderd.shared.lock().clear_faults_for(fingerprint);
     }
 
     /// `None` returns to the base counting (see [`FakeConfig::api_rate_limit`]).
     pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
-        self.shared.lock().set_rate_limit(spec);
+        self.coderd.shared.lock().set_rate_limit(spec);
     }
 
     /// Closes (`true`) or reopens (`false`, same port) the coderd listener; returns once done.
     pub async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
-        let (sender, receiver) = oneshot::channel();
-        self.shared.request_reachability(
-            unreachable,
-            Box::new(move |outcome| {
-                let _ = sender.send(outcome);
-            }),
-        );
-        receiver.await.map_err(|_| Error::ShuttingDown)?
+        self.coderd.set_unreachable(unreachable).await
     }
 
     pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, Error> {
-        self.shared.lock().keys(org)
+        self.coderd.shared.lock().keys(org)
     }
 
     pub fn create_key_directly(
@@ -318,23 +311,26 @@ impl FakeCoderd {
         name: &str,
         tags: BTreeMap<String, String>,
     ) -> Result<String, Error> {
-        self.shared.lock().create_key_directly(org, name, tags)
+        self.coderd
+            .shared
+            .lock()
+            .create_key_directly(org, name, tags)
     }
 
     pub fn delete_key_directly(&self, org: &str, id: &str) -> Result<(), Error> {
-        self.shared.lock().delete_key_directly(org, id)
+        self.coderd.shared.lock().delete_key_directly(org, id)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.shared.lock().journal()
+        self.coderd.shared.lock().journal()
     }
 
     /// The entries recorded after sequence number `since`.
     pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
-        self.shared.lock().journal_since(since)
+        self.coderd.shared.lock().journal_since(since)
     }
 
     pub fn clear_journal(&self) {
-        self.shared.lock().clear_journal();
+        self.coderd.shared.lock().clear_journal();
     }
 }

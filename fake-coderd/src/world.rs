@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::mpsc;
-
 use crate::error::Error;
 use crate::faults::{FaultSpec, Faults};
 use crate::journal::{Journal, JournalEntry};
@@ -166,42 +164,20 @@ impl World {
     }
 }
 
-/// A request to close (`true`) or reopen (`false`) the coderd listener, and where to report the outcome.
-pub struct ReachabilityRequest {
-    pub unreachable: bool,
-    pub done: Box<dyn FnOnce(Result<(), Error>) + Send>,
-}
-
-/// What the coderd and admin responders share.
+/// What the coderd responders, the admin API and the Rust API share.
 pub struct Shared {
     world: Mutex<World>,
-    reachability: mpsc::UnboundedSender<ReachabilityRequest>,
 }
 
 impl Shared {
-    pub fn new(world: World, reachability: mpsc::UnboundedSender<ReachabilityRequest>) -> Shared {
+    pub fn new(world: World) -> Shared {
         Shared {
             world: Mutex::new(world),
-            reachability,
         }
     }
 
     /// The world; a panic in another responder does not make it unusable.
     pub fn lock(&self) -> MutexGuard<'_, World> {
         self.world.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Asks the listener task to close or reopen the coderd listener; `done` is called when it has.
-    pub fn request_reachability(
-        &self,
-        unreachable: bool,
-        done: Box<dyn FnOnce(Result<(), Error>) + Send>,
-    ) {
-        if let Err(mpsc::error::SendError(request)) = self
-            .reachability
-            .send(ReachabilityRequest { unreachable, done })
-        {
-            (request.done)(Err(Error::ShuttingDown));
-        }
     }
 }

@@ -735,3 +735,96 @@ async fn refusals_are_typed_errors_with_the_same_text_over_the_admin_api() {
         "{taken:?}"
     );
 }
+
+/// No admin request blocks a thread while it waits: a reopen that must wait for its port (held
+/// here by someone else) leaves the admin API answering, on this test's one-thread runtime too.
+#[tokio::test]
+async fn a_waiting_reachability_change_blocks_neither_the_admin_api_nor_the_runtime() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    admin.set_unreachable(true).await.expect("closed");
+    let squatter =
+        std::net::TcpListener::bind(env.fake.address()).expect("the closed port is free");
+    let reopening = tokio::spawn({
+        let admin = admin.clone();
+        async move { admin.set_unreachable(false).await }
+    });
+    for _ in 0..5 {
+        let info = tokio::time::timeout(Duration::from_secs(2), admin.info())
+            .await
+            .expect("the admin API answers while the reopen waits")
+            .expect("info");
+        assert_eq!(info.coderd_url, env.fake.url());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!reopening.is_finished(), "the reopen waits for the port");
+    drop(squatter);
+    tokio::time::timeout(Duration::from_secs(5), reopening)
+        .await
+        .expect("reopened once the port is free")
+        .expect("task")
+        .expect("reopen");
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/buildinfo"))
+            .await
+            .status,
+        200
+    );
+}
+
+/// A delayed answer holds back only its own request: wiremock waits out the delay after the
+/// responder has returned, without holding a thread or the fake's lock.
+#[tokio::test]
+async fn a_delayed_answer_holds_back_no_other_request() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::delay(
+            "GET",
+            routes::LIST_KEYS,
+            Duration::from_secs(3),
+        ))
+        .expect("valid");
+    let slow = tokio::spawn({
+        let (http, url, token) = (env.http.clone(), env.fake.url(), env.fake.operator_token());
+        async move {
+            Request::new("GET", KEYS)
+                .token(&token)
+                .send(&http, &url)
+                .await
+                .status
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "others are answered while one waits: {:?}",
+        started.elapsed()
+    );
+    assert!(!slow.is_finished(), "the delayed request still waits");
+    assert_eq!(slow.await.expect("task"), 200);
+}
+
+/// Dropping the fake closes both listeners, even while an admin client keeps a connection open.
+#[tokio::test]
+async fn dropping_the_fake_closes_both_ports() {
+    let fake = FakeCoderd::start().await.expect("fake");
+    let admin = fake.admin();
+    admin.info().await.expect("a kept-alive admin connection");
+    let coderd_addr = fake.address();
+    let admin_addr: std::net::SocketAddr = fake
+        .admin_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("admin address");
+    drop(fake);
+    wait_for("both ports to close", || async {
+        tokio::net::TcpStream::connect(coderd_addr).await.is_err()
+            && tokio::net::TcpStream::connect(admin_addr).await.is_err()
+    })
+    .await;
+    assert!(admin.info().await.is_err());
+}
