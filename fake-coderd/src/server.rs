@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Mutex, oneshot};
-use wiremock::MockServer;
+use tokio::sync::oneshot;
+use wiremock::{Mock, MockServer};
 
 use crate::admin::{self, AdminClient};
 use crate::error::Error;
@@ -95,16 +95,12 @@ async fn wait_until_closed(addr: SocketAddr) -> Result<(), Error> {
     Ok(())
 }
 
-async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer {
-    let server = MockServer::builder()
-        .listener(listener)
-        .disable_request_recording()
-        .start()
-        .await;
-    for mock in crate::routes::mocks(shared) {
-        server.register(mock).await;
-    }
-    server
+/// Registers a mock from synchronous code, so that the Rust API stays synchronous. wiremock
+/// registers through an async lock that only its own server thread holds, and only while it
+/// matches and answers one request (our matchers and responders take nothing but the world's
+/// short lock), so this waits briefly and needs no runtime.
+fn mount(server: &MockServer, mock: Mock) {
+    futures::executor::block_on(server.register(mock));
 }
 
 /// The coderd listener: a wiremock `MockServer` that can be closed and reopened, always on the
@@ -112,32 +108,86 @@ async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer
 pub(crate) struct CoderdListener {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    /// `None` while unreachable; the lock also serialises closing and reopening.
+    /// `None` while unreachable. Held while mocks are mounted, so that a fault injected during a
+    /// reopen is mounted exactly once; never held across an `.await`.
     server: Mutex<Option<MockServer>>,
+    /// Serialises closing and reopening.
+    reachability: tokio::sync::Mutex<()>,
 }
 
 impl CoderdListener {
+    async fn start(addr: SocketAddr, listener: TcpListener, shared: Arc<Shared>) -> Self {
+        let coderd = CoderdListener {
+            addr,
+            shared,
+            server: Mutex::new(None),
+            reachability: tokio::sync::Mutex::new(()),
+        };
+        coderd.open(listener).await;
+        coderd
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    fn server(&self) -> MutexGuard<'_, Option<MockServer>> {
+        self.server.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Serves on `listener`: the faults in force are mounted before the routes, so that no request
+    /// slips past one in the moment between.
+    async fn open(&self, listener: TcpListener) {
+        let started = MockServer::builder()
+            .listener(listener)
+            .disable_request_recording()
+            .start()
+            .await;
+        let mut server = self.server();
+        let faults: Vec<Mock> = {
+            let world = self.shared.lock();
+            world
+                .faults
+                .active()
+                .iter()
+                .filter_map(|(id, spec)| crate::routes::fault_mock(&self.shared, *id, spec))
+                .collect()
+        };
+        for mock in faults.into_iter().chain(crate::routes::mocks(&self.shared)) {
+            mount(&started, mock);
+        }
+        *server = Some(started);
+    }
+
+    /// Records the fault and mounts its mock, unless the listener is closed (a reopen mounts it).
+    pub(crate) fn inject_fault(&self, spec: FaultSpec) -> Result<(), Error> {
+        let server = self.server();
+        let id = self.shared.lock().faults.inject(spec.clone())?;
+        if let (Some(server), Some(mock)) = (
+            server.as_ref(),
+            crate::routes::fault_mock(&self.shared, id, &spec),
+        ) {
+            mount(server, mock);
+        }
+        Ok(())
     }
 
     /// Closes (`true`) or reopens (`false`) the listener; returns once connecting fails or the
     /// routes are mounted again.
     pub(crate) async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
-        let mut server = self.server.lock().await;
-        match (unreachable, server.take()) {
-            (true, Some(running)) => {
-                drop(running);
-                wait_until_closed(self.addr).await?;
-            }
-            (false, None) => {
-                let listener = bind_with_retry(self.addr).await?;
-                *server = Some(start_coderd(listener, &self.shared).await);
-            }
-            (_, unchanged) => {
-                *server = unchanged;
+        let _one_change_at_a_time = self.reachability.lock().await;
+        if unreachable {
+            let Some(running) = self.server().take() else {
+                return Ok(());
+            };
+            drop(running);
+            wait_until_closed(self.addr).await?;
+        } else {
+            if self.server().is_some() {
                 return Ok(());
             }
+            let listener = bind_with_retry(self.addr).await?;
+            self.open(listener).await;
         }
         tracing::info!(unreachable, addr = %self.addr, "coderd listener reachability changed");
         Ok(())
@@ -190,11 +240,7 @@ impl FakeCoderd {
             })?;
 
         let shared = Arc::new(Shared::new(world));
-        let coderd = Arc::new(CoderdListener {
-            addr: coderd_addr,
-            shared: Arc::clone(&shared),
-            server: Mutex::new(Some(start_coderd(coderd_listener, &shared).await)),
-        });
+        let coderd = Arc::new(CoderdListener::start(coderd_addr, coderd_listener, shared).await);
         let (admin_shutdown, shutdown) = oneshot::channel();
         admin::serve(
             admin_listener,
@@ -279,7 +325,7 @@ impl FakeCoderd {
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {
-        self.coderd.shared.lock().inject_fault(fault)
+        self.coderd.inject_fault(fault)
     }
 
     pub fn clear_faults(&self) {

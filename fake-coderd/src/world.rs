@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::error::Error;
-use crate::faults::{FaultSpec, Faults};
+use crate::faults::Faults;
 use crate::journal::{Journal, JournalEntry};
 use crate::ratelimit::{RateLimitSpec, RateLimiter};
 use crate::seed::{Seed, SeedUser};
@@ -86,10 +86,6 @@ impl World {
 
     pub fn add_user(&mut self, user: &SeedUser) -> Result<String, Error> {
         self.state.add_user(user)
-    }
-
-    pub fn inject_fault(&mut self, fault: FaultSpec) -> Result<(), Error> {
-        self.faults.inject(fault)
     }
 
     pub fn clear_faults(&mut self) {

@@ -828,3 +828,171 @@ async fn dropping_the_fake_closes_both_ports() {
     .await;
     assert!(admin.info().await.is_err());
 }
+
+fn statuses(journal: &[fake_coderd::JournalEntry]) -> Vec<u16> {
+    journal.iter().map(|entry| entry.status).collect()
+}
+
+/// Faults are served first injected first; a counted one runs out and hands over to the next,
+/// whatever its kind (a reset journals status 0).
+#[tokio::test]
+async fn faults_are_served_in_injection_order_until_each_runs_out() {
+    let env = Env::start().await;
+    for fault in [
+        FaultSpec::status("GET", routes::LIST_KEYS, 503).times(2),
+        FaultSpec::reset("GET", routes::LIST_KEYS),
+        FaultSpec::delay("GET", routes::LIST_KEYS, Duration::from_millis(10)),
+        FaultSpec::status("GET", routes::LIST_KEYS, 500).sticky(),
+        FaultSpec::status("GET", routes::LIST_KEYS, 418).sticky(),
+    ] {
+        env.fake.inject_fault(fault).expect("valid");
+    }
+    for _ in 0..6 {
+        let _ = env
+            .http
+            .get(format!("{}{KEYS}", env.fake.url()))
+            .header("Coder-Session-Token", env.fake.operator_token())
+            .send()
+            .await;
+    }
+    assert_eq!(
+        statuses(&env.fake.journal()),
+        [503, 503, 0, 200, 500, 500],
+        "the sticky 500 shadows the later 418"
+    );
+}
+
+/// `up_to_n_times` counts exactly, even when the requests race.
+#[tokio::test]
+async fn a_counted_fault_fires_exactly_its_times_under_concurrent_requests() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).times(5))
+        .expect("valid");
+    let requests = (0..20).map(|_| {
+        let (http, url) = (env.http.clone(), env.fake.url());
+        tokio::spawn(async move {
+            Request::new("GET", "/api/v2/buildinfo")
+                .send(&http, &url)
+                .await
+                .status
+        })
+    });
+    let mut answered = Vec::new();
+    for request in requests.collect::<Vec<_>>() {
+        answered.push(request.await.expect("task"));
+    }
+    assert_eq!(answered.iter().filter(|status| **status == 503).count(), 5);
+    assert_eq!(answered.iter().filter(|status| **status == 200).count(), 15);
+}
+
+/// A fault scoped to a session-token fingerprint hits that token from any of its sources (cookie,
+/// query, header) and nobody else; clearing by fingerprint leaves the other faults in force.
+#[tokio::test]
+async fn scoped_faults_hit_only_their_session_token() {
+    let env = Env::start().await;
+    let mine = env.fake.operator_token();
+    let theirs = env.fake.add_user("theirs", UserRole::Owner).expect("user");
+    env.fake
+        .inject_fault(
+            FaultSpec::status("GET", routes::USER, 503)
+                .sticky()
+                .for_session_token_fingerprint(fingerprint(&mine)),
+        )
+        .expect("valid");
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::ORGANIZATION, 502).sticky())
+        .expect("valid");
+    let me = "/api/v2/users/me";
+    for request in [
+        Request::new("GET", me).token(&mine),
+        Request::new("GET", me).header("Cookie", &format!("coder_session_token={mine}")),
+        Request::new("GET", &format!("{me}?coder_session_token={mine}")),
+        Request::new("GET", me)
+            .header("Cookie", "coder_session_token=")
+            .token(&mine),
+    ] {
+        assert_eq!(env.send(request).await.status, 503);
+    }
+    assert_eq!(
+        env.send(Request::new("GET", me).token(&theirs))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        env.send(Request::new("GET", me)).await.status,
+        401,
+        "no token, no fault"
+    );
+
+    env.fake.clear_faults_for(&fingerprint(&mine));
+    assert_eq!(
+        env.send(Request::new("GET", me).token(&mine)).await.status,
+        200
+    );
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/organizations/default").token(&mine))
+            .await
+            .status,
+        502,
+        "the unscoped fault is still in force"
+    );
+}
+
+/// A fault outlives the coderd listener: after a close and reopen it goes on with the uses it had
+/// left, and one injected while the port is closed fires once it is open again.
+#[tokio::test]
+async fn faults_survive_a_reopened_listener_with_their_remaining_uses() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).times(3))
+        .expect("valid");
+    let buildinfo = || env.send(Request::new("GET", "/api/v2/buildinfo"));
+    assert_eq!(buildinfo().await.status, 503);
+    env.fake.set_unreachable(true).await.expect("closed");
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::USER, 500))
+        .expect("recorded while closed");
+    env.fake.set_unreachable(false).await.expect("reopened");
+    let mut answered = Vec::new();
+    for _ in 0..3 {
+        answered.push(buildinfo().await.status);
+    }
+    assert_eq!(answered, [503, 503, 200]);
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/users/me"))
+            .await
+            .status,
+        500
+    );
+}
+
+/// An AGPL coderd has no enterprise routes, so there is nothing to fault: the request gets
+/// "Route not found" and the fault waits, unused, for the enterprise routes to come back.
+#[rstest]
+#[case::status(FaultSpec::status("GET", routes::LIST_KEYS, 503), Some(503))]
+#[case::reset(FaultSpec::reset("GET", routes::LIST_KEYS), None)]
+#[tokio::test]
+async fn faults_on_routes_an_agpl_coderd_lacks_do_not_fire(
+    #[case] fault: FaultSpec,
+    #[case] faulted_status: Option<u16>,
+) {
+    let env = Env::start().await;
+    env.fake.set_enterprise(false);
+    env.fake.inject_fault(fault).expect("valid");
+    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 404);
+    env.fake.set_enterprise(true);
+    let faulted = env
+        .http
+        .get(format!("{}{KEYS}", env.fake.url()))
+        .header("Coder-Session-Token", env.fake.operator_token())
+        .send()
+        .await;
+    assert_eq!(
+        faulted.as_ref().ok().map(|answer| answer.status().as_u16()),
+        faulted_status,
+        "{faulted:?}"
+    );
+    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
+}

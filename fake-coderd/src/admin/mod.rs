@@ -200,7 +200,7 @@ async fn route(
         }
         ("POST", ["faults"]) => {
             let fault: FaultSpec = parse(body)?;
-            with_world(&|world| done(world.inject_fault(fault.clone())))
+            done(coderd.inject_fault(fault))
         }
         ("DELETE", ["faults"]) => with_world(&|world| {
             world.clear_faults();
