@@ -204,20 +204,25 @@ impl Reply {
         self
     }
 
+    /// The body's bytes and `Content-Type` (§1.1), `None` for an empty body.
+    pub fn encoded_body(&self) -> Option<(Vec<u8>, &'static str)> {
+        match &self.body {
+            ReplyBody::Json(value) => Some((go_encode(value).into_bytes(), JSON_CONTENT_TYPE)),
+            ReplyBody::JsonSeq(values) => {
+                let text: String = values.iter().map(go_encode).collect();
+                Some((text.into_bytes(), JSON_CONTENT_TYPE))
+            }
+            ReplyBody::Text(text) => Some((text.clone().into_bytes(), TEXT_CONTENT_TYPE)),
+            ReplyBody::Empty => None,
+        }
+    }
+
     /// Renders the answer, always with the right `Content-Type` for its body (§1.1).
     pub fn into_template(self) -> ResponseTemplate {
         let mut template = ResponseTemplate::new(self.status);
-        template = match self.body {
-            ReplyBody::Json(value) => {
-                template.set_body_raw(go_encode(&value).into_bytes(), JSON_CONTENT_TYPE)
-            }
-            ReplyBody::JsonSeq(values) => {
-                let text: String = values.iter().map(go_encode).collect();
-                template.set_body_raw(text.into_bytes(), JSON_CONTENT_TYPE)
-            }
-            ReplyBody::Text(text) => template.set_body_raw(text.into_bytes(), TEXT_CONTENT_TYPE),
-            ReplyBody::Empty => template,
-        };
+        if let Some((bytes, content_type)) = self.encoded_body() {
+            template = template.set_body_raw(bytes, content_type);
+        }
         for (name, value) in self.headers {
             template = template.insert_header(name.as_str(), value.as_str());
         }

@@ -1,6 +1,10 @@
 //! Scripted misbehaviour per route (method + route template): an error answer, a slow answer, or a
 //! connection reset; for the next N matching requests or until cleared; optionally after applying
 //! the request's state change (the crash-safety case: "key created, but the client saw a 500").
+//!
+//! Each injected fault is a wiremock mock of its own (`routes::fault_mock`): wiremock's priority puts
+//! it before the routes, and `up_to_n_times` ends a counted one. `Faults` is the list of those in
+//! force: what clearing switches off, and what a reopened coderd listener mounts again.
 
 use std::time::Duration;
 
@@ -8,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{ApiError, Reply};
+use crate::error::Error;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -97,24 +102,18 @@ impl FaultSpec {
     }
 
     /// Rejects specs the fake could not honour.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
-            return Err(format!(
-                "unknown route template {:?}; expected one of {:?}",
-                self.route,
-                crate::routes::TEMPLATES
-            ));
+            return Err(Error::UnknownRouteTemplate(self.route.clone()));
         }
         if self.times == Some(0) {
-            return Err("times must be at least 1 (omit it for a sticky fault)".to_string());
+            return Err(Error::ZeroFaultTimes);
         }
         match &self.kind {
-            FaultKind::Status { status, .. } if !(400..=599).contains(status) => Err(format!(
-                "fault status {status} is not an error status (400..=599)"
-            )),
-            FaultKind::Reset if self.apply_then_fail => {
-                Err("apply_then_fail needs an HTTP answer; use a status fault".to_string())
+            FaultKind::Status { status, .. } if !(400..=599).contains(status) => {
+                Err(Error::NotAnErrorStatus(*status))
             }
+            FaultKind::Reset if self.apply_then_fail => Err(Error::ResetCannotApplyThenFail),
             _ => Ok(()),
         }
     }
@@ -131,30 +130,24 @@ impl FaultSpec {
             .into(),
         }
     }
-
-    fn matches(&self, method: &str, route: &str, session_token: Option<&str>) -> bool {
-        self.method.eq_ignore_ascii_case(method)
-            && self.route == route
-            && self
-                .session_token_fingerprint
-                .as_deref()
-                .is_none_or(|wanted| {
-                    session_token.is_some_and(|token| crate::journal::fingerprint(token) == wanted)
-                })
-    }
 }
 
-/// Active faults, first injected first served.
+/// Names an injected fault; never reused, so the mock of a cleared fault cannot serve a new one.
+pub type FaultId = u64;
+
+/// The faults in force, in injection order, each with what is left of its `times`.
 #[derive(Default, Debug)]
 pub struct Faults {
-    active: Vec<FaultSpec>,
+    active: Vec<(FaultId, FaultSpec)>,
+    last_id: FaultId,
 }
 
 impl Faults {
-    pub fn inject(&mut self, spec: FaultSpec) -> Result<(), String> {
+    pub fn inject(&mut self, spec: FaultSpec) -> Result<FaultId, Error> {
         spec.validate()?;
-        self.active.push(spec);
-        Ok(())
+        self.last_id += 1;
+        self.active.push((self.last_id, spec));
+        Ok(self.last_id)
     }
 
     pub fn clear(&mut self) {
@@ -164,37 +157,30 @@ impl Faults {
     /// Removes the faults scoped to one session-token fingerprint, leaving the others.
     pub fn clear_for(&mut self, fingerprint: &str) {
         self.active
-            .retain(|fault| fault.session_token_fingerprint.as_deref() != Some(fingerprint));
+            .retain(|(_, fault)| fault.session_token_fingerprint.as_deref() != Some(fingerprint));
     }
 
-    /// Whether the next fault for this request is a reset (checked before any HTTP handling).
-    pub fn next_is_reset(&self, method: &str, route: &str, session_token: Option<&str>) -> bool {
-        self.active
-            .iter()
-            .find(|fault| fault.matches(method, route, session_token))
-            .is_some_and(|fault| fault.kind == FaultKind::Reset)
+    pub fn is_active(&self, id: FaultId) -> bool {
+        self.active.iter().any(|(active, _)| *active == id)
     }
 
-    /// Takes the next fault for this request, counting one use of it.
-    pub fn take(
-        &mut self,
-        method: &str,
-        route: &str,
-        session_token: Option<&str>,
-    ) -> Option<FaultSpec> {
-        let index = self
-            .active
-            .iter()
-            .position(|fault| fault.matches(method, route, session_token))?;
-        let fault = self.active[index].clone();
-        match &mut self.active[index].times {
+    /// Counts one use of a fault (its mock answered); a counted fault that runs out is removed.
+    pub fn used(&mut self, id: FaultId) {
+        let Some(index) = self.active.iter().position(|(active, _)| *active == id) else {
+            return;
+        };
+        match &mut self.active[index].1.times {
             Some(1) => {
                 self.active.remove(index);
             }
             Some(remaining) => *remaining -= 1,
             None => {}
         }
-        Some(fault)
+    }
+
+    /// The faults in force, in injection order, with their remaining `times`.
+    pub fn active(&self) -> &[(FaultId, FaultSpec)] {
+        &self.active
     }
 }
 
@@ -206,36 +192,43 @@ mod tests {
     #[test]
     fn counted_faults_run_out_and_sticky_ones_do_not() {
         let mut faults = Faults::default();
-        faults
+        let counted = faults
             .inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2))
             .expect("valid");
-        assert!(faults.take("post", CREATE_KEY, None).is_some());
-        assert!(faults.take("POST", CREATE_KEY, None).is_some());
-        assert!(faults.take("POST", CREATE_KEY, None).is_none());
-        faults
+        let sticky = faults
             .inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky())
             .expect("valid");
+        faults.used(counted);
+        assert_eq!(faults.active()[0].1.times, Some(1), "one use left");
+        faults.used(counted);
+        assert!(!faults.is_active(counted));
         for _ in 0..5 {
-            assert!(faults.take("GET", CREATE_KEY, None).is_some());
+            faults.used(sticky);
         }
-        assert!(faults.take("POST", CREATE_KEY, None).is_none());
+        assert!(faults.is_active(sticky));
     }
 
     #[test]
-    fn scoped_faults_hit_only_their_session_token() {
+    fn ids_are_never_reused_and_scoped_clears_keep_the_others() {
         let mut faults = Faults::default();
         let mine = crate::journal::fingerprint("mine");
-        faults
-            .inject(
-                FaultSpec::status("POST", CREATE_KEY, 429)
-                    .sticky()
-                    .for_session_token_fingerprint(mine),
-            )
+        let scoped = faults
+            .inject(FaultSpec::status("POST", CREATE_KEY, 429).for_session_token_fingerprint(&mine))
             .expect("valid");
-        assert!(faults.take("POST", CREATE_KEY, Some("theirs")).is_none());
-        assert!(faults.take("POST", CREATE_KEY, None).is_none());
-        assert!(faults.take("POST", CREATE_KEY, Some("mine")).is_some());
-        assert!(!faults.next_is_reset("POST", CREATE_KEY, Some("mine")));
+        let everyone = faults
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500))
+            .expect("valid");
+        faults.clear_for(&mine);
+        assert!(!faults.is_active(scoped));
+        assert!(faults.is_active(everyone));
+        faults.clear();
+        let next = faults
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500))
+            .expect("valid");
+        assert!(
+            next > everyone,
+            "a cleared fault's id is not given out again"
+        );
     }
 
     #[rstest::rstest]

@@ -5,10 +5,12 @@
 //! * `routes` — one wiremock responder per coderd endpoint and the shared request pipeline;
 //! * `faults`, `ratelimit`, `journal` — scripted misbehaviour, §1.7 limiter, request record;
 //! * `admin` — the admin HTTP API and `AdminClient`; `server` — `FakeCoderd`, listeners;
+//! * `error` — `Error`, what the fake itself refuses or fails at;
 //! * `stub` — the `coder-stub` provisioner daemon stand-in (binary `coder-stub`).
 
 pub mod admin;
 pub mod api;
+pub mod error;
 pub mod faults;
 pub mod journal;
 pub mod ratelimit;
@@ -33,6 +35,7 @@ pub fn init_logging() {
 }
 
 pub use admin::AdminClient;
+pub use error::Error;
 pub use faults::{FaultKind, FaultSpec};
 pub use journal::{JournalEntry, JournalQuery, fingerprint};
 pub use ratelimit::RateLimitSpec;

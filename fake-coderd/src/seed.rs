@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
 use crate::state::{Entitlement, UserRole, UserStatus};
 
 /// Deployment seed. Every field is optional in a seed file; the default is a licensed deployment,
@@ -102,18 +102,24 @@ impl SeedUser {
 
 impl Seed {
     /// Reads a seed from a `.json` file, or from YAML for any other extension.
-    pub fn from_file(path: &Path) -> anyhow::Result<Seed> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading seed file {}", path.display()))?;
+    pub fn from_file(path: &Path) -> Result<Seed, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadSeed {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let is_json = path
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        let parse_error =
+            |format, source: Box<dyn std::error::Error + Send + Sync>| Error::ParseSeed {
+                path: path.to_path_buf(),
+                format,
+                source,
+            };
         if is_json {
-            serde_json::from_str(&text)
-                .with_context(|| format!("parsing JSON seed file {}", path.display()))
+            serde_json::from_str(&text).map_err(|error| parse_error("JSON", Box::new(error)))
         } else {
-            serde_saphyr::from_str(&text)
-                .with_context(|| format!("parsing YAML seed file {}", path.display()))
+            serde_saphyr::from_str(&text).map_err(|error| parse_error("YAML", Box::new(error)))
         }
     }
 }

@@ -3,15 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
-use wiremock::MockServer;
+use tokio::sync::oneshot;
+use wiremock::{Mock, MockServer};
 
 use crate::admin::{self, AdminClient};
+use crate::error::Error;
 use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
@@ -20,7 +19,7 @@ use crate::state::{
     Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token,
     random_alphanumeric, split_session_token,
 };
-use crate::world::{ReachabilityRequest, Shared, World};
+use crate::world::{Shared, World};
 
 /// How long closing or reopening the coderd listener may take.
 const REACHABILITY_DEADLINE: Duration = Duration::from_secs(10);
@@ -57,22 +56,16 @@ impl Default for FakeConfig {
 
 /// An in-process fake coderd; both listeners stop when it is dropped.
 pub struct FakeCoderd {
-    shared: Arc<Shared>,
-    coderd_addr: SocketAddr,
-    admin_server: MockServer,
-    listener_task: JoinHandle<()>,
+    coderd: Arc<CoderdListener>,
+    admin_addr: SocketAddr,
+    /// Dropped with the fake, which stops the admin server.
+    _admin_shutdown: oneshot::Sender<()>,
     admin_token: String,
     operator_token: String,
 }
 
-impl Drop for FakeCoderd {
-    fn drop(&mut self) {
-        self.listener_task.abort();
-    }
-}
-
 /// Binds, retrying while the previous listener on that address is still being released.
-async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+async fn bind_with_retry(addr: SocketAddr) -> Result<TcpListener, Error> {
     let deadline = Instant::now() + REACHABILITY_DEADLINE;
     loop {
         match TcpListener::bind(addr) {
@@ -82,128 +75,185 @@ async fn bind_with_retry(addr: SocketAddr) -> anyhow::Result<TcpListener> {
             {
                 tokio::time::sleep(POLL_INTERVAL).await;
             }
-            Err(error) => return Err(error).with_context(|| format!("binding {addr}")),
+            Err(source) => return Err(Error::Bind { addr, source }),
         }
     }
 }
 
 /// Waits until nothing accepts connections on `addr` any more.
-async fn wait_until_closed(addr: SocketAddr) -> Result<(), String> {
+async fn wait_until_closed(addr: SocketAddr) -> Result<(), Error> {
     let deadline = Instant::now() + REACHABILITY_DEADLINE;
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{addr} still accepts connections after {REACHABILITY_DEADLINE:?}"
-            ));
+            return Err(Error::StillAccepting {
+                addr,
+                waited: REACHABILITY_DEADLINE,
+            });
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
     Ok(())
 }
 
-async fn start_coderd(listener: TcpListener, shared: &Arc<Shared>) -> MockServer {
-    let server = MockServer::builder()
-        .listener(listener)
-        .disable_request_recording()
-        .start()
-        .await;
-    for mock in crate::routes::mocks(shared) {
-        server.register(mock).await;
-    }
-    server
+/// Registers a mock from synchronous code, so that the Rust API stays synchronous. wiremock
+/// registers through an async lock that only its own server thread holds, and only while it
+/// matches and answers one request (our matchers and responders take nothing but the world's
+/// short lock), so this waits briefly and needs no runtime.
+fn mount(server: &MockServer, mock: Mock) {
+    futures::executor::block_on(server.register(mock));
 }
 
-/// Owns the coderd `MockServer` and closes/reopens it on request, always on the same address.
-async fn run_coderd_listener(
+/// The coderd listener: a wiremock `MockServer` that can be closed and reopened, always on the
+/// same address, with responders over the same shared world.
+pub(crate) struct CoderdListener {
     addr: SocketAddr,
-    mut server: Option<MockServer>,
     shared: Arc<Shared>,
-    mut requests: mpsc::UnboundedReceiver<ReachabilityRequest>,
-) {
-    while let Some(request) = requests.recv().await {
-        let outcome = match (request.unreachable, server.take()) {
-            (true, Some(running)) => {
-                drop(running);
-                wait_until_closed(addr).await
-            }
-            (false, None) => match bind_with_retry(addr).await {
-                Ok(listener) => {
-                    server = Some(start_coderd(listener, &shared).await);
-                    Ok(())
-                }
-                Err(error) => Err(format!("{error:#}")),
-            },
-            (_, unchanged) => {
-                server = unchanged;
-                Ok(())
-            }
+    /// `None` while unreachable. Held while mocks are mounted, so that a fault injected during a
+    /// reopen is mounted exactly once; never held across an `.await`.
+    server: Mutex<Option<MockServer>>,
+    /// Serialises closing and reopening.
+    reachability: tokio::sync::Mutex<()>,
+}
+
+impl CoderdListener {
+    async fn start(addr: SocketAddr, listener: TcpListener, shared: Arc<Shared>) -> Self {
+        let coderd = CoderdListener {
+            addr,
+            shared,
+            server: Mutex::new(None),
+            reachability: tokio::sync::Mutex::new(()),
         };
-        if outcome.is_ok() {
-            tracing::info!(unreachable = request.unreachable, %addr, "coderd listener reachability changed");
+        coderd.open(listener).await;
+        coderd
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn server(&self) -> MutexGuard<'_, Option<MockServer>> {
+        self.server.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Serves on `listener`: the faults in force are mounted before the routes, so that no request
+    /// slips past one in the moment between.
+    async fn open(&self, listener: TcpListener) {
+        let started = MockServer::builder()
+            .listener(listener)
+            .disable_request_recording()
+            .start()
+            .await;
+        let mut server = self.server();
+        let faults: Vec<Mock> = {
+            let world = self.shared.lock();
+            world
+                .faults
+                .active()
+                .iter()
+                .filter_map(|(id, spec)| crate::routes::fault_mock(&self.shared, *id, spec))
+                .collect()
+        };
+        for mock in faults.into_iter().chain(crate::routes::mocks(&self.shared)) {
+            mount(&started, mock);
         }
-        (request.done)(outcome);
+        *server = Some(started);
+    }
+
+    /// Records the fault and mounts its mock, unless the listener is closed (a reopen mounts it).
+    pub(crate) fn inject_fault(&self, spec: FaultSpec) -> Result<(), Error> {
+        let server = self.server();
+        let id = self.shared.lock().faults.inject(spec.clone())?;
+        if let (Some(server), Some(mock)) = (
+            server.as_ref(),
+            crate::routes::fault_mock(&self.shared, id, &spec),
+        ) {
+            mount(server, mock);
+        }
+        Ok(())
+    }
+
+    /// Closes (`true`) or reopens (`false`) the listener; returns once connecting fails or the
+    /// routes are mounted again.
+    pub(crate) async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
+        let _one_change_at_a_time = self.reachability.lock().await;
+        if unreachable {
+            let Some(running) = self.server().take() else {
+                return Ok(());
+            };
+            drop(running);
+            wait_until_closed(self.addr).await?;
+        } else {
+            if self.server().is_some() {
+                return Ok(());
+            }
+            let listener = bind_with_retry(self.addr).await?;
+            self.open(listener).await;
+        }
+        tracing::info!(unreachable, addr = %self.addr, "coderd listener reachability changed");
+        Ok(())
     }
 }
 
 impl FakeCoderd {
     /// A fake with the default seed on a free loopback port.
-    pub async fn start() -> anyhow::Result<FakeCoderd> {
+    pub async fn start() -> Result<FakeCoderd, Error> {
         Self::start_with(FakeConfig::default()).await
     }
 
-    pub async fn start_with(config: FakeConfig) -> anyhow::Result<FakeCoderd> {
+    pub async fn start_with(config: FakeConfig) -> Result<FakeCoderd, Error> {
         let operator_token = config
             .operator_token
             .clone()
             .unwrap_or_else(generate_session_token);
-        split_session_token(&operator_token)
-            .map_err(|reason| anyhow!("operator token is not <10>-<22> shaped: {reason}"))?;
+        split_session_token(&operator_token).map_err(Error::MalformedOperatorToken)?;
         let world = World::new(config.seed, operator_token.clone(), config.api_rate_limit)
-            .map_err(|error| anyhow!("invalid seed: {error}"))?;
+            .map_err(|error| Error::InvalidSeed(Box::new(error)))?;
 
         let listen = config
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let coderd_listener = TcpListener::bind(listen)
-            .with_context(|| format!("binding coderd listener {listen}"))?;
+        let coderd_listener = TcpListener::bind(listen).map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
         let coderd_addr = coderd_listener
             .local_addr()
-            .context("reading the coderd listener address")?;
+            .map_err(|source| Error::LocalAddress {
+                addr: listen,
+                source,
+            })?;
         let admin_listen = config
             .admin_listen
             .unwrap_or_else(|| SocketAddr::new(coderd_addr.ip(), 0));
-        let admin_listener = TcpListener::bind(admin_listen)
-            .with_context(|| format!("binding admin listener {admin_listen}"))?;
+        let admin_listener =
+            tokio::net::TcpListener::bind(admin_listen)
+                .await
+                .map_err(|source| Error::Bind {
+                    addr: admin_listen,
+                    source,
+                })?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| Error::LocalAddress {
+                addr: admin_listen,
+                source,
+            })?;
 
-        let (reachability, requests) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::new(world, reachability));
-        let coderd_server = start_coderd(coderd_listener, &shared).await;
-        let listener_task = tokio::spawn(run_coderd_listener(
-            coderd_addr,
-            Some(coderd_server),
-            Arc::clone(&shared),
-            requests,
-        ));
-
-        let admin_server = MockServer::builder()
-            .listener(admin_listener)
-            .disable_request_recording()
-            .start()
-            .await;
-        let coderd_url = format!("http://{coderd_addr}");
-        admin_server
-            .register(admin::mock(
-                Arc::clone(&shared),
-                config.admin_token.clone(),
-                coderd_url,
-            ))
-            .await;
+        let shared = Arc::new(Shared::new(world));
+        let coderd = Arc::new(CoderdListener::start(coderd_addr, coderd_listener, shared).await);
+        let (admin_shutdown, shutdown) = oneshot::channel();
+        admin::serve(
+            admin_listener,
+            Arc::downgrade(&coderd),
+            config.admin_token.clone(),
+            format!("http://{coderd_addr}"),
+            shutdown,
+        );
 
         Ok(FakeCoderd {
-            shared,
-            coderd_addr,
-            admin_server,
-            listener_task,
+            coderd,
+            admin_addr,
+            _admin_shutdown: admin_shutdown,
             admin_token: config.admin_token,
             operator_token,
         })
@@ -211,16 +261,16 @@ impl FakeCoderd {
 
     /// coderd base URL, e.g. `http://127.0.0.1:PORT` (no trailing slash).
     pub fn url(&self) -> String {
-        format!("http://{}", self.coderd_addr)
+        format!("http://{}", self.coderd.addr)
     }
 
     /// Admin API base URL (the API lives under `/__fake/`), no trailing slash.
     pub fn admin_url(&self) -> String {
-        self.admin_server.uri()
+        format!("http://{}", self.admin_addr)
     }
 
     pub fn address(&self) -> SocketAddr {
-        self.coderd_addr
+        self.coderd.addr
     }
 
     /// The owner operator session token.
@@ -237,84 +287,68 @@ impl FakeCoderd {
         AdminClient::new(&self.admin_url(), &self.admin_token)
     }
 
-    pub fn reset(&self) -> anyhow::Result<()> {
-        self.shared.lock().reset().map_err(|error| anyhow!(error))
+    pub fn reset(&self) -> Result<(), Error> {
+        self.coderd.shared.lock().reset()
     }
 
     pub fn set_entitlement(&self, entitlement: Entitlement) {
-        self.shared.lock().set_entitlement(entitlement);
+        self.coderd.shared.lock().set_entitlement(entitlement);
     }
 
     pub fn set_license(&self, has_license: bool) {
-        self.shared.lock().set_license(has_license);
+        self.coderd.shared.lock().set_license(has_license);
     }
 
     pub fn set_entitlements_require_token(&self, require: bool) {
-        self.shared.lock().set_entitlements_require_token(require);
+        self.coderd
+            .shared
+            .lock()
+            .set_entitlements_require_token(require);
     }
 
     /// `false` models an AGPL coderd (no entitlements or provisioner-key routes).
     pub fn set_enterprise(&self, enterprise: bool) {
-        self.shared.lock().set_enterprise(enterprise);
+        self.coderd.shared.lock().set_enterprise(enterprise);
     }
 
-    pub fn add_organization(&self, name: &str) -> anyhow::Result<Organization> {
-        self.shared
-            .lock()
-            .add_organization(name)
-            .map_err(|error| anyhow!(error))
+    pub fn add_organization(&self, name: &str) -> Result<Organization, Error> {
+        self.coderd.shared.lock().add_organization(name)
     }
 
     /// Adds a user (member of `default`) and returns their session token.
-    pub fn add_user(&self, username: &str, role: UserRole) -> anyhow::Result<String> {
+    pub fn add_user(&self, username: &str, role: UserRole) -> Result<String, Error> {
         self.add_user_with(&SeedUser::new(username, role))
     }
 
-    pub fn add_user_with(&self, user: &SeedUser) -> anyhow::Result<String> {
-        self.shared
-            .lock()
-            .add_user(user)
-            .map_err(|error| anyhow!(error))
+    pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
+        self.coderd.shared.lock().add_user(user)
     }
 
-    pub fn inject_fault(&self, fault: FaultSpec) -> anyhow::Result<()> {
-        self.shared
-            .lock()
-            .inject_fault(fault)
-            .map_err(|error| anyhow!(error))
+    pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {
+        self.coderd.inject_fault(fault)
     }
 
     pub fn clear_faults(&self) {
-        self.shared.lock().clear_faults();
+        self.coderd.shared.lock().clear_faults();
     }
 
     /// Removes only the faults scoped to this session-token fingerprint.
     pub fn clear_faults_for(&self, fingerprint: &str) {
-        self.shared.lock().clear_faults_for(fingerprint);
+        self.coderd.shared.lock().clear_faults_for(fingerprint);
     }
 
     /// `None` returns to the base counting (see [`FakeConfig::api_rate_limit`]).
     pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
-        self.shared.lock().set_rate_limit(spec);
+        self.coderd.shared.lock().set_rate_limit(spec);
     }
 
     /// Closes (`true`) or reopens (`false`, same port) the coderd listener; returns once done.
-    pub async fn set_unreachable(&self, unreachable: bool) -> anyhow::Result<()> {
-        let (sender, receiver) = oneshot::channel();
-        self.shared.request_reachability(
-            unreachable,
-            Box::new(move |outcome| {
-                let _ = sender.send(outcome);
-            }),
-        );
-        receiver
-            .await
-            .context("the coderd listener task stopped")?
-            .map_err(|error| anyhow!(error))
+    pub async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
+        self.coderd.set_unreachable(unreachable).await
     }
 
-    pub fn keys(&self, org: &str) -> anyhow::Result<Vec<ProvisionerKey>> {
-        self.shared.lock().keys(org).map_err(|error| anyhow!(error))
+    pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, Error> {
+        self.coderd.shared.lock().keys(org)
     }
 
     pub fn create_key_directly(
@@ -322,30 +356,27 @@ impl FakeCoderd {
         org: &str,
         name: &str,
         tags: BTreeMap<String, String>,
-    ) -> anyhow::Result<String> {
-        self.shared
+    ) -> Result<String, Error> {
+        self.coderd
+            .shared
             .lock()
             .create_key_directly(org, name, tags)
-            .map_err(|error| anyhow!(error))
     }
 
-    pub fn delete_key_directly(&self, org: &str, id: &str) -> anyhow::Result<()> {
-        self.shared
-            .lock()
-            .delete_key_directly(org, id)
-            .map_err(|error| anyhow!(error))
+    pub fn delete_key_directly(&self, org: &str, id: &str) -> Result<(), Error> {
+        self.coderd.shared.lock().delete_key_directly(org, id)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.shared.lock().journal()
+        self.coderd.shared.lock().journal()
     }
 
     /// The entries recorded after sequence number `since`.
     pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
-        self.shared.lock().journal_since(since)
+        self.coderd.shared.lock().journal_since(since)
     }
 
     pub fn clear_journal(&self) {
-        self.shared.lock().clear_journal();
+        self.coderd.shared.lock().clear_journal();
     }
 }

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::api::ApiError;
+use crate::error::Error;
 use crate::seed::{Seed, SeedUser};
 
 /// The name of the default organization coderd creates for a new deployment; no real
@@ -218,26 +219,28 @@ fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-/// Splits a session token as coderd does (§1.4), with coderd's reason texts.
-pub fn split_session_token(token: &str) -> Result<(&str, &str), String> {
+/// Why a session token is not `<10>-<22>` shaped, in coderd's words (§1.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFormatError {
+    #[error("incorrect amount of API key parts, expected 2 got {0}")]
+    PartCount(usize),
+    #[error("invalid API key ID length, expected {TOKEN_ID_LENGTH} got {0}")]
+    IdLength(usize),
+    #[error("invalid API key secret length, expected {TOKEN_SECRET_LENGTH} got {0}")]
+    SecretLength(usize),
+}
+
+/// Splits a session token as coderd does (§1.4).
+pub fn split_session_token(token: &str) -> Result<(&str, &str), TokenFormatError> {
     let parts: Vec<&str> = token.split('-').collect();
     let [id, secret] = parts.as_slice() else {
-        return Err(format!(
-            "incorrect amount of API key parts, expected 2 got {}",
-            parts.len()
-        ));
+        return Err(TokenFormatError::PartCount(parts.len()));
     };
     if id.len() != TOKEN_ID_LENGTH {
-        return Err(format!(
-            "invalid API key ID length, expected {TOKEN_ID_LENGTH} got {}",
-            id.len()
-        ));
+        return Err(TokenFormatError::IdLength(id.len()));
     }
     if secret.len() != TOKEN_SECRET_LENGTH {
-        return Err(format!(
-            "invalid API key secret length, expected {TOKEN_SECRET_LENGTH} got {}",
-            secret.len()
-        ));
+        return Err(TokenFormatError::SecretLength(secret.len()));
     }
     Ok((id, secret))
 }
@@ -274,7 +277,7 @@ fn is_reserved_key_name(name: &str) -> bool {
 
 impl State {
     /// Builds the deployment a seed describes, with `operator_token` belonging to the owner operator user.
-    pub fn from_seed(seed: &Seed, operator_token: &str) -> Result<State, String> {
+    pub fn from_seed(seed: &Seed, operator_token: &str) -> Result<State, Error> {
         let mut state = State {
             organizations: Vec::new(),
             users: Vec::new(),
@@ -333,9 +336,9 @@ impl State {
         name: &str,
         id: Uuid,
         is_default: bool,
-    ) -> Result<Organization, String> {
+    ) -> Result<Organization, Error> {
         if name.is_empty() {
-            return Err("organization name must not be empty".to_string());
+            return Err(Error::EmptyOrganizationName);
         }
         let id = id.to_string();
         if self
@@ -343,7 +346,10 @@ impl State {
             .iter()
             .any(|org| org.name.eq_ignore_ascii_case(name) || org.id == id)
         {
-            return Err(format!("organization {name:?} (id {id}) already exists"));
+            return Err(Error::DuplicateOrganization {
+                name: name.to_string(),
+                id,
+            });
         }
         let created_at = self.next_timestamp();
         let org = Organization {
@@ -361,7 +367,7 @@ impl State {
     }
 
     /// Adds a non-default organization.
-    pub fn add_organization(&mut self, name: &str) -> Result<Organization, String> {
+    pub fn add_organization(&mut self, name: &str) -> Result<Organization, Error> {
         self.insert_organization(name, Uuid::new_v4(), false)
     }
 
@@ -370,29 +376,25 @@ impl State {
     }
 
     /// Adds a user with a session token (the given one or a new one) and returns the token.
-    pub fn add_user(&mut self, spec: &SeedUser) -> Result<String, String> {
+    pub fn add_user(&mut self, spec: &SeedUser) -> Result<String, Error> {
         if spec.username.is_empty() {
-            return Err("username must not be empty".to_string());
+            return Err(Error::EmptyUsername);
         }
         if self
             .users
             .iter()
             .any(|user| user.username.eq_ignore_ascii_case(&spec.username))
         {
-            return Err(format!("user {:?} already exists", spec.username));
+            return Err(Error::DuplicateUser(spec.username.clone()));
         }
         let token = spec.token.clone().unwrap_or_else(generate_session_token);
-        let (token_id, token_secret) = split_session_token(&token).map_err(|reason| {
-            format!(
-                "session token of user {:?} is not <10>-<22> shaped: {reason}",
-                spec.username
-            )
-        })?;
+        let (token_id, token_secret) =
+            split_session_token(&token).map_err(|reason| Error::MalformedUserToken {
+                username: spec.username.clone(),
+                reason,
+            })?;
         if self.tokens.iter().any(|existing| existing.id == token_id) {
-            return Err(format!(
-                "session token id of user {:?} is already in use",
-                spec.username
-            ));
+            return Err(Error::DuplicateTokenId(spec.username.clone()));
         }
         let mut organization_ids = Vec::new();
         let mut admin_organization_ids = Vec::new();
@@ -402,9 +404,12 @@ impl State {
             .map(|name| (name, false))
             .chain(spec.organization_admin.iter().map(|name| (name, true)))
         {
-            let org = self.organization(name).ok_or_else(|| {
-                format!("user {:?}: unknown organization {name:?}", spec.username)
-            })?;
+            let org = self
+                .organization(name)
+                .ok_or_else(|| Error::UnknownMembership {
+                    username: spec.username.clone(),
+                    organization: name.clone(),
+                })?;
             if !organization_ids.contains(&org.id) {
                 organization_ids.push(org.id.clone());
             }
@@ -649,7 +654,10 @@ mod tests {
     )]
     #[case("abcdefghij-01234", "invalid API key secret length, expected 22 got 5")]
     fn malformed_tokens_report_coderds_reason(#[case] token: &str, #[case] reason: &str) {
-        assert_eq!(split_session_token(token), Err(reason.to_string()));
+        assert_eq!(
+            split_session_token(token).map_err(|error| error.to_string()),
+            Err(reason.to_string())
+        );
     }
 
     #[rstest]

@@ -11,6 +11,44 @@ use crate::state::ProvisionerKey;
 /// Env var (or `--ready-addr` flag) for the optional readiness endpoint.
 pub const READINESS_ADDR_ENV: &str = "CODER_STUB_READY_ADDR";
 
+/// Why the stub stops: the CLI's refusals (its own words) and a failed key fetch (§2.9 step 1).
+/// None of them carries the key.
+#[derive(Debug, thiserror::Error)]
+pub enum StubError {
+    #[error("usage: coder provisioner start [flags] (this is coder-stub, a test stand-in)")]
+    Usage,
+    #[error("no provisioner key: set CODER_PROVISIONER_DAEMON_KEY or --key")]
+    NoKey,
+    #[error("cannot provide both provisioner key --key and pre-shared key --psk")]
+    KeyAndPsk,
+    #[error("cannot provide --org value with --psk or --key flags")]
+    OrganizationWithKey,
+    #[error("cannot provide tags when using provisioner key")]
+    TagsWithKey,
+    #[error("no coderd URL: set CODER_URL or --url")]
+    NoUrl,
+    #[error("invalid readiness address {addr:?}: {reason}")]
+    ReadinessAddress {
+        addr: String,
+        reason: std::net::AddrParseError,
+    },
+    /// Transport failures, stripped of their URL (it holds the key).
+    #[error("unable to get provisioner key details: {coder_url}: {reason}")]
+    Unreachable {
+        coder_url: String,
+        reason: reqwest::Error,
+    },
+    #[error("unable to get provisioner key details: {0}")]
+    UnreadableAnswer(reqwest::Error),
+    #[error("unable to get provisioner key details: {status}: {message}")]
+    Refused {
+        status: reqwest::StatusCode,
+        message: String,
+    },
+    #[error("unable to get provisioner key details: unexpected answer: {0}")]
+    UnexpectedAnswer(serde_json::Error),
+}
+
 /// What `coder provisioner start` was asked to do. The key is kept out of `Debug`.
 pub struct Invocation {
     pub coder_url: String,
@@ -44,47 +82,40 @@ fn flag_value(args: &[String], name: &str) -> Option<String> {
 pub fn parse_invocation(
     args: &[String],
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Invocation, String> {
+) -> Result<Invocation, StubError> {
     let set = |value: Option<String>| value.filter(|value| !value.is_empty());
     match args {
         [provisioner, start, ..] if provisioner == "provisioner" && start == "start" => {}
-        _ => {
-            return Err(
-                "usage: coder provisioner start [flags] (this is coder-stub, a test stand-in)"
-                    .to_string(),
-            );
-        }
+        _ => return Err(StubError::Usage),
     }
     let flags = &args[2..];
     let key = set(flag_value(flags, "--key"))
         .or_else(|| set(env("CODER_PROVISIONER_DAEMON_KEY")))
-        .ok_or("no provisioner key: set CODER_PROVISIONER_DAEMON_KEY or --key")?;
+        .ok_or(StubError::NoKey)?;
     let psk = set(flag_value(flags, "--psk")).or_else(|| set(env("CODER_PROVISIONER_DAEMON_PSK")));
     if psk.is_some() {
-        return Err(
-            "cannot provide both provisioner key --key and pre-shared key --psk".to_string(),
-        );
+        return Err(StubError::KeyAndPsk);
     }
     if set(flag_value(flags, "--org"))
         .or_else(|| set(env("CODER_ORGANIZATION")))
         .is_some()
     {
-        return Err("cannot provide --org value with --psk or --key flags".to_string());
+        return Err(StubError::OrganizationWithKey);
     }
     if set(flag_value(flags, "--tag"))
         .or_else(|| set(env("CODER_PROVISIONERD_TAGS")))
         .is_some()
     {
-        return Err("cannot provide tags when using provisioner key".to_string());
+        return Err(StubError::TagsWithKey);
     }
     let coder_url = set(flag_value(flags, "--url"))
         .or_else(|| set(env("CODER_URL")))
-        .ok_or("no coderd URL: set CODER_URL or --url")?;
+        .ok_or(StubError::NoUrl)?;
     let readiness_addr = set(flag_value(flags, "--ready-addr"))
         .or_else(|| set(env(READINESS_ADDR_ENV)))
         .map(|addr| {
             addr.parse::<SocketAddr>()
-                .map_err(|error| format!("invalid readiness address {addr:?}: {error}"))
+                .map_err(|reason| StubError::ReadinessAddress { addr, reason })
         })
         .transpose()?;
     Ok(Invocation {
@@ -98,29 +129,31 @@ pub fn parse_invocation(
 pub async fn fetch_key(
     http: &reqwest::Client,
     invocation: &Invocation,
-) -> Result<ProvisionerKey, String> {
+) -> Result<ProvisionerKey, StubError> {
     let encoded =
         percent_encoding::utf8_percent_encode(&invocation.key, percent_encoding::NON_ALPHANUMERIC);
     let url = format!("{}/api/v2/provisionerkeys/{encoded}", invocation.coder_url);
-    let failed = |detail: String| format!("unable to get provisioner key details: {detail}");
     let response = http
         .get(url)
         .header(DAEMON_KEY_HEADER, &invocation.key)
         .send()
         .await
-        .map_err(|error| failed(format!("{}: {}", invocation.coder_url, error.without_url())))?;
+        .map_err(|error| StubError::Unreachable {
+            coder_url: invocation.coder_url.clone(),
+            reason: error.without_url(),
+        })?;
     let status = response.status();
     let body = response
         .text()
         .await
-        .map_err(|error| failed(error.without_url().to_string()))?;
+        .map_err(|error| StubError::UnreadableAnswer(error.without_url()))?;
     if status != reqwest::StatusCode::OK {
-        return Err(failed(format!(
-            "{status}: {}",
-            crate::admin::error_message(&body)
-        )));
+        return Err(StubError::Refused {
+            status,
+            message: crate::admin::error_message(&body),
+        });
     }
-    serde_json::from_str(&body).map_err(|error| failed(format!("unexpected answer: {error}")))
+    serde_json::from_str(&body).map_err(StubError::UnexpectedAnswer)
 }
 
 #[cfg(test)]
@@ -174,7 +207,7 @@ mod tests {
         let parsed = parse_invocation(&args(line), &env_of(env));
         match (parsed, expected) {
             (Ok(invocation), Ok(url)) => assert_eq!(invocation.coder_url, url),
-            (Err(error), Err(prefix)) => assert!(error.starts_with(prefix), "{error}"),
+            (Err(error), Err(prefix)) => assert!(error.to_string().starts_with(prefix), "{error}"),
             (other, expected) => panic!("{other:?} but expected {expected:?}"),
         }
     }

@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::mpsc;
-
-use crate::faults::{FaultSpec, Faults};
+use crate::error::Error;
+use crate::faults::Faults;
 use crate::journal::{Journal, JournalEntry};
 use crate::ratelimit::{RateLimitSpec, RateLimiter};
 use crate::seed::{Seed, SeedUser};
@@ -39,7 +38,7 @@ fn pin_seed(mut seed: Seed) -> Seed {
 impl World {
     /// `api_rate_limit`: requests per minute per caller and endpoint, as coderd's
     /// `--api-rate-limit` (default 512; 0 or less: no limiting).
-    pub fn new(seed: Seed, operator_token: String, api_rate_limit: i64) -> Result<World, String> {
+    pub fn new(seed: Seed, operator_token: String, api_rate_limit: i64) -> Result<World, Error> {
         let seed = pin_seed(seed);
         let state = State::from_seed(&seed, &operator_token)?;
         Ok(World {
@@ -57,7 +56,7 @@ impl World {
     }
 
     /// State back to the seed, faults cleared, rate limiter back to coderd's default, journal emptied.
-    pub fn reset(&mut self) -> Result<(), String> {
+    pub fn reset(&mut self) -> Result<(), Error> {
         self.state = State::from_seed(&self.seed, &self.operator_token)?;
         self.faults.clear();
         self.limiter.set(None);
@@ -81,16 +80,12 @@ impl World {
         self.state.enterprise = enterprise;
     }
 
-    pub fn add_organization(&mut self, name: &str) -> Result<Organization, String> {
+    pub fn add_organization(&mut self, name: &str) -> Result<Organization, Error> {
         self.state.add_organization(name)
     }
 
-    pub fn add_user(&mut self, user: &SeedUser) -> Result<String, String> {
+    pub fn add_user(&mut self, user: &SeedUser) -> Result<String, Error> {
         self.state.add_user(user)
-    }
-
-    pub fn inject_fault(&mut self, fault: FaultSpec) -> Result<(), String> {
-        self.faults.inject(fault)
     }
 
     pub fn clear_faults(&mut self) {
@@ -105,15 +100,15 @@ impl World {
         self.limiter.set(spec);
     }
 
-    fn organization_id(&self, org: &str) -> Result<String, String> {
+    fn organization_id(&self, org: &str) -> Result<String, Error> {
         self.state
             .organization(org)
             .map(|org| org.id.clone())
-            .ok_or_else(|| format!("unknown organization {org:?}"))
+            .ok_or_else(|| Error::UnknownOrganization(org.to_string()))
     }
 
     /// The organization's keys as `GET .../provisionerkeys` would list them.
-    pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, String> {
+    pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, Error> {
         Ok(self.state.list_keys(&self.organization_id(org)?))
     }
 
@@ -123,15 +118,15 @@ impl World {
         org: &str,
         name: &str,
         tags: BTreeMap<String, String>,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let org_id = self.organization_id(org)?;
         self.state
             .create_key(&org_id, name, tags)
-            .map_err(|error| error.body.message)
+            .map_err(Error::KeyRefused)
     }
 
     /// Deletes a key by id as if some other client had (not journaled).
-    pub fn delete_key_directly(&mut self, org: &str, id: &str) -> Result<(), String> {
+    pub fn delete_key_directly(&mut self, org: &str, id: &str) -> Result<(), Error> {
         let org_id = self.organization_id(org)?;
         let name = self
             .state
@@ -139,10 +134,13 @@ impl World {
             .into_iter()
             .find(|key| key.id == id)
             .map(|key| key.name)
-            .ok_or_else(|| format!("no key with id {id:?} in organization {org:?}"))?;
+            .ok_or_else(|| Error::UnknownKey {
+                organization: org.to_string(),
+                id: id.to_string(),
+            })?;
         self.state
             .delete_key(&org_id, &name)
-            .map_err(|error| error.body.message)
+            .map_err(Error::KeyRefused)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {
@@ -162,42 +160,20 @@ impl World {
     }
 }
 
-/// A request to close (`true`) or reopen (`false`) the coderd listener, and where to report the outcome.
-pub struct ReachabilityRequest {
-    pub unreachable: bool,
-    pub done: Box<dyn FnOnce(Result<(), String>) + Send>,
-}
-
-/// What the coderd and admin responders share.
+/// What the coderd responders, the admin API and the Rust API share.
 pub struct Shared {
     world: Mutex<World>,
-    reachability: mpsc::UnboundedSender<ReachabilityRequest>,
 }
 
 impl Shared {
-    pub fn new(world: World, reachability: mpsc::UnboundedSender<ReachabilityRequest>) -> Shared {
+    pub fn new(world: World) -> Shared {
         Shared {
             world: Mutex::new(world),
-            reachability,
         }
     }
 
     /// The world; a panic in another responder does not make it unusable.
     pub fn lock(&self) -> MutexGuard<'_, World> {
         self.world.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Asks the listener task to close or reopen the coderd listener; `done` is called when it has.
-    pub fn request_reachability(
-        &self,
-        unreachable: bool,
-        done: Box<dyn FnOnce(Result<(), String>) + Send>,
-    ) {
-        if let Err(mpsc::error::SendError(request)) = self
-            .reachability
-            .send(ReachabilityRequest { unreachable, done })
-        {
-            (request.done)(Err("the fake coderd is shutting down".to_string()));
-        }
     }
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use common::{Env, Request, http};
 use fake_coderd::api::INTERNAL_ERROR_MESSAGE;
 use fake_coderd::journal::REDACTED;
+use fake_coderd::state::TokenFormatError;
 use fake_coderd::{
-    AdminClient, Entitlement, FakeCoderd, FaultKind, FaultSpec, JournalQuery, RateLimitSpec,
-    UserRole, fingerprint, routes,
+    AdminClient, Entitlement, Error, FakeCoderd, FakeConfig, FaultKind, FaultSpec, JournalQuery,
+    RateLimitSpec, SeedUser, UserRole, fingerprint, routes,
 };
 use rstest::rstest;
 use serde_json::json;
@@ -603,7 +604,7 @@ async fn admin_api_rejects_bad_requests(
     #[case] body: Option<&str>,
     #[case] status: u16,
 ) {
-    let fake = FakeCoderd::start_with(fake_coderd::FakeConfig {
+    let fake = FakeCoderd::start_with(FakeConfig {
         admin_token: "right".to_string(),
         ..Default::default()
     })
@@ -648,4 +649,350 @@ async fn the_journal_is_readable_by_cursor() {
     let new = admin.journal_since(all[2].seq).await.expect("since");
     assert_eq!(new.len(), 1, "sequence numbers go on after a clear");
     assert_eq!(env.fake.journal_since(0), new);
+}
+
+/// The Rust API refuses with `fake_coderd::Error` variants a caller can match on; the admin API
+/// answers the same refusal 400 with the error's text as `message`.
+#[tokio::test]
+async fn refusals_are_typed_errors_with_the_same_text_over_the_admin_api() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+
+    let unknown = env.fake.keys("nope").expect_err("unknown organization");
+    assert!(
+        matches!(&unknown, Error::UnknownOrganization(org) if org == "nope"),
+        "{unknown:?}"
+    );
+    let over_http = admin.keys("nope").await.expect_err("refused over HTTP too");
+    assert!(
+        over_http
+            .to_string()
+            .ends_with(&format!("answered 400 Bad Request: {unknown}")),
+        "{over_http:#}"
+    );
+
+    assert!(matches!(
+        env.fake.add_organization("First-Organization"),
+        Err(Error::DuplicateOrganization { name, .. }) if name == "First-Organization"
+    ));
+    let reserved = env
+        .fake
+        .create_key_directly("default", "PSK", BTreeMap::new())
+        .expect_err("reserved name");
+    assert!(
+        matches!(&reserved, Error::KeyRefused(refusal) if refusal.status == 400),
+        "{reserved:?}"
+    );
+    assert_eq!(reserved.to_string(), "Name cannot be reserved name 'PSK'");
+    assert!(matches!(
+        env.fake.delete_key_directly("default", "no-such-id"),
+        Err(Error::UnknownKey { .. })
+    ));
+    assert!(matches!(
+        env.fake.add_user_with(&SeedUser {
+            token: Some("short-token".to_string()),
+            ..SeedUser::new("bad-token", UserRole::Member)
+        }),
+        Err(Error::MalformedUserToken {
+            reason: TokenFormatError::IdLength(5),
+            ..
+        })
+    ));
+    assert!(matches!(
+        env.fake
+            .inject_fault(FaultSpec::status("GET", "/api/v2/unknown", 500)),
+        Err(Error::UnknownRouteTemplate(route)) if route == "/api/v2/unknown"
+    ));
+    assert!(matches!(
+        env.fake
+            .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 302)),
+        Err(Error::NotAnErrorStatus(302))
+    ));
+
+    let malformed = FakeCoderd::start_with(FakeConfig {
+        operator_token: Some("not-a-token".to_string()),
+        ..FakeConfig::default()
+    })
+    .await
+    .err();
+    assert!(
+        matches!(
+            malformed,
+            Some(Error::MalformedOperatorToken(TokenFormatError::PartCount(
+                3
+            )))
+        ),
+        "{malformed:?}"
+    );
+    let taken = FakeCoderd::start_with(FakeConfig {
+        listen: Some(env.fake.address()),
+        ..FakeConfig::default()
+    })
+    .await
+    .err();
+    assert!(
+        matches!(&taken, Some(Error::Bind { addr, source }) if *addr == env.fake.address() && source.kind() == std::io::ErrorKind::AddrInUse),
+        "{taken:?}"
+    );
+}
+
+/// No admin request blocks a thread while it waits: a reopen that must wait for its port (held
+/// here by someone else) leaves the admin API answering, on this test's one-thread runtime too.
+#[tokio::test]
+async fn a_waiting_reachability_change_blocks_neither_the_admin_api_nor_the_runtime() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    admin.set_unreachable(true).await.expect("closed");
+    let squatter =
+        std::net::TcpListener::bind(env.fake.address()).expect("the closed port is free");
+    let reopening = tokio::spawn({
+        let admin = admin.clone();
+        async move { admin.set_unreachable(false).await }
+    });
+    for _ in 0..5 {
+        let info = tokio::time::timeout(Duration::from_secs(2), admin.info())
+            .await
+            .expect("the admin API answers while the reopen waits")
+            .expect("info");
+        assert_eq!(info.coderd_url, env.fake.url());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!reopening.is_finished(), "the reopen waits for the port");
+    drop(squatter);
+    tokio::time::timeout(Duration::from_secs(5), reopening)
+        .await
+        .expect("reopened once the port is free")
+        .expect("task")
+        .expect("reopen");
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/buildinfo"))
+            .await
+            .status,
+        200
+    );
+}
+
+/// A delayed answer holds back only its own request: wiremock waits out the delay after the
+/// responder has returned, without holding a thread or the fake's lock.
+#[tokio::test]
+async fn a_delayed_answer_holds_back_no_other_request() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::delay(
+            "GET",
+            routes::LIST_KEYS,
+            Duration::from_secs(3),
+        ))
+        .expect("valid");
+    let slow = tokio::spawn({
+        let (http, url, token) = (env.http.clone(), env.fake.url(), env.fake.operator_token());
+        async move {
+            Request::new("GET", KEYS)
+                .token(&token)
+                .send(&http, &url)
+                .await
+                .status
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "others are answered while one waits: {:?}",
+        started.elapsed()
+    );
+    assert!(!slow.is_finished(), "the delayed request still waits");
+    assert_eq!(slow.await.expect("task"), 200);
+}
+
+/// Dropping the fake closes both listeners, even while an admin client keeps a connection open.
+#[tokio::test]
+async fn dropping_the_fake_closes_both_ports() {
+    let fake = FakeCoderd::start().await.expect("fake");
+    let admin = fake.admin();
+    admin.info().await.expect("a kept-alive admin connection");
+    let coderd_addr = fake.address();
+    let admin_addr: std::net::SocketAddr = fake
+        .admin_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("admin address");
+    drop(fake);
+    wait_for("both ports to close", || async {
+        tokio::net::TcpStream::connect(coderd_addr).await.is_err()
+            && tokio::net::TcpStream::connect(admin_addr).await.is_err()
+    })
+    .await;
+    assert!(admin.info().await.is_err());
+}
+
+fn statuses(journal: &[fake_coderd::JournalEntry]) -> Vec<u16> {
+    journal.iter().map(|entry| entry.status).collect()
+}
+
+/// Faults are served first injected first; a counted one runs out and hands over to the next,
+/// whatever its kind (a reset journals status 0).
+#[tokio::test]
+async fn faults_are_served_in_injection_order_until_each_runs_out() {
+    let env = Env::start().await;
+    for fault in [
+        FaultSpec::status("GET", routes::LIST_KEYS, 503).times(2),
+        FaultSpec::reset("GET", routes::LIST_KEYS),
+        FaultSpec::delay("GET", routes::LIST_KEYS, Duration::from_millis(10)),
+        FaultSpec::status("GET", routes::LIST_KEYS, 500).sticky(),
+        FaultSpec::status("GET", routes::LIST_KEYS, 418).sticky(),
+    ] {
+        env.fake.inject_fault(fault).expect("valid");
+    }
+    for _ in 0..6 {
+        let _ = env
+            .http
+            .get(format!("{}{KEYS}", env.fake.url()))
+            .header("Coder-Session-Token", env.fake.operator_token())
+            .send()
+            .await;
+    }
+    assert_eq!(
+        statuses(&env.fake.journal()),
+        [503, 503, 0, 200, 500, 500],
+        "the sticky 500 shadows the later 418"
+    );
+}
+
+/// `up_to_n_times` counts exactly, even when the requests race.
+#[tokio::test]
+async fn a_counted_fault_fires_exactly_its_times_under_concurrent_requests() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).times(5))
+        .expect("valid");
+    let requests = (0..20).map(|_| {
+        let (http, url) = (env.http.clone(), env.fake.url());
+        tokio::spawn(async move {
+            Request::new("GET", "/api/v2/buildinfo")
+                .send(&http, &url)
+                .await
+                .status
+        })
+    });
+    let mut answered = Vec::new();
+    for request in requests.collect::<Vec<_>>() {
+        answered.push(request.await.expect("task"));
+    }
+    assert_eq!(answered.iter().filter(|status| **status == 503).count(), 5);
+    assert_eq!(answered.iter().filter(|status| **status == 200).count(), 15);
+}
+
+/// A fault scoped to a session-token fingerprint hits that token from any of its sources (cookie,
+/// query, header) and nobody else; clearing by fingerprint leaves the other faults in force.
+#[tokio::test]
+async fn scoped_faults_hit_only_their_session_token() {
+    let env = Env::start().await;
+    let mine = env.fake.operator_token();
+    let theirs = env.fake.add_user("theirs", UserRole::Owner).expect("user");
+    env.fake
+        .inject_fault(
+            FaultSpec::status("GET", routes::USER, 503)
+                .sticky()
+                .for_session_token_fingerprint(fingerprint(&mine)),
+        )
+        .expect("valid");
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::ORGANIZATION, 502).sticky())
+        .expect("valid");
+    let me = "/api/v2/users/me";
+    for request in [
+        Request::new("GET", me).token(&mine),
+        Request::new("GET", me).header("Cookie", &format!("coder_session_token={mine}")),
+        Request::new("GET", &format!("{me}?coder_session_token={mine}")),
+        Request::new("GET", me)
+            .header("Cookie", "coder_session_token=")
+            .token(&mine),
+    ] {
+        assert_eq!(env.send(request).await.status, 503);
+    }
+    assert_eq!(
+        env.send(Request::new("GET", me).token(&theirs))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        env.send(Request::new("GET", me)).await.status,
+        401,
+        "no token, no fault"
+    );
+
+    env.fake.clear_faults_for(&fingerprint(&mine));
+    assert_eq!(
+        env.send(Request::new("GET", me).token(&mine)).await.status,
+        200
+    );
+    assert_eq!(
+        env.send(Request::new("GET", "/api/v2/organizations/default").token(&mine))
+            .await
+            .status,
+        502,
+        "the unscoped fault is still in force"
+    );
+}
+
+/// A fault outlives the coderd listener: after a close and reopen it goes on with the uses it had
+/// left, and one injected while the port is closed fires once it is open again.
+#[tokio::test]
+async fn faults_survive_a_reopened_listener_with_their_remaining_uses() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::BUILD_INFO, 503).times(3))
+        .expect("valid");
+    let buildinfo = || env.send(Request::new("GET", "/api/v2/buildinfo"));
+    assert_eq!(buildinfo().await.status, 503);
+    env.fake.set_unreachable(true).await.expect("closed");
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::USER, 500))
+        .expect("recorded while closed");
+    env.fake.set_unreachable(false).await.expect("reopened");
+    let mut answered = Vec::new();
+    for _ in 0..3 {
+        answered.push(buildinfo().await.status);
+    }
+    assert_eq!(answered, [503, 503, 200]);
+    assert_eq!(
+        env.as_operator(Request::new("GET", "/api/v2/users/me"))
+            .await
+            .status,
+        500
+    );
+}
+
+/// An AGPL coderd has no enterprise routes, so there is nothing to fault: the request gets
+/// "Route not found" and the fault waits, unused, for the enterprise routes to come back.
+#[rstest]
+#[case::status(FaultSpec::status("GET", routes::LIST_KEYS, 503), Some(503))]
+#[case::reset(FaultSpec::reset("GET", routes::LIST_KEYS), None)]
+#[tokio::test]
+async fn faults_on_routes_an_agpl_coderd_lacks_do_not_fire(
+    #[case] fault: FaultSpec,
+    #[case] faulted_status: Option<u16>,
+) {
+    let env = Env::start().await;
+    env.fake.set_enterprise(false);
+    env.fake.inject_fault(fault).expect("valid");
+    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 404);
+    env.fake.set_enterprise(true);
+    let faulted = env
+        .http
+        .get(format!("{}{KEYS}", env.fake.url()))
+        .header("Coder-Session-Token", env.fake.operator_token())
+        .send()
+        .await;
+    assert_eq!(
+        faulted.as_ref().ok().map(|answer| answer.status().as_u16()),
+        faulted_status,
+        "{faulted:?}"
+    );
+    assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
 }

@@ -3,26 +3,27 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use fake_coderd::stub::{Invocation, fetch_key, parse_invocation};
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-async fn wait_for_termination() -> Result<&'static str, String> {
+async fn wait_for_termination() -> anyhow::Result<&'static str> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|error| format!("installing the SIGTERM handler: {error}"))?;
+        .context("installing the SIGTERM handler")?;
     tokio::select! {
-        interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT").map_err(|error| error.to_string()),
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C").map(|()| "SIGINT"),
         _ = terminate.recv() => Ok("SIGTERM"),
     }
 }
 
 /// Answers 200 "ok" on every path once connected (a readiness probe target).
-async fn serve_readiness(invocation: &Invocation) -> Result<Option<MockServer>, String> {
+async fn serve_readiness(invocation: &Invocation) -> anyhow::Result<Option<MockServer>> {
     let Some(addr) = invocation.readiness_addr else {
         return Ok(None);
     };
     let listener = std::net::TcpListener::bind(addr)
-        .map_err(|error| format!("binding readiness address {addr}: {error}"))?;
+        .with_context(|| format!("binding readiness address {addr}"))?;
     let server = MockServer::builder()
         .listener(listener)
         .disable_request_recording()
@@ -35,14 +36,14 @@ async fn serve_readiness(invocation: &Invocation) -> Result<Option<MockServer>, 
     Ok(Some(server))
 }
 
-async fn run() -> Result<(), String> {
+async fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let invocation = parse_invocation(&args, &|name| std::env::var(name).ok())?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()
-        .map_err(|error| format!("building the HTTP client: {error}"))?;
+        .context("building the HTTP client")?;
     let key = fetch_key(&http, &invocation).await?;
     tracing::info!(url = %invocation.coder_url, key_id = %key.id, key_name = %key.name, tags = ?key.tags, "successfully connected to coderd");
     let _readiness = serve_readiness(&invocation).await?;
@@ -57,7 +58,7 @@ async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("coder-stub: {error}");
+            eprintln!("coder-stub: {error:#}");
             ExitCode::FAILURE
         }
     }

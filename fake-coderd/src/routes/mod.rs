@@ -1,6 +1,6 @@
 //! The coderd routes (coderd-api.md §2.1–§2.7, §2.9 step 1), mounted on wiremock as one `Mock` per
 //! endpoint, plus the request pipeline every endpoint shares: faults → rate limiter → middleware
-//! precedence of §1.6 → handler → journal.
+//! precedence of §1.6 → handler → journal. Each fault is a `Mock` of its own, ahead of the routes.
 
 mod buildinfo;
 mod entitlements;
@@ -15,7 +15,7 @@ use percent_encoding::percent_decode_str;
 use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
 
 use crate::api::{ApiError, BUILD_VERSION, Reply, ReplyBody};
-use crate::faults::{FaultKind, FaultSpec};
+use crate::faults::{FaultId, FaultKind, FaultSpec};
 use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
 use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict, unix_now_ms};
 use crate::state::User;
@@ -51,6 +51,11 @@ pub const DAEMON_PSK_HEADER: &str = "Coder-Provisioner-Daemon-PSK";
 const API_PREFIX: &str = "/api/v2/";
 /// Shorter header values are not searched for in paths (they would match ordinary words).
 const MIN_REDACTED_SECRET_LENGTH: usize = 8;
+/// wiremock tries mocks by ascending priority number, and in registration order within one: faults
+/// come before the routes, the first injected first, and the "Route not found" fallback last.
+const FAULT_PRIORITY: u8 = 1;
+const ROUTE_PRIORITY: u8 = 5;
+const FALLBACK_PRIORITY: u8 = 10;
 
 /// One coderd endpoint: a method on a route template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +92,14 @@ impl Endpoint {
                 | Endpoint::DeleteKey
                 | Endpoint::DaemonKey
         )
+    }
+
+    pub fn method(self) -> &'static str {
+        match self {
+            Endpoint::CreateKey => "POST",
+            Endpoint::DeleteKey => "DELETE",
+            _ => "GET",
+        }
     }
 
     pub fn template(self) -> &'static str {
@@ -229,23 +242,30 @@ fn redacted_path(request: &Request) -> String {
     redacted
 }
 
+/// The session token from cookie, then query parameter, then header (§1.2). coderd
+/// `httpmw/apikey.go` `APITokenFromRequest`: an empty value falls through to the next source.
+fn session_token(request: &Request) -> Option<String> {
+    let query_token = request
+        .url
+        .query_pairs()
+        .find(|(key, _)| key == SESSION_TOKEN_COOKIE)
+        .map(|(_, value)| value.into_owned());
+    let present = |token: &String| !token.is_empty();
+    cookie(request, SESSION_TOKEN_COOKIE)
+        .filter(present)
+        .or(query_token.filter(present))
+        .or_else(|| header(request, SESSION_TOKEN_HEADER).filter(present))
+}
+
 impl Call {
-    pub fn from_request(request: &Request, params: Vec<String>) -> Call {
-        let query_token = request
-            .url
-            .query_pairs()
-            .find(|(key, _)| key == SESSION_TOKEN_COOKIE)
-            .map(|(_, value)| value.into_owned());
-        let present = |token: &String| !token.is_empty();
+    pub fn from_request(request: &Request) -> Call {
+        let params = classify(request.method.as_str(), request.url.path())
+            .map(|(_, params)| params)
+            .unwrap_or_default();
         Call {
             method: request.method.as_str().to_string(),
             params,
-            // coderd `httpmw/apikey.go` `APITokenFromRequest`: an empty value falls through to the
-            // next source.
-            session_token: cookie(request, SESSION_TOKEN_COOKIE)
-                .filter(present)
-                .or(query_token.filter(present))
-                .or_else(|| header(request, SESSION_TOKEN_HEADER).filter(present)),
+            session_token: session_token(request),
             daemon_key: header(request, DAEMON_KEY_HEADER),
             daemon_psk: header(request, DAEMON_PSK_HEADER),
             bypass: header(request, BYPASS_HEADER),
@@ -314,45 +334,13 @@ fn handle(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
     reply
 }
 
-/// The whole pipeline for one request; returns the answer and how long to hold it back.
-pub fn serve(
-    world: &mut World,
-    endpoint: Option<Endpoint>,
-    call: &Call,
-) -> (Reply, Option<Duration>) {
-    let endpoint =
-        endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only());
-    let route = endpoint.map(Endpoint::template);
-    let fault = route.and_then(|route| {
-        world
-            .faults
-            .take(&call.method, route, call.session_token.as_deref())
-    });
-    let mut delay = None;
-    let reply = match fault {
-        Some(FaultSpec {
-            kind: FaultKind::Status { status, body },
-            apply_then_fail: false,
-            ..
-        }) => FaultSpec::reply(status, &body),
-        fault => {
-            let reply = handle(world, endpoint, call);
-            match fault {
-                Some(FaultSpec {
-                    kind: FaultKind::Status { status, body },
-                    ..
-                }) => FaultSpec::reply(status, &body),
-                Some(FaultSpec {
-                    kind: FaultKind::Delay { millis },
-                    ..
-                }) => {
-                    delay = Some(Duration::from_millis(millis));
-                    reply
-                }
-                _ => reply,
-            }
-        }
-    };
+/// The routes an enterprise coderd serves; an AGPL one lacks the enterprise-only ones (§1.1).
+fn served(world: &World, endpoint: Option<Endpoint>) -> Option<Endpoint> {
+    endpoint.filter(|endpoint| world.state.enterprise || !endpoint.is_enterprise_only())
+}
+
+/// Journals the request with the answer it got, and stamps the build version every answer carries.
+fn finish(world: &mut World, endpoint: Option<Endpoint>, call: &Call, reply: Reply) -> Reply {
     let authenticated_key_id = match (&reply.body, endpoint) {
         (ReplyBody::Json(body), Some(Endpoint::DaemonKey)) if reply.status == 200 => body
             .get("id")
@@ -362,14 +350,18 @@ pub fn serve(
     };
     world.journal.record(journal_entry(
         call,
-        route,
+        endpoint.map(Endpoint::template),
         reply.status,
         authenticated_key_id,
     ));
-    (
-        reply.with_header("X-Coder-Build-Version", BUILD_VERSION),
-        delay,
-    )
+    reply.with_header("X-Coder-Build-Version", BUILD_VERSION)
+}
+
+/// The whole pipeline for a request no fault claimed.
+pub fn serve(world: &mut World, endpoint: Option<Endpoint>, call: &Call) -> Reply {
+    let endpoint = served(world, endpoint);
+    let reply = handle(world, endpoint, call);
+    finish(world, endpoint, call, reply)
 }
 
 fn journal_entry(
@@ -419,70 +411,151 @@ struct EndpointResponder {
 
 impl Respond for EndpointResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        let params = classify(request.method.as_str(), request.url.path())
-            .map(|(_, params)| params)
-            .unwrap_or_default();
-        let call = Call::from_request(request, params);
-        let (reply, delay) = serve(&mut self.shared.lock(), self.endpoint, &call);
-        let template = reply.into_template();
-        match delay {
-            Some(delay) => template.set_delay(delay),
-            None => template,
-        }
+        let call = Call::from_request(request);
+        serve(&mut self.shared.lock(), self.endpoint, &call).into_template()
     }
 }
 
-/// wiremock matcher that claims requests whose next fault is a connection reset (and journals them).
-struct ResetFault(Arc<Shared>);
-
-impl Match for ResetFault {
-    fn matches(&self, request: &Request) -> bool {
-        let method = request.method.as_str();
-        let Some((endpoint, params)) = classify(method, request.url.path()) else {
-            return false;
-        };
-        let mut world = self.0.lock();
-        let call = Call::from_request(request, params);
-        let token = call.session_token.as_deref();
-        if !world
-            .faults
-            .next_is_reset(method, endpoint.template(), token)
-        {
-            return false;
-        }
-        world.faults.take(method, endpoint.template(), token);
-        world
-            .journal
-            .record(journal_entry(&call, Some(endpoint.template()), 0, None));
-        true
-    }
-}
-
-/// All coderd mocks: resets first, one per endpoint, then the "Route not found" fallback.
+/// All coderd route mocks: one per endpoint, then the "Route not found" fallback.
 pub fn mocks(shared: &Arc<Shared>) -> Vec<Mock> {
-    let reset = Mock::given(ResetFault(Arc::clone(shared)))
-        .respond_with_err(|_: &Request| {
-            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset")
-        })
-        .with_priority(1);
     let endpoints = Endpoint::ALL.into_iter().map(|endpoint| {
         Mock::given(RouteIs(Some(endpoint)))
             .respond_with(EndpointResponder {
                 endpoint: Some(endpoint),
                 shared: Arc::clone(shared),
             })
-            .with_priority(5)
+            .with_priority(ROUTE_PRIORITY)
     });
     let fallback = Mock::given(RouteIs(None))
         .respond_with(EndpointResponder {
             endpoint: None,
             shared: Arc::clone(shared),
         })
-        .with_priority(10);
-    std::iter::once(reset)
-        .chain(endpoints)
-        .chain(std::iter::once(fallback))
-        .collect()
+        .with_priority(FALLBACK_PRIORITY);
+    endpoints.chain(std::iter::once(fallback)).collect()
+}
+
+/// wiremock matcher: the request's session token has this fingerprint.
+struct SessionTokenFingerprint(String);
+
+impl Match for SessionTokenFingerprint {
+    fn matches(&self, request: &Request) -> bool {
+        session_token(request).is_some_and(|token| fingerprint(&token) == self.0)
+    }
+}
+
+/// wiremock matcher that only reads the world: the fault is still in force (not cleared, not used
+/// up) and its endpoint is served (an AGPL coderd has no enterprise route to fault). Clearing works
+/// through this read because wiremock 0.6 cannot safely unmount one mock (see the README).
+struct FaultInForce {
+    id: FaultId,
+    endpoint: Endpoint,
+    shared: Arc<Shared>,
+}
+
+impl Match for FaultInForce {
+    fn matches(&self, _: &Request) -> bool {
+        let world = self.shared.lock();
+        world.faults.is_active(self.id) && served(&world, Some(self.endpoint)).is_some()
+    }
+}
+
+/// What a `status` or `delay` fault answers.
+enum FaultAnswer {
+    /// The fault's answer instead of the real one, after running the request when `apply_first`.
+    Replace {
+        status: u16,
+        body: Option<serde_json::Value>,
+        apply_first: bool,
+    },
+    /// The real answer, held back.
+    Delay(Duration),
+}
+
+/// wiremock responder of a `status` or `delay` fault.
+struct FaultResponder {
+    id: FaultId,
+    endpoint: Endpoint,
+    answer: FaultAnswer,
+    shared: Arc<Shared>,
+}
+
+impl Respond for FaultResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let call = Call::from_request(request);
+        let mut world = self.shared.lock();
+        world.faults.used(self.id);
+        let endpoint = Some(self.endpoint);
+        let reply = match &self.answer {
+            FaultAnswer::Replace {
+                status,
+                body,
+                apply_first,
+            } => {
+                if *apply_first {
+                    handle(&mut world, endpoint, &call);
+                }
+                FaultSpec::reply(*status, body)
+            }
+            FaultAnswer::Delay(_) => handle(&mut world, endpoint, &call),
+        };
+        let template = finish(&mut world, endpoint, &call, reply).into_template();
+        match self.answer {
+            // wiremock waits out the delay after this returns, holding neither a thread nor the world.
+            FaultAnswer::Delay(delay) => template.set_delay(delay),
+            FaultAnswer::Replace { .. } => template,
+        }
+    }
+}
+
+/// The mock of one injected fault: ahead of the routes by priority, ended by `up_to_n_times` when
+/// counted. `None` when no endpoint serves the fault's method on its route: it can never fire.
+pub fn fault_mock(shared: &Arc<Shared>, id: FaultId, spec: &FaultSpec) -> Option<Mock> {
+    let endpoint = Endpoint::ALL.into_iter().find(|endpoint| {
+        endpoint.template() == spec.route && endpoint.method().eq_ignore_ascii_case(&spec.method)
+    })?;
+    let mut given = Mock::given(RouteIs(Some(endpoint)));
+    if let Some(wanted) = &spec.session_token_fingerprint {
+        given = given.and(SessionTokenFingerprint(wanted.clone()));
+    }
+    given = given.and(FaultInForce {
+        id,
+        endpoint,
+        shared: Arc::clone(shared),
+    });
+    let answer = |answer| FaultResponder {
+        id,
+        endpoint,
+        answer,
+        shared: Arc::clone(shared),
+    };
+    let mock = match &spec.kind {
+        FaultKind::Status { status, body } => given.respond_with(answer(FaultAnswer::Replace {
+            status: *status,
+            body: body.clone(),
+            apply_first: spec.apply_then_fail,
+        })),
+        FaultKind::Delay { millis } => {
+            given.respond_with(answer(FaultAnswer::Delay(Duration::from_millis(*millis))))
+        }
+        FaultKind::Reset => {
+            let shared = Arc::clone(shared);
+            given.respond_with_err(move |request: &Request| {
+                let call = Call::from_request(request);
+                let mut world = shared.lock();
+                world.faults.used(id);
+                world
+                    .journal
+                    .record(journal_entry(&call, Some(endpoint.template()), 0, None));
+                std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset")
+            })
+        }
+    }
+    .with_priority(FAULT_PRIORITY);
+    Some(match spec.times {
+        Some(times) => mock.up_to_n_times(u64::from(times)),
+        None => mock,
+    })
 }
 
 #[cfg(test)]
