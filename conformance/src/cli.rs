@@ -669,7 +669,9 @@ async fn prepare(
                 .canonicalize()
                 .context("locating the repository root (config/manager)")?;
             (
-                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(&repo)?),
+                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(
+                    &repo,
+                )?),
                 "in-cluster (config/manager)",
             )
         }

@@ -273,11 +273,14 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     };
     parts.push(("events.txt", events));
 
-    let log = world.operator_log(Some(LOG_LINES)).await.unwrap_or_else(|| {
-        "the operator is installed in the cluster and its Deployment was not named \
+    let log = world
+        .operator_log(Some(LOG_LINES))
+        .await
+        .unwrap_or_else(|| {
+            "the operator is installed in the cluster and its Deployment was not named \
          (--operator-deployment); its log is not available to the suite"
-            .to_owned()
-    });
+                .to_owned()
+        });
     parts.push(("operator.log", strip_ansi(&log)));
     let full_log = world.operator_log(None).await;
     if let Some(full_log) = full_log {

@@ -53,7 +53,9 @@ impl InClusterOperator {
             .get_opt(name)
             .await
             .with_context(|| format!("reading the operator's Deployment {reference}"))?
-            .with_context(|| format!("--operator-deployment: Deployment {reference} does not exist"))?;
+            .with_context(|| {
+                format!("--operator-deployment: Deployment {reference} does not exist")
+            })?;
         let spec = serde_json::to_value(&deployment.spec)?;
         Self::from_spec(namespace.to_owned(), name.to_owned(), &spec)
     }
@@ -201,7 +203,10 @@ mod tests {
         let scaled_to_zero = json!({ "selector": { "matchLabels": { "a": "b" } }, "replicas": 0 });
         let operator = InClusterOperator::from_spec("ops".into(), "vendor".into(), &scaled_to_zero)
             .expect("a Deployment spec");
-        assert_eq!(operator.replicas, 1, "a Deployment left at 0 restarts with one replica");
+        assert_eq!(
+            operator.replicas, 1,
+            "a Deployment left at 0 restarts with one replica"
+        );
         assert_eq!(operator.service_account, "default");
     }
 }

@@ -478,10 +478,21 @@ mod tests {
 
     #[test]
     fn the_nested_build_drops_only_the_running_packages_variables() {
-        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_BIN_EXE_conformance", "OUT_DIR"] {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_BIN_EXE_conformance",
+            "OUT_DIR",
+        ] {
             assert!(is_package_variable(name), "{name}");
         }
-        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_TERM_COLOR", "PATH"] {
+        for name in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_TERM_COLOR",
+            "PATH",
+        ] {
             assert!(!is_package_variable(name), "{name}");
         }
     }
