@@ -123,16 +123,24 @@ pub fn owned_children(objects: &[(String, Value)]) -> BTreeMap<String, Vec<Strin
     children
 }
 
+/// How [`message`] begins, so that a report's `aborted` can be told apart from other stops.
+const CHANGED_BY_OTHERS: &str = "someone other than the suite changed its control-plane fixture";
+
 /// The one message of a run stopped for a changed fixture.
 pub fn message(namespace: &str, name: &str, findings: &[String]) -> String {
     format!(
-        "someone other than the suite changed its control-plane fixture CoderControlPlane {namespace}/{name}: {}. \
+        "{CHANGED_BY_OTHERS} CoderControlPlane {namespace}/{name}: {}. \
          The suite plays the control plane's own operator, so results would be meaningless; the run is stopped. \
          If the operator under test also reconciles CoderControlPlanes, run it with --control-plane-access read-only \
          (its RBAC is applied without write verbs on codercontrolplanes, their status and finalizers, and the report says so), \
          or switch its CoderControlPlane controller off.",
         findings.join("; ")
     )
+}
+
+/// Whether a stopped run's reason (`aborted` in the report) is the guard's [`message`].
+pub fn is_fixture_change(aborted: &str) -> bool {
+    aborted.starts_with(CHANGED_BY_OTHERS)
 }
 
 /// The field managers the suite's fixture writes appear under: a probe control plane is written
@@ -186,6 +194,9 @@ pub async fn suite_managers(client: &kube::Client) -> anyhow::Result<BTreeSet<St
     }
     .await
     .context("writing the fixture guard's probe control plane");
+    // Gone at once, unlike its namespace: an operator under test that writes control planes
+    // would otherwise be reported for the probe instead of a scenario's fixture.
+    let _ = api.delete("probe", &DeleteParams::default()).await;
     let _ = namespaces
         .delete(&namespace, &DeleteParams::background())
         .await;
@@ -475,6 +486,8 @@ mod tests {
         let text = message("ns", "cp", &["finalizer \"f\" added".into()]);
         assert!(text.contains("ns/cp: finalizer \"f\" added"), "{text}");
         assert!(text.contains("--control-plane-access read-only"), "{text}");
+        assert!(is_fixture_change(&text));
+        assert!(!is_fixture_change("the operator exited"));
     }
 
     fn role(rules: Value) -> Value {

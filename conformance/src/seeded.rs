@@ -5,7 +5,10 @@
 //! against each variant — only the scenarios tagged with the rules that variant breaks — and
 //! against the unbroken operator on the union of those tags. A variant is *caught* when at least
 //! one scenario fails for it while the unbroken operator passes every selected scenario; a
-//! variant with no failing scenario is *MISSED*, and the run fails.
+//! variant with no failing scenario is *MISSED*, and the run fails. A variant that writes the
+//! control plane ([`Breakage::ControlPlaneWriter`]) breaks the suite's fixture, not a rule: it is
+//! caught when the fixture guard stops its run, and the same variant under
+//! `--control-plane-access read-only` must pass every selected scenario.
 //!
 //! [`VARIANTS`] is the one table of variants: name, how it is made, and the rule ids it breaks
 //! (which are also the tags that select its scenarios).
@@ -20,6 +23,7 @@ use futures::StreamExt as _;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::fixture_guard::is_fixture_change;
 use crate::implementation::{REFERENCE_BINARY, REFERENCE_BINARY_ENV, reference_operator_binary};
 use crate::report::model::{ConformanceReport, Status};
 
@@ -34,7 +38,51 @@ pub enum Breakage {
     /// The unbroken operator under `config/rbac/` minus the pod and PVC verbs (the PR's first
     /// bug: creating the provisioner's Role is then rejected as privilege escalation).
     RbacWithoutPodVerbs,
+    /// The seeded-bugs build with [`SEEDED_BUG_ENV`] set to the variant's name, writing the
+    /// control planes it reads, under `config/rbac/` plus the write it needs (which
+    /// `config/rbac/` does not grant). It breaks no rule, so its [`Variant::breaks`] is empty
+    /// and it runs the scenarios of [`CONTROL_PLANE_READERS`].
+    ControlPlaneWriter,
 }
+
+impl Breakage {
+    /// Whether the variant is the seeded-bugs build with [`SEEDED_BUG_ENV`] set to its name.
+    pub fn is_seeded_code(self) -> bool {
+        matches!(self, Self::Code | Self::ControlPlaneWriter)
+    }
+
+    /// The changed copy of `config/rbac/` the variant runs under, if any.
+    fn rbac_variant(self) -> Option<RbacVariant> {
+        match self {
+            Self::Code => None,
+            Self::RbacWithoutPodVerbs => Some(RbacVariant {
+                dir: "rbac-without-pod-verbs",
+                change: "without the pod and PVC verbs",
+                apply: without_pod_verbs,
+            }),
+            Self::ControlPlaneWriter => Some(RbacVariant {
+                dir: "rbac-with-control-plane-status-patch",
+                change: "plus patch on codercontrolplanes/status",
+                apply: with_control_plane_status_patch,
+            }),
+        }
+    }
+}
+
+/// A changed copy of `config/rbac/`, generated into the runner's working folder.
+#[derive(Clone, Copy)]
+struct RbacVariant {
+    /// Folder name in the working folder.
+    dir: &'static str,
+    /// What differs from `config/rbac/`, for the generated file's header.
+    change: &'static str,
+    apply: fn(Vec<DynamicObject>) -> anyhow::Result<Vec<DynamicObject>>,
+}
+
+/// The rules whose scenarios a [`Breakage::ControlPlaneWriter`] runs: the operator reads a usable
+/// control plane (so it watches one), in scenarios lasting seconds (so the fixture guard, which
+/// looks every 500 ms, sees the write before the namespace is gone).
+pub const CONTROL_PLANE_READERS: &[&str] = &["R-PRE-11"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Variant {
@@ -47,9 +95,18 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// Cucumber tag expression selecting the scenarios of [`Variant::breaks`].
+    /// Rule ids whose scenarios run against the variant: [`Variant::breaks`], or
+    /// [`CONTROL_PLANE_READERS`] for a [`Breakage::ControlPlaneWriter`], which breaks none.
+    pub fn selecting_rules(&self) -> &'static [&'static str] {
+        match self.breakage {
+            Breakage::ControlPlaneWriter => CONTROL_PLANE_READERS,
+            Breakage::Code | Breakage::RbacWithoutPodVerbs => self.breaks,
+        }
+    }
+
+    /// Cucumber tag expression selecting the scenarios of [`Variant::selecting_rules`].
     pub fn tag_expression(&self) -> String {
-        tag_expression(self.breaks.iter().copied())
+        tag_expression(self.selecting_rules().iter().copied())
     }
 }
 
@@ -105,6 +162,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "transition-time-always-now", breakage: Breakage::Code, breaks: &["R-ST-4"] },
     Variant { name: "observed-generation-frozen", breakage: Breakage::Code, breaks: &["R-ST-4"] },
     Variant { name: "entitlements-unauthorized-as-query-failure", breakage: Breakage::Code, breaks: &["R-ENT-7"] },
+    // The suite's own fixture.
+    Variant { name: "control-plane-status-rewritten", breakage: Breakage::ControlPlaneWriter, breaks: &[] },
 ];
 
 #[derive(Args, Debug, Clone)]
@@ -147,6 +206,8 @@ pub struct SeededArgs {
 struct PlannedRun {
     /// `None` = the unbroken operator on the union of the variants' tags.
     variant: Option<Variant>,
+    /// With `--control-plane-access read-only`: a run that must pass, not a verdict.
+    read_only: bool,
     tags: String,
     operator: PathBuf,
     rbac: Option<PathBuf>,
@@ -154,8 +215,12 @@ struct PlannedRun {
 }
 
 impl PlannedRun {
-    fn label(&self) -> &str {
-        self.variant.map_or("unbroken operator", |v| v.name)
+    fn label(&self) -> String {
+        match (self.variant, self.read_only) {
+            (None, _) => "unbroken operator".to_owned(),
+            (Some(variant), false) => variant.name.to_owned(),
+            (Some(variant), true) => format!("{} (control-plane access read-only)", variant.name),
+        }
     }
 }
 
@@ -183,6 +248,8 @@ pub enum RunOutcome {
         failed: Vec<ScenarioRef>,
         /// Selected by the tags but skipped (e.g. missing prerequisites): not a pass.
         skipped: Vec<ScenarioRef>,
+        /// Why the run was stopped before its end (the report's `aborted`).
+        aborted: Option<String>,
     },
     /// The suite produced no report (setup failed); nothing can be concluded.
     Error(String),
@@ -215,6 +282,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
         passed,
         failed,
         skipped,
+        aborted: report.aborted.clone(),
     }
 }
 
@@ -222,43 +290,63 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
 pub enum Verdict {
     /// These scenarios failed against the variant.
     Caught(Vec<ScenarioRef>),
-    /// No selected scenario failed (maybe none was selected): the suite does not notice this bug.
-    Missed { passed: usize, skipped: usize },
+    /// The fixture guard stopped the run with this message: how a
+    /// [`Breakage::ControlPlaneWriter`] is caught.
+    Stopped(String),
+    /// Not caught (maybe no scenario was selected): the suite does not notice this bug.
+    Missed {
+        passed: usize,
+        failed: usize,
+        skipped: usize,
+    },
     /// The run itself failed; nothing can be concluded.
     Error(String),
 }
 
-/// The verdict for one variant's run.
-pub fn verdict(outcome: &RunOutcome) -> Verdict {
+/// The verdict for one variant's run: a failed scenario catches a bug in the operator's
+/// behaviour, only the fixture guard's stop catches a control-plane writer, and a run stopped for
+/// anything else proves nothing.
+pub fn verdict(breakage: Breakage, outcome: &RunOutcome) -> Verdict {
+    let writer = breakage == Breakage::ControlPlaneWriter;
     match outcome {
         RunOutcome::Error(why) => Verdict::Error(why.clone()),
+        RunOutcome::Report {
+            aborted: Some(why), ..
+        } if writer && is_fixture_change(why) => Verdict::Stopped(why.clone()),
+        RunOutcome::Report {
+            aborted: Some(why), ..
+        } => Verdict::Error(format!("the run was stopped: {why}")),
+        RunOutcome::Report { failed, .. } if !writer && !failed.is_empty() => {
+            Verdict::Caught(failed.clone())
+        }
         RunOutcome::Report {
             passed,
             failed,
             skipped,
-        } => {
-            if failed.is_empty() {
-                Verdict::Missed {
-                    passed: passed.len(),
-                    skipped: skipped.len(),
-                }
-            } else {
-                Verdict::Caught(failed.clone())
-            }
-        }
+            aborted: None,
+        } => Verdict::Missed {
+            passed: passed.len(),
+            failed: failed.len(),
+            skipped: skipped.len(),
+        },
     }
 }
 
-/// Why the unbroken operator's run does not back the verdicts, if it does not.
-pub fn reference_problem(outcome: &RunOutcome) -> Option<String> {
+/// Why a run that must pass every selected scenario (the unbroken operator, which backs the
+/// verdicts; a control-plane writer under read-only access) does not, if it does not.
+pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
     match outcome {
         RunOutcome::Error(why) => Some(format!("the run failed: {why}")),
         RunOutcome::Report {
             passed,
             failed,
             skipped,
+            aborted,
         } => {
             let mut problems = Vec::new();
+            if let Some(why) = aborted {
+                problems.push(format!("the run was stopped: {why}"));
+            }
             if passed.is_empty() {
                 problems.push("no scenario passed".to_owned());
             }
@@ -279,17 +367,7 @@ pub fn reference_problem(outcome: &RunOutcome) -> Option<String> {
 pub fn without_pod_verbs(mut objects: Vec<DynamicObject>) -> anyhow::Result<Vec<DynamicObject>> {
     const REMOVED: [&str; 2] = ["pods", "persistentvolumeclaims"];
     let mut removed = 0;
-    for object in &mut objects {
-        if object
-            .types
-            .as_ref()
-            .is_none_or(|t| t.kind != "ClusterRole")
-        {
-            continue;
-        }
-        let Some(rules) = object.data.get_mut("rules").and_then(Value::as_array_mut) else {
-            continue;
-        };
+    for rules in cluster_role_rules(&mut objects) {
         for rule in rules.iter_mut() {
             let core_group = rule["apiGroups"]
                 .as_array()
@@ -310,11 +388,46 @@ pub fn without_pod_verbs(mut objects: Vec<DynamicObject>) -> anyhow::Result<Vec<
     Ok(objects)
 }
 
-/// Writes `config/rbac/` minus the pod verbs into `dir` (one multi-document file).
-fn write_rbac_variant(repo: &Path, dir: &Path) -> anyhow::Result<()> {
-    let objects = without_pod_verbs(crate::manifests::read_dir(&repo.join("config/rbac"))?)?;
-    let mut text = String::from(
-        "# Generated by `conformance seeded-bugs`: config/rbac without the pod and PVC verbs.\n",
+/// Adds patch on codercontrolplanes/status to every ClusterRole: the write a
+/// [`Breakage::ControlPlaneWriter`] makes. Fails when there is no ClusterRole, so the variant can
+/// never silently equal the unbroken RBAC.
+pub fn with_control_plane_status_patch(
+    mut objects: Vec<DynamicObject>,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let mut granted = 0;
+    for rules in cluster_role_rules(&mut objects) {
+        rules.push(serde_json::json!({
+            "apiGroups": ["coder.com"],
+            "resources": ["codercontrolplanes/status"],
+            "verbs": ["patch"],
+        }));
+        granted += 1;
+    }
+    if granted == 0 {
+        bail!("no ClusterRole with rules to grant the control-plane status write in");
+    }
+    Ok(objects)
+}
+
+/// The `rules` of every ClusterRole among `objects`.
+fn cluster_role_rules(objects: &mut [DynamicObject]) -> impl Iterator<Item = &mut Vec<Value>> {
+    objects
+        .iter_mut()
+        .filter(|object| {
+            object
+                .types
+                .as_ref()
+                .is_some_and(|t| t.kind == "ClusterRole")
+        })
+        .filter_map(|object| object.data.get_mut("rules").and_then(Value::as_array_mut))
+}
+
+/// Writes `config/rbac/` changed by `variant` into `dir` (one multi-document file).
+fn write_rbac_variant(repo: &Path, variant: RbacVariant, dir: &Path) -> anyhow::Result<()> {
+    let objects = (variant.apply)(crate::manifests::read_dir(&repo.join("config/rbac"))?)?;
+    let mut text = format!(
+        "# Generated by `conformance seeded-bugs`: config/rbac {}.\n",
+        variant.change
     );
     for object in &objects {
         text.push_str("---\n");
@@ -428,13 +541,14 @@ async fn try_run_suite(
     if let Some(rbac) = &run.rbac {
         command.arg("--operator-rbac").arg(rbac);
     }
+    if run.read_only {
+        command.args(["--control-plane-access", "read-only"]);
+    }
     // The operator process inherits this environment: exactly one variant, or none.
     match run.variant {
-        Some(Variant {
-            name,
-            breakage: Breakage::Code,
-            ..
-        }) => command.env(SEEDED_BUG_ENV, name),
+        Some(variant) if variant.breakage.is_seeded_code() => {
+            command.env(SEEDED_BUG_ENV, variant.name)
+        }
         _ => command.env_remove(SEEDED_BUG_ENV),
     };
     let status = command
@@ -486,12 +600,16 @@ pub fn variant_list(variants: &[Variant]) -> String {
     let width = variants.iter().map(|v| v.name.len()).max().unwrap_or(0);
     let mut text = String::new();
     for variant in variants {
-        let _ = writeln!(
-            text,
-            "{:width$}  breaks {}",
-            variant.name,
-            variant.breaks.join(", ")
-        );
+        let what = match variant.breakage {
+            Breakage::ControlPlaneWriter => format!(
+                "breaks the suite's control-plane fixture (runs the scenarios of {})",
+                variant.selecting_rules().join(", ")
+            ),
+            Breakage::Code | Breakage::RbacWithoutPodVerbs => {
+                format!("breaks {}", variant.breaks.join(", "))
+            }
+        };
+        let _ = writeln!(text, "{:width$}  {what}", variant.name);
     }
     text
 }
@@ -524,13 +642,14 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         Some(path) => path.clone(),
         None => reference_operator_binary().await?,
     };
-    let rbac_variant = out_dir.join("rbac-without-pod-verbs");
-    write_rbac_variant(&repo, &rbac_variant)?;
+    for rbac in variants.iter().filter_map(|v| v.breakage.rbac_variant()) {
+        write_rbac_variant(&repo, rbac, &out_dir.join(rbac.dir))?;
+    }
 
     let union = {
         let mut rules: Vec<&str> = variants
             .iter()
-            .flat_map(|v| v.breaks.iter().copied())
+            .flat_map(|v| v.selecting_rules().iter().copied())
             .collect();
         rules.sort_unstable();
         rules.dedup();
@@ -539,25 +658,43 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     let reports = out_dir.join("reports");
     let mut runs = vec![PlannedRun {
         variant: None,
+        read_only: false,
         tags: union,
         operator: reference_operator.clone(),
         rbac: None,
         report_dir: reports.join("unbroken-operator"),
     }];
-    runs.extend(variants.iter().map(|variant| PlannedRun {
+    let variant_run = |variant: &Variant| PlannedRun {
         variant: Some(*variant),
+        read_only: false,
         tags: variant.tag_expression(),
-        operator: match variant.breakage {
-            Breakage::Code => seeded_operator.clone(),
-            Breakage::RbacWithoutPodVerbs => reference_operator.clone(),
+        operator: if variant.breakage.is_seeded_code() {
+            seeded_operator.clone()
+        } else {
+            reference_operator.clone()
         },
-        rbac: (variant.breakage == Breakage::RbacWithoutPodVerbs).then(|| rbac_variant.clone()),
+        rbac: variant
+            .breakage
+            .rbac_variant()
+            .map(|rbac| out_dir.join(rbac.dir)),
         report_dir: reports.join(variant.name),
-    }));
+    };
+    runs.extend(variants.iter().map(variant_run));
+    runs.extend(
+        variants
+            .iter()
+            .filter(|v| v.breakage == Breakage::ControlPlaneWriter)
+            .map(|variant| PlannedRun {
+                read_only: true,
+                report_dir: reports.join(format!("{}-read-only", variant.name)),
+                ..variant_run(variant)
+            }),
+    );
 
     eprintln!(
-        "seeded-bugs: {} variants and the unbroken operator, {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants, the unbroken operator and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
+        runs.iter().filter(|run| run.read_only).count(),
         args.jobs.max(1),
         reports.display()
     );
@@ -586,40 +723,57 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         .collect()
         .await;
     results.sort_by_key(|(run, _)| {
-        run.variant
-            .map(|v| VARIANTS.iter().position(|known| known.name == v.name))
+        (
+            run.variant
+                .map(|v| VARIANTS.iter().position(|known| known.name == v.name)),
+            run.read_only,
+        )
     });
 
     let (reference, variant_results) = results.split_first().ok_or_else(|| anyhow!("no runs"))?;
-    let reference_problem = reference_problem(&reference.1);
     let verdicts: Vec<(Variant, Verdict)> = variant_results
         .iter()
-        .filter_map(|(run, outcome)| Some((run.variant?, verdict(outcome))))
+        .filter(|(run, _)| !run.read_only)
+        .filter_map(|(run, outcome)| {
+            let variant = run.variant?;
+            Some((variant, verdict(variant.breakage, outcome)))
+        })
         .collect();
     print!("{}", table(&verdicts));
     let caught = verdicts
         .iter()
-        .filter(|(_, v)| matches!(v, Verdict::Caught(_)))
+        .filter(|(_, v)| matches!(v, Verdict::Caught(_) | Verdict::Stopped(_)))
         .count();
     println!("caught {caught} of {}", verdicts.len());
-    match (&reference_problem, &reference.1) {
-        (None, RunOutcome::Report { passed, .. }) => {
-            println!(
-                "unbroken operator: all {} selected scenarios passed",
-                passed.len()
-            )
+    let mut all_clean = true;
+    let read_only_runs = variant_results.iter().filter(|(run, _)| run.read_only);
+    for (run, outcome) in std::iter::once(reference).chain(read_only_runs) {
+        let problem = unclean_run_problem(outcome);
+        all_clean &= problem.is_none();
+        match (problem, outcome) {
+            (None, RunOutcome::Report { passed, .. }) => {
+                println!(
+                    "{}: all {} selected scenarios passed",
+                    run.label(),
+                    passed.len()
+                )
+            }
+            (Some(problem), _) if run.variant.is_none() => {
+                println!("unbroken operator: NOT CLEAN, so the catches prove nothing: {problem}")
+            }
+            (Some(problem), _) => println!(
+                "{}: NOT CLEAN, so read-only access does not neutralise it: {problem}",
+                run.label()
+            ),
+            (None, RunOutcome::Error(_)) => {}
         }
-        (Some(problem), _) => {
-            println!("unbroken operator: NOT CLEAN, so the catches prove nothing: {problem}")
-        }
-        (None, RunOutcome::Error(_)) => {}
     }
     println!(
         "took {}s; reports in {}",
         started.elapsed().as_secs(),
         reports.display()
     );
-    Ok(if caught == verdicts.len() && reference_problem.is_none() {
+    Ok(if caught == verdicts.len() && all_clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -632,12 +786,14 @@ fn short(outcome: &RunOutcome) -> String {
             passed,
             failed,
             skipped,
+            aborted,
         } => {
             format!(
-                "{} passed, {} failed, {} skipped",
+                "{} passed, {} failed, {} skipped{}",
                 passed.len(),
                 failed.len(),
-                skipped.len()
+                skipped.len(),
+                if aborted.is_some() { ", STOPPED" } else { "" }
             )
         }
         RunOutcome::Error(why) => format!("ERROR {why}"),
@@ -662,15 +818,38 @@ pub fn table(verdicts: &[(Variant, Verdict)]) -> String {
                     "caught".to_owned(),
                 ]
             }
+            // The guard's message is long; its first sentence names the change.
+            Verdict::Stopped(message) => [
+                variant.name.to_owned(),
+                format!(
+                    "none; the run was stopped: {}",
+                    message.split(". ").next().unwrap_or(message)
+                ),
+                "caught".to_owned(),
+            ],
             Verdict::Missed {
                 passed: 0,
+                failed: 0,
                 skipped: 0,
             } => [
                 variant.name.to_owned(),
                 "none (no scenario carries its rule tags)".to_owned(),
                 "MISSED".to_owned(),
             ],
-            Verdict::Missed { passed, skipped } => [
+            Verdict::Missed {
+                passed,
+                failed,
+                skipped,
+            } if variant.breakage == Breakage::ControlPlaneWriter => [
+                variant.name.to_owned(),
+                format!(
+                    "the fixture guard did not stop the run ({passed} passed, {failed} failed, {skipped} skipped)"
+                ),
+                "MISSED".to_owned(),
+            ],
+            Verdict::Missed {
+                passed, skipped, ..
+            } => [
                 variant.name.to_owned(),
                 format!("none ({passed} passed, {skipped} skipped)"),
                 "MISSED".to_owned(),
@@ -711,20 +890,54 @@ mod tests {
             passed: refs(passed),
             failed: refs(failed),
             skipped: refs(skipped),
+            aborted: None,
         }
     }
 
+    fn stopped(outcome: RunOutcome, why: &str) -> RunOutcome {
+        match outcome {
+            RunOutcome::Report {
+                passed,
+                failed,
+                skipped,
+                ..
+            } => RunOutcome::Report {
+                passed,
+                failed,
+                skipped,
+                aborted: Some(why.to_owned()),
+            },
+            error => error,
+        }
+    }
+
+    fn guard_message() -> String {
+        crate::fixture_guard::message(
+            "ns",
+            "cp",
+            &["status rewritten by field manager \"op\" (status)".into()],
+        )
+    }
+
     #[rstest]
-    #[case::caught(report(&[1], &[2, 3], &[]), "caught")]
-    #[case::missed(report(&[1, 2], &[], &[]), "missed")]
-    #[case::missed_when_only_skipped(report(&[], &[], &[4]), "missed")]
-    #[case::nothing_selected(report(&[], &[], &[]), "missed")]
-    #[case::run_failed(RunOutcome::Error("boom".into()), "error")]
-    fn verdicts(#[case] outcome: RunOutcome, #[case] expected: &str) {
-        let got = match verdict(&outcome) {
+    #[case::caught(Breakage::Code, report(&[1], &[2, 3], &[]), "caught")]
+    #[case::missed(Breakage::Code, report(&[1, 2], &[], &[]), "missed")]
+    #[case::missed_when_only_skipped(Breakage::Code, report(&[], &[], &[4]), "missed")]
+    #[case::nothing_selected(Breakage::Code, report(&[], &[], &[]), "missed")]
+    #[case::run_failed(Breakage::Code, RunOutcome::Error("boom".into()), "error")]
+    #[case::writer_stopped_by_the_guard(Breakage::ControlPlaneWriter, stopped(report(&[1], &[], &[]), &guard_message()), "stopped")]
+    #[case::writer_stopped_for_another_reason(Breakage::ControlPlaneWriter, stopped(report(&[1], &[], &[]), "the operator exited"), "error")]
+    #[case::writer_failing_scenarios_unstopped(Breakage::ControlPlaneWriter, report(&[1], &[2, 3], &[]), "missed")]
+    #[case::code_variant_stopped_by_the_guard(Breakage::Code, stopped(report(&[1], &[2, 3], &[]), &guard_message()), "error")]
+    fn verdicts(#[case] breakage: Breakage, #[case] outcome: RunOutcome, #[case] expected: &str) {
+        let got = match verdict(breakage, &outcome) {
             Verdict::Caught(failed) => {
                 assert_eq!(failed, vec![scenario(2), scenario(3)]);
                 "caught"
+            }
+            Verdict::Stopped(message) => {
+                assert_eq!(message, guard_message());
+                "stopped"
             }
             Verdict::Missed { .. } => "missed",
             Verdict::Error(_) => "error",
@@ -738,8 +951,9 @@ mod tests {
     #[case::a_skip(report(&[1], &[], &[3]), Some("skipped f.feature:3"))]
     #[case::nothing_ran(report(&[], &[], &[]), Some("no scenario passed"))]
     #[case::run_failed(RunOutcome::Error("boom".into()), Some("boom"))]
-    fn reference_must_pass_everything(#[case] outcome: RunOutcome, #[case] problem: Option<&str>) {
-        let found = reference_problem(&outcome);
+    #[case::stopped(stopped(report(&[1, 2], &[], &[]), "fixture changed"), Some("the run was stopped: fixture changed"))]
+    fn clean_runs_pass_everything(#[case] outcome: RunOutcome, #[case] problem: Option<&str>) {
+        let found = unclean_run_problem(&outcome);
         match problem {
             None => assert_eq!(found, None),
             Some(fragment) => assert!(
@@ -764,9 +978,10 @@ mod tests {
                 "{}",
                 variant.name
             );
-            assert!(
-                !variant.breaks.is_empty(),
-                "{} breaks no rule",
+            assert_eq!(
+                variant.breaks.is_empty(),
+                variant.breakage == Breakage::ControlPlaneWriter,
+                "{}: only a control-plane writer breaks no rule",
                 variant.name
             );
             assert!(
@@ -796,7 +1011,7 @@ mod tests {
             .filter_map(|word| word.strip_prefix('@'))
             .collect();
         for variant in VARIANTS {
-            for rule in variant.breaks {
+            for rule in variant.selecting_rules() {
                 assert!(
                     tags.contains(rule),
                     "{}: no scenario is tagged @{rule}",
@@ -855,6 +1070,39 @@ mod tests {
         assert!(without_pod_verbs(variant).is_err());
     }
 
+    /// The writer's RBAC grants one write on control planes, and read-only access takes exactly
+    /// that away again.
+    #[test]
+    fn read_only_access_removes_what_the_writer_rbac_adds() {
+        let original = crate::manifests::read_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac"),
+        )
+        .expect("config/rbac");
+        let as_json = |objects: Vec<DynamicObject>| -> Vec<Value> {
+            objects
+                .into_iter()
+                .map(|o| serde_json::to_value(o).expect("JSON"))
+                .collect()
+        };
+        let writer = with_control_plane_status_patch(original.clone()).expect("a ClusterRole");
+        let granted = |objects: &[Value]| -> Vec<Value> {
+            objects
+                .iter()
+                .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
+                .filter(|rule| {
+                    rule["resources"] == serde_json::json!(["codercontrolplanes/status"])
+                })
+                .collect()
+        };
+        let (original, writer) = (as_json(original), as_json(writer));
+        assert_eq!(granted(&original), Vec::<Value>::new());
+        assert_eq!(granted(&writer).len(), 1);
+        assert_eq!(
+            crate::fixture_guard::read_only_control_planes(writer),
+            crate::fixture_guard::read_only_control_planes(original)
+        );
+    }
+
     #[test]
     fn the_table_says_caught_or_missed_per_variant() {
         let verdicts = vec![
@@ -863,6 +1111,7 @@ mod tests {
                 VARIANTS[3],
                 Verdict::Missed {
                     passed: 2,
+                    failed: 0,
                     skipped: 0,
                 },
             ),
@@ -870,6 +1119,16 @@ mod tests {
                 VARIANTS[4],
                 Verdict::Missed {
                     passed: 0,
+                    failed: 0,
+                    skipped: 0,
+                },
+            ),
+            (writer(), Verdict::Stopped(guard_message())),
+            (
+                writer(),
+                Verdict::Missed {
+                    passed: 1,
+                    failed: 1,
                     skipped: 0,
                 },
             ),
@@ -886,5 +1145,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("no scenario carries its rule tags"), "{text}");
+        assert!(
+            text.contains("caught   none; the run was stopped: someone other than the suite changed its control-plane fixture CoderControlPlane ns/cp: status rewritten by field manager \"op\" (status)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "MISSED   the fixture guard did not stop the run (1 passed, 1 failed, 0 skipped)"
+            ),
+            "{text}"
+        );
+    }
+
+    fn writer() -> Variant {
+        *VARIANTS
+            .iter()
+            .find(|v| v.breakage == Breakage::ControlPlaneWriter)
+            .expect("a control-plane writer")
     }
 }

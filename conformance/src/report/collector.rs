@@ -16,6 +16,7 @@ pub type ScenarioKey = (String, usize);
 #[derive(Debug, Default)]
 pub struct Outcomes {
     pub results: BTreeMap<ScenarioKey, ScenarioResult>,
+    /// Scenarios started and not finished yet, with their start.
     started: BTreeMap<ScenarioKey, SystemTime>,
     /// Set by the after-hook, which may run before the (normalised) events reach the writer.
     extras: BTreeMap<ScenarioKey, Extras>,
@@ -60,15 +61,23 @@ impl Outcomes {
         );
     }
 
-    /// The results in feature/line order, with the after-hook's facts merged in.
+    /// The results in feature/line order, with the after-hook's facts merged in. A scenario
+    /// the run was stopped in (see `aborted` in the report) did not pass, whatever its steps so
+    /// far did: it is skipped, unless a step had already failed.
     pub fn into_results(&mut self) -> Vec<ScenarioResult> {
         let mut extras = std::mem::take(&mut self.extras);
+        let unfinished = std::mem::take(&mut self.started);
         std::mem::take(&mut self.results)
             .into_iter()
             .map(|(key, mut result)| {
                 if let Some(extra) = extras.remove(&key) {
                     result.coderd_calls = extra.coderd_calls;
                     result.diagnostics = extra.diagnostics;
+                }
+                if unfinished.contains_key(&key) && result.status == Status::Passed {
+                    result.status = Status::Skipped;
+                    result.reason =
+                        Some("not finished: the run was stopped before its end".to_owned());
                 }
                 result
             })
@@ -185,7 +194,7 @@ impl Collector {
                 });
             }
             event::Scenario::Finished => {
-                let started = outcomes.started.get(&key).copied().unwrap_or(at);
+                let started = outcomes.started.remove(&key).unwrap_or(at);
                 let elapsed = at.duration_since(started).unwrap_or_default();
                 outcomes.annotate(&key, |r| {
                     r.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
@@ -290,6 +299,18 @@ mod tests {
         assert_eq!(
             results[0].rules,
             vec!["R-KEY-4".to_owned(), "D-3".to_owned()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scenario_the_run_stopped_in_did_not_pass() {
+        let mut collector = Collector::default();
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results[0].status, Status::Skipped);
+        assert_eq!(
+            results[0].reason.as_deref(),
+            Some("not finished: the run was stopped before its end")
         );
     }
 

@@ -41,6 +41,7 @@ use crate::provisioner::names::Names;
 use crate::provisioner::own_writes::StatusLedger;
 use crate::provisioner::{Context, error_policy, reconcile};
 use crate::runtime::metrics::Metrics;
+use crate::seeded::{self, Bug};
 
 /// Name under which the operator reports Events and applies objects by default.
 pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
@@ -164,6 +165,7 @@ pub async fn run(
     });
 
     let control_plane_store = store.clone();
+    let control_plane_writer = (client.clone(), settings.field_manager.clone());
     let secret_store = store.clone();
     let context = Arc::new(Context {
         recorder: Recorder::new(
@@ -205,7 +207,13 @@ pub async fn run(
         .watches(
             api::<CoderControlPlane>(&client, namespace),
             watcher::Config::default(),
-            move |control_plane| referencing_control_plane(&control_plane_store, &control_plane),
+            move |control_plane| {
+                if seeded::active(Bug::ControlPlaneStatusRewritten) {
+                    let (client, field_manager) = &control_plane_writer;
+                    seeded::rewrite_control_plane_status(client, &control_plane, field_manager);
+                }
+                referencing_control_plane(&control_plane_store, &control_plane)
+            },
         )
         .watches(
             api::<Secret>(&client, namespace),
