@@ -120,6 +120,34 @@ impl ControlPlaneAccess {
     }
 }
 
+/// The operator `run` and `bench` start themselves, and what it runs under.
+#[derive(Args, Debug, Clone, Default)]
+pub struct StartedOperatorArgs {
+    /// Run this command (through `sh -c`) as the operator instead of the reference operator,
+    /// with KUBECONFIG of its ServiceAccount, POD_NAMESPACE and WATCH_NAMESPACE in its env.
+    #[arg(long)]
+    pub operator_cmd: Option<String>,
+    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
+    /// into this binary).
+    #[arg(long)]
+    pub operator_rbac: Option<PathBuf>,
+    /// CRDs to install instead of the suite's (the implementation's own); `run` judges them and
+    /// also applies them with --operator installed.
+    #[arg(long)]
+    pub crds: Option<PathBuf>,
+}
+
+impl StartedOperatorArgs {
+    /// The suite's embedded inputs, with the CRD and RBAC folders named here instead.
+    pub fn inputs(&self, features: Option<&Path>) -> anyhow::Result<crate::assets::Inputs> {
+        crate::assets::Inputs::resolve(
+            features,
+            self.crds.as_deref(),
+            self.operator_rbac.as_deref(),
+        )
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Where the Kubernetes API comes from.
@@ -178,17 +206,8 @@ pub struct RunArgs {
     /// check) and checks its ServiceAccount's permissions; without it those scenarios are skipped.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub operator_deployment: Option<String>,
-    /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
-    #[arg(long)]
-    pub operator_cmd: Option<String>,
-    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
-    /// into this binary).
-    #[arg(long)]
-    pub operator_rbac: Option<PathBuf>,
-    /// CRDs to install and judge instead of the suite's (the implementation's own); also
-    /// applied with --operator installed.
-    #[arg(long)]
-    pub crds: Option<PathBuf>,
+    #[command(flatten)]
+    pub started: StartedOperatorArgs,
     /// Anything else the operator needs (e.g. a CRD of its own): applied before the operator
     /// starts, waiting for CRDs to be Established and Deployments to be available.
     #[arg(long)]
@@ -526,7 +545,7 @@ async fn prepare(
     let timeouts =
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
-    let crd_set = if args.operator != OperatorMode::Installed || args.crds.is_some() {
+    let crd_set = if args.operator != OperatorMode::Installed || args.started.crds.is_some() {
         let crds = crate::manifests::install_crds(&client, &inputs.crds)
             .await
             .with_context(|| format!("installing the CRDs of {}", inputs.crds_source))?;
@@ -651,7 +670,7 @@ async fn prepare(
 
     let mut operator_command = None;
     let mut rbac_set = None;
-    let (operator, mode) = match (&args.operator_cmd, args.operator) {
+    let (operator, mode) = match (&args.started.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => match &args.operator_deployment {
             Some(reference) => (
                 Operator::InCluster(
@@ -690,7 +709,8 @@ async fn prepare(
                 );
             }
             let shown = crate::setup::mask_secrets(
-                args.operator_cmd
+                args.started
+                    .operator_cmd
                     .as_deref()
                     .map_or(spec.command.display(), str::to_owned)
                     .as_str(),
@@ -955,11 +975,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         operator_installed: args.operator == OperatorMode::Installed
             && args.operator_deployment.is_none(),
     };
-    let inputs = crate::assets::Inputs::resolve(
-        args.features.as_deref(),
-        args.crds.as_deref(),
-        args.operator_rbac.as_deref(),
-    )?;
+    let inputs = args.started.inputs(args.features.as_deref())?;
     let features = parse_features(&inputs.features)?;
     if args.list {
         list(&features, &selection);
