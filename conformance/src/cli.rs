@@ -311,6 +311,13 @@ pub(crate) fn all_tags(
         .collect()
 }
 
+/// Start of the skip reason of a scenario outside `--tags`/`--name`.
+pub(crate) const NOT_SELECTED: &str = "not selected by";
+/// Skip reason of a selected scenario the run never started: `--fail-fast` stops starting
+/// scenarios at the first failure (running ones finish), and an aborted run stops at once.
+const NOT_STARTED: &str =
+    "not started: the run stopped early (--fail-fast after a failure, or the run was aborted)";
+
 /// What this run can execute; scenarios outside it are reported skipped with the reason.
 #[derive(Clone, Debug)]
 pub struct Selection {
@@ -326,12 +333,12 @@ impl Selection {
         if let Some(expression) = &self.tags
             && !expression.eval(tags.iter())
         {
-            return Some("not selected by --tags".to_owned());
+            return Some(format!("{NOT_SELECTED} --tags"));
         }
         if let Some(regex) = &self.name
             && !regex.is_match(name)
         {
-            return Some("not selected by --name".to_owned());
+            return Some(format!("{NOT_SELECTED} --name"));
         }
         let has = |tag: &str| tags.iter().any(|t| t == tag);
         if self.real_coderd && (has("fake-coderd") || has("fault-injection")) {
@@ -1009,16 +1016,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                        rule: Option<&gherkin::Rule>,
                        scenario: &gherkin::Scenario| {
         let tags = all_tags(feature, rule, scenario);
-        match selection.skip_reason(&tags, &scenario.name) {
-            None => true,
-            Some(reason) => {
-                filter_outcomes
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .skipped(feature, scenario, reason);
-                false
-            }
-        }
+        let skip = selection.skip_reason(&tags, &scenario.name);
+        let selected = skip.is_none();
+        // A selected scenario is "not started" until cucumber starts it, so one that a stopped
+        // run never starts is in the report (and keeps the run from claiming conformance).
+        filter_outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .skipped(
+                feature,
+                scenario,
+                skip.unwrap_or_else(|| NOT_STARTED.to_owned()),
+            );
+        selected
     };
     let hook_outcomes = outcomes.clone();
     let mut cucumber = ProvisionerWorld::cucumber()
@@ -1152,58 +1162,114 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(report: &ConformanceReport, report_dir: &Path) {
-    let tally = |t: &model::Tally| {
-        format!(
-            "{} passed, {} failed, {} skipped, {} flaky",
-            t.passed, t.failed, t.skipped, t.flaky
-        )
-    };
     println!();
-    println!("Core:     {}", tally(&report.summary.core));
-    println!("Extended: {}", tally(&report.summary.extended));
-    let skipped = report
+    for line in summary_lines(report) {
+        println!("{line}");
+    }
+    println!(
+        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
+        report_dir.display()
+    );
+}
+
+/// Skipped because this run left the scenario out (a filter, or --fail-fast stopping early),
+/// not because the environment lacks something it needs.
+fn left_out_by_the_run(result: &model::ScenarioResult) -> bool {
+    result.status == model::Status::Skipped
+        && result
+            .reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with(NOT_SELECTED) || reason == NOT_STARTED)
+}
+
+/// The claim for one level. A run that left scenarios out is partial: it neither claims nor
+/// denies conformance unless a scenario it ran failed.
+fn claim(conformant: bool, failed: usize, left_out: usize) -> String {
+    if conformant {
+        "yes".to_owned()
+    } else if failed > 0 || left_out == 0 {
+        "no".to_owned()
+    } else {
+        format!("not claimed (a partial run: {left_out} scenarios not run)")
+    }
+}
+
+/// The terminal summary: per level the tally, with the scenarios the run left out counted apart
+/// from skips, each real skip with its reason, what was simulated, and each level's claim.
+fn summary_lines(report: &ConformanceReport) -> Vec<String> {
+    let left_out = |level: model::Level| {
+        report
+            .results
+            .iter()
+            .filter(|r| r.level == Some(level) && left_out_by_the_run(r))
+            .count()
+    };
+    let (core_left_out, extended_left_out) = (
+        left_out(model::Level::Core),
+        left_out(model::Level::Extended),
+    );
+    let tally = |t: &model::Tally, left_out: usize| {
+        let mut line = format!(
+            "{} passed, {} failed, {} skipped, {} flaky",
+            t.passed,
+            t.failed,
+            t.skipped.saturating_sub(left_out),
+            t.flaky
+        );
+        if left_out > 0 {
+            line += &format!("; {left_out} not run");
+        }
+        line
+    };
+    let summary = &report.summary;
+    let mut lines = vec![
+        format!("Core:     {}", tally(&summary.core, core_left_out)),
+        format!("Extended: {}", tally(&summary.extended, extended_left_out)),
+    ];
+    let (left_out, skipped): (Vec<_>, Vec<_>) = report
         .results
         .iter()
-        .filter(|r| r.status == model::Status::Skipped);
-    let (deselected, skipped): (Vec<_>, Vec<_>) = skipped.partition(|r| {
-        r.reason
-            .as_deref()
-            .is_some_and(|reason| reason.starts_with("not selected"))
-    });
-    if !deselected.is_empty() {
-        println!(
-            "  {} scenarios not selected by --tags/--name (listed in the report)",
-            deselected.len()
-        );
+        .filter(|r| r.status == model::Status::Skipped)
+        .partition(|r| left_out_by_the_run(r));
+    let not_started = left_out
+        .iter()
+        .filter(|r| r.reason.as_deref() == Some(NOT_STARTED))
+        .count();
+    if !left_out.is_empty() {
+        lines.push(format!(
+            "  not run: {} not selected by --tags/--name, {not_started} not started before the run stopped (listed in the report)",
+            left_out.len() - not_started
+        ));
     }
-    for result in skipped {
-        println!(
+    lines.extend(skipped.iter().map(|result| {
+        format!(
             "  skipped {}:{} \"{}\": {}",
             result.feature,
             result.line,
             result.scenario,
             result.reason.as_deref().unwrap_or("")
-        );
-    }
-    for note in &report.environment.simulated {
-        println!("Simulated: {note}");
-    }
-    // A tag- or name-filtered run is partial: it can neither claim nor deny conformance.
-    let verdict = if report.summary.core_conformant {
-        "yes".to_owned()
-    } else if report.summary.core.failed > 0 || deselected.is_empty() {
-        "no".to_owned()
-    } else {
-        format!(
-            "not claimed (a partial run: {} scenarios not selected)",
-            deselected.len()
         )
-    };
-    println!("Core conformance: {verdict}");
-    println!(
-        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
-        report_dir.display()
+    }));
+    lines.extend(
+        report
+            .environment
+            .simulated
+            .iter()
+            .map(|note| format!("Simulated: {note}")),
     );
+    lines.push(format!(
+        "Core conformance: {}",
+        claim(summary.core_conformant, summary.core.failed, core_left_out)
+    ));
+    lines.push(format!(
+        "Extended conformance: {}",
+        claim(
+            summary.extended_conformant,
+            summary.core.failed + summary.extended.failed,
+            core_left_out + extended_left_out
+        )
+    ));
+    lines
 }
 
 fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
@@ -1291,6 +1357,101 @@ mod tests {
                 "{skip:?}"
             ),
         }
+    }
+
+    fn skipped(level: model::Level, reason: &str) -> model::ScenarioResult {
+        model::ScenarioResult {
+            reason: Some(reason.to_owned()),
+            ..crate::report::model::tests::result(Some(level), model::Status::Skipped)
+        }
+    }
+
+    fn ran(level: model::Level, status: model::Status) -> model::ScenarioResult {
+        crate::report::model::tests::result(Some(level), status)
+    }
+
+    fn summary_of(results: Vec<model::ScenarioResult>) -> Vec<String> {
+        summary_lines(&crate::report::model::tests::report(results))
+    }
+
+    fn line<'a>(lines: &'a [String], start: &str) -> &'a str {
+        lines
+            .iter()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in {lines:#?}"))
+    }
+
+    #[test]
+    fn a_filtered_run_claims_nothing_and_counts_its_filtered_scenarios_apart() {
+        use model::{Level, Status};
+        let not_selected = format!("{NOT_SELECTED} --tags");
+        let lines = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            skipped(Level::Core, &not_selected),
+            skipped(Level::Core, &not_selected),
+            skipped(Level::Extended, &not_selected),
+        ]);
+        assert_eq!(
+            line(&lines, "Core:"),
+            "Core:     1 passed, 0 failed, 0 skipped, 0 flaky; 2 not run"
+        );
+        assert_eq!(
+            line(&lines, "Core conformance:"),
+            "Core conformance: not claimed (a partial run: 2 scenarios not run)"
+        );
+        assert_eq!(
+            line(&lines, "Extended conformance:"),
+            "Extended conformance: not claimed (a partial run: 3 scenarios not run)"
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with("  skipped ")),
+            "a filtered scenario is not listed as a skip: {lines:#?}"
+        );
+    }
+
+    #[test]
+    fn scenarios_fail_fast_never_started_keep_the_run_from_claiming() {
+        use model::{Level, Status};
+        // An Extended failure stopped the run before the remaining Core scenario started.
+        let lines = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            ran(Level::Extended, Status::Failed),
+            skipped(Level::Core, NOT_STARTED),
+        ]);
+        assert_eq!(
+            line(&lines, "Core conformance:"),
+            "Core conformance: not claimed (a partial run: 1 scenarios not run)"
+        );
+        assert_eq!(
+            line(&lines, "Extended conformance:"),
+            "Extended conformance: no"
+        );
+        assert!(line(&lines, "  not run:").contains("1 not started before the run stopped"));
+    }
+
+    #[test]
+    fn a_failure_or_a_real_skip_denies_the_claim_and_a_full_pass_makes_it() {
+        use model::{Level, Status};
+        let failed = summary_of(vec![
+            ran(Level::Core, Status::Failed),
+            skipped(Level::Core, &format!("{NOT_SELECTED} --name")),
+        ]);
+        assert_eq!(line(&failed, "Core conformance:"), "Core conformance: no");
+        let gap = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            skipped(Level::Core, "needs the fake coderd"),
+        ]);
+        assert_eq!(line(&gap, "Core conformance:"), "Core conformance: no");
+        assert!(line(&gap, "  skipped ").ends_with(": needs the fake coderd"));
+        let full = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            ran(Level::Extended, Status::Passed),
+        ]);
+        assert_eq!(line(&full, "Core conformance:"), "Core conformance: yes");
+        assert_eq!(
+            line(&full, "Extended conformance:"),
+            "Extended conformance: yes"
+        );
     }
 
     #[test]

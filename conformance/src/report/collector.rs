@@ -29,7 +29,8 @@ struct Extras {
 }
 
 impl Outcomes {
-    /// Adds a scenario that did not run, with the reason.
+    /// Adds a scenario that did not run, with the reason; its start (a `Started` event)
+    /// replaces the entry.
     pub fn skipped(
         &mut self,
         feature: &gherkin::Feature,
