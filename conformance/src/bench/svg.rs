@@ -186,7 +186,8 @@ fn panel(
 /// Colours of the implementations' bars, in command-line order.
 const IMPLEMENTATION_COLOURS: [&str; 2] = ["#1f77b4", "#ff7f0e"];
 const ROW_HEIGHT: f64 = 26.0;
-const LABEL_WIDTH: f64 = 380.0;
+/// Generous average advance of an 11 px sans-serif character, to size the label column.
+const LABEL_CHAR_WIDTH: f64 = 6.5;
 const BAR_WIDTH: f64 = 360.0;
 const RATIO_WIDTH: f64 = 90.0;
 const HEADER_HEIGHT: f64 = 56.0;
@@ -195,7 +196,14 @@ const HEADER_HEIGHT: f64 = 56.0;
 /// and unit, and the ratio of the second to the first.
 pub fn render_comparison(comparison: &Comparison) -> String {
     let names = comparison.names();
-    let width = LABEL_WIDTH + BAR_WIDTH + RATIO_WIDTH;
+    let labels: Vec<String> = comparison
+        .figures
+        .iter()
+        .map(|f| format!("{} ({})", f.figure, f.unit.label()))
+        .collect();
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let label_width = 20.0 + LABEL_CHAR_WIDTH * longest as f64;
+    let width = label_width + BAR_WIDTH + RATIO_WIDTH;
     let height = HEADER_HEIGHT + ROW_HEIGHT * comparison.figures.len() as f64 + 10.0;
     let mut svg = String::new();
     let _ = writeln!(
@@ -212,7 +220,7 @@ pub fn render_comparison(comparison: &Comparison) -> String {
         escape(&names.join(" vs "))
     );
     for (index, name) in names.iter().enumerate() {
-        let x = LABEL_WIDTH + 160.0 * index as f64;
+        let x = label_width + 160.0 * index as f64;
         let _ = writeln!(
             svg,
             r#"<rect x="{x:.1}" y="32" width="12" height="10" fill="{}"/><text x="{:.1}" y="41">{}</text>"#,
@@ -227,7 +235,7 @@ pub fn render_comparison(comparison: &Comparison) -> String {
         width - 10.0,
         escape(&ratio_header(&names))
     );
-    for (row, figure) in comparison.figures.iter().enumerate() {
+    for (row, (figure, label)) in comparison.figures.iter().zip(&labels).enumerate() {
         let top = HEADER_HEIGHT + ROW_HEIGHT * row as f64;
         if row % 2 == 0 {
             let _ = writeln!(
@@ -237,10 +245,9 @@ pub fn render_comparison(comparison: &Comparison) -> String {
         }
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="{:.1}">{} ({})</text>"#,
+            r#"<text x="10" y="{:.1}">{}</text>"#,
             top + 17.0,
-            escape(&figure.figure),
-            figure.unit.label()
+            escape(label)
         );
         let largest = figure
             .values
@@ -257,10 +264,10 @@ pub fn render_comparison(comparison: &Comparison) -> String {
             };
             let _ = writeln!(
                 svg,
-                r#"<rect x="{LABEL_WIDTH:.1}" y="{y:.1}" width="{length:.1}" height="{:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
+                r#"<rect x="{label_width:.1}" y="{y:.1}" width="{length:.1}" height="{:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
                 bar_height - 1.0,
                 IMPLEMENTATION_COLOURS[index % IMPLEMENTATION_COLOURS.len()],
-                LABEL_WIDTH + length + 4.0,
+                label_width + length + 4.0,
                 y + bar_height - 2.0,
                 value.map_or_else(|| "—".to_owned(), |v| figure.unit.format(v))
             );
