@@ -29,6 +29,7 @@ fn smallest(out: &Path, phases: Vec<Phase>) -> BenchArgs {
         compare: None,
         name: None,
         compare_name: "compared".to_owned(),
+        compare_rbac: None,
     }
 }
 

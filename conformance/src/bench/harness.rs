@@ -89,6 +89,8 @@ pub struct Contender {
     pub launch: Launch,
     /// Where its operator logs and suite report go.
     pub files: PathBuf,
+    /// Its own RBAC folder (`--compare-rbac`); `None` = the bench's ([`Setup::rbac`]).
+    pub rbac: Option<PathBuf>,
 }
 
 impl Contender {
@@ -219,7 +221,7 @@ impl BenchRun {
         let simulator = ReadinessSimulator::start(admin.clone(), WatchScope::AllNamespaces).await?;
         let watch = ProvisionerWatch::start(admin.clone());
         let port = free_port()?;
-        let mut spec = contender.operator(port, &setup.rbac)?;
+        let mut spec = contender.operator(port, contender.rbac.as_ref().unwrap_or(&setup.rbac))?;
         spec.work_dir = Some(contender.files.join("logs").join(label));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
         let mut run = Self {
@@ -745,6 +747,7 @@ mod tests {
             name: "x".to_owned(),
             launch,
             files: PathBuf::new(),
+            rbac: None,
         }
     }
 

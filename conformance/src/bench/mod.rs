@@ -109,10 +109,13 @@ pub struct BenchArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub started: StartedOperatorArgs,
-    /// Also measure this operator command line (run like --operator-cmd, under the same RBAC and
-    /// CRDs) and put the two side by side, with the ratio of its figures to the first's.
+    /// Also measure this operator command line (run like --operator-cmd, with the same CRDs) and
+    /// put the two side by side, with the ratio of its figures to the first's.
     #[arg(long, value_name = "COMMAND")]
     pub compare: Option<String>,
+    /// RBAC manifests the --compare operator runs under (default: those of the first).
+    #[arg(long, value_name = "DIR", requires = "compare")]
+    pub compare_rbac: Option<PathBuf>,
     /// Name of the first operator in tables and folders (default: `reference`, or `operator`
     /// with --operator-cmd).
     #[arg(long)]
@@ -138,6 +141,11 @@ impl BenchArgs {
         }
         if self.fault_toggle.is_zero() {
             bail!("--fault-toggle must be longer than 0");
+        }
+        if let Some(dir) = &self.compare_rbac
+            && !dir.is_dir()
+        {
+            bail!("--compare-rbac {} is not a folder", dir.display());
         }
         if self.compare.is_some()
             && folder_name(&self.first_name()) == folder_name(&self.compare_name)
@@ -169,14 +177,18 @@ impl BenchArgs {
             Some(line) => Launch::Shell(line.clone()),
             None => Launch::Reference(crate::implementation::reference_operator_binary().await?),
         };
-        let mut launches = vec![(self.first_name(), first)];
+        let mut launches = vec![(self.first_name(), first, None)];
         if let Some(line) = &self.compare {
-            launches.push((self.compare_name.clone(), Launch::Shell(line.clone())));
+            launches.push((
+                self.compare_name.clone(),
+                Launch::Shell(line.clone()),
+                self.compare_rbac.clone(),
+            ));
         }
         let alone = launches.len() == 1;
         Ok(launches
             .into_iter()
-            .map(|(name, launch)| Contender {
+            .map(|(name, launch, rbac)| Contender {
                 files: if alone {
                     out.to_path_buf()
                 } else {
@@ -184,6 +196,7 @@ impl BenchArgs {
                 },
                 name,
                 launch,
+                rbac,
             })
             .collect())
     }
@@ -659,15 +672,24 @@ mod tests {
             "env BUG=x ./naive run",
             "--compare-name",
             "naive build",
+            "--compare-rbac",
+            "/",
         ]);
         args.validate().expect("valid");
         let contenders = args
             .contenders(Path::new("/out"))
             .await
             .expect("contenders");
-        let seen: Vec<(&str, &Launch, &Path)> = contenders
+        let seen: Vec<(&str, &Launch, &Path, Option<&Path>)> = contenders
             .iter()
-            .map(|c| (c.name.as_str(), &c.launch, c.files.as_path()))
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    &c.launch,
+                    c.files.as_path(),
+                    c.rbac.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(
             seen,
@@ -675,12 +697,14 @@ mod tests {
                 (
                     "operator",
                     &Launch::Shell("./mine run".to_owned()),
-                    Path::new("/out/operator")
+                    Path::new("/out/operator"),
+                    None
                 ),
                 (
                     "naive build",
                     &Launch::Shell("env BUG=x ./naive run".to_owned()),
-                    Path::new("/out/naive-build")
+                    Path::new("/out/naive-build"),
+                    Some(Path::new("/"))
                 ),
             ]
         );

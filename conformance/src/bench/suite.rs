@@ -21,7 +21,7 @@ const TAG_FILTER_ENV: &str = "CUCUMBER_FILTER_TAGS";
 /// The suite's output, in the implementation's folder.
 pub const LOG_FILE: &str = "suite.log";
 
-/// `run` against `contender`, with the RBAC and CRDs the bench was given.
+/// `run` against `contender`, with the RBAC and CRDs the bench was given for it.
 pub fn suite_args(
     report_dir: &Path,
     contender: &Contender,
@@ -32,8 +32,11 @@ pub fn suite_args(
         args.extend(["--operator-cmd".into(), line.into()]);
     }
     for (flag, folder) in [
-        ("--operator-rbac", &started.operator_rbac),
-        ("--crds", &started.crds),
+        (
+            "--operator-rbac",
+            contender.rbac.as_ref().or(started.operator_rbac.as_ref()),
+        ),
+        ("--crds", started.crds.as_ref()),
     ] {
         if let Some(folder) = folder {
             args.extend([flag.into(), folder.into()]);
@@ -118,6 +121,7 @@ mod tests {
             name: "naive".to_owned(),
             launch: Launch::Shell("env BUG=x ./op run".to_owned()),
             files: PathBuf::from("/out/naive"),
+            rbac: None,
         };
         let started = StartedOperatorArgs {
             operator_cmd: None,
@@ -144,5 +148,15 @@ mod tests {
         };
         let args = suite_args(Path::new("/r"), &reference, &StartedOperatorArgs::default());
         assert_eq!(args, ["run", "--report-dir", "/r"].map(OsString::from));
+        let own_rbac = Contender {
+            rbac: Some(PathBuf::from("/its-rbac")),
+            ..reference
+        };
+        let args = suite_args(Path::new("/r"), &own_rbac, &started);
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--operator-rbac", "/its-rbac"].map(OsString::from)),
+            "{args:?}"
+        );
     }
 }
