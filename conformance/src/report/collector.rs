@@ -295,6 +295,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_scenario_entered_as_not_started_is_replaced_once_it_starts() {
+        let (feature, scenario, _) = feature();
+        let mut collector = Collector::default();
+        let enter = |collector: &Collector| {
+            collector.outcomes.lock().unwrap().skipped(
+                &feature,
+                &scenario,
+                "not started".to_owned(),
+            );
+        };
+        enter(&collector);
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(
+            (results[0].status, results[0].reason.as_deref()),
+            (Status::Skipped, Some("not started"))
+        );
+        enter(&collector);
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        send(&mut collector, Scenario::Finished, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results.len(), 1);
+        assert_eq!(
+            (results[0].status, results[0].reason.as_deref()),
+            (Status::Passed, None)
+        );
+    }
+
+    #[tokio::test]
     async fn a_failing_step_fails_the_scenario_with_its_text() {
         let (_, _, step) = feature();
         let mut collector = Collector::default();
