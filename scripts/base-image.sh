@@ -20,18 +20,20 @@ tag="${BASE_IMAGE_TAG:-coder-conformance/debian:${suite}-minbase-${key}}"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/coder-provisioner-conformance"
 tarball="$cache_root/base/debian-${suite}-minbase-${key}.tar"
 
-log() { printf '[base-image] %s\n' "$*" >&2; }
+. "$(dirname "$0")/progress.sh"
 fail() { printf 'base-image: %s\n' "$*" >&2; exit 1; }
 
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (run scripts/docker-engine.sh)"
 
 if docker image inspect "$tag" >/dev/null 2>&1; then
-  log "using $tag (already in the engine)"
+  cached "$tag (in the engine)"
   echo "$tag"
   exit 0
 fi
 
-if [ ! -s "$tarball" ]; then
+if [ -s "$tarball" ]; then
+  cached "the Debian root ($tarball)"
+else
   [ "$(id -u)" = 0 ] || fail "debootstrap needs root: run this script as root, or import any Debian bookworm root as $tag"
   if ! command -v debootstrap >/dev/null 2>&1; then
     log "installing debootstrap with apt-get"
@@ -49,10 +51,11 @@ if [ ! -s "$tarball" ]; then
   fi
   root="$(mktemp -d /tmp/base-image-root.XXXXXX)"
   trap 'rm -rf "$root"' EXIT
-  log "debootstrap --variant=minbase --include=$include $suite from $mirror (about a minute)"
-  nice -n 19 debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >"$root.log" 2>&1 \
+  step "debootstrap --variant=minbase --include=$include $suite from $mirror (about a minute)"
+  heartbeat debootstrap quietly "$root.log" nice -n 19 debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" \
     || fail "debootstrap failed (log: $root.log): $(tail -n 1 "$root.log")"
   rm -f "$root.log"
+  step_done
   # Smaller image: no apt lists or caches (apt-get update works again inside builds).
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
   mkdir -p "$(dirname "$tarball")"
@@ -61,9 +64,10 @@ if [ ! -s "$tarball" ]; then
   log "root cached in $tarball ($(du -h "$tarball" | cut -f1))"
 fi
 
-log "docker import $tag"
+step "docker import $tag"
 docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["bash"]' \
   "$tarball" "$tag" >/dev/null || fail "docker import of $tarball failed"
+step_done
 echo "$tag"

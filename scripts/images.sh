@@ -14,7 +14,8 @@
 #                         with internet, gcr.io/distroless/cc-debian12:nonroot is the upstream one)
 #
 # An image whose content key (binary, Dockerfile, base image) matches the existing image's label is
-# not rebuilt. Debug information is stripped from the copies (not from the host's binaries).
+# not rebuilt (its line says "cached"); every other step prints its elapsed time, and the last line
+# sums up. Debug information is stripped from the copies (not from the host's binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here="$PWD/scripts"
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-log() { printf '[images] %s\n' "$*" >&2; }
+. "$here/progress.sh"
 fail() { printf 'images: %s\n' "$*" >&2; exit 1; }
 
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (run scripts/docker-engine.sh)"
@@ -55,28 +56,32 @@ base="${IMAGES_BASE_IMAGE:-}"
 base_id="$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null)" \
   || fail "base image $base is not in the engine (pull it, or unset IMAGES_BASE_IMAGE to make a local one)"
 
+total_start=$SECONDS built=0
 ctx="$(mktemp -d /tmp/images-context.XXXXXX)"
 trap 'rm -rf "$ctx"' EXIT
+step "copying the ${#binaries[@]} binaries from $bin_dir (debug information stripped)"
 for b in "${binaries[@]}"; do
   cp "$bin_dir/$b" "$ctx/$b"
   if command -v strip >/dev/null 2>&1; then strip --strip-debug "$ctx/$b"; fi
 done
+step_done
 
 # build IMAGE DOCKERFILE TARGET BINARY
 build() {
-  local image=$1 dockerfile=$2 target=$3 binary=$4 key current start=$SECONDS
+  local image=$1 dockerfile=$2 target=$3 binary=$4 key current
   key="$( { sha256sum "$ctx/$binary" "$dockerfile" | cut -d' ' -f1; echo "$target $base_id"; } | sha256sum | cut -c1-16)"
   current="$(docker image inspect --format '{{index .Config.Labels "coder-conformance.content-key"}}' "$image" 2>/dev/null || true)"
   if [ "$current" = "$key" ]; then
-    log "$image is up to date (content key $key)"
+    cached "$image (content key $key)"
   else
-    log "building $image from $dockerfile${target:+ (target $target)} on $base"
-    nice -n 19 docker build -q -f "$dockerfile" ${target:+--target "$target"} \
+    step "building $image from $dockerfile${target:+ (target $target)} on $base"
+    heartbeat "building $image" quietly "$ctx.$binary.log" nice -n 19 docker build -q -f "$dockerfile" ${target:+--target "$target"} \
       --build-arg BASE_IMAGE="$base" --label "coder-conformance.content-key=$key" \
-      -t "$image" "$ctx" >"$ctx.$binary.log" 2>&1 \
+      -t "$image" "$ctx" \
       || { cat "$ctx.$binary.log" >&2; rm -f "$ctx.$binary.log"; fail "docker build of $image failed"; }
     rm -f "$ctx.$binary.log"
-    log "  $image built in $((SECONDS - start)) s ($(docker image inspect --format '{{.Size}}' "$image" | awk '{printf "%d MB", $1/1e6}'))"
+    step_done "$(docker image inspect --format '{{.Size}}' "$image" | awk '{printf "%d MB", $1/1e6}')"
+    built=$((built + 1))
   fi
   if [ $verify = 1 ]; then
     # `--help` prints usage (the stub daemon prints its usage line and exits 2): proof that the
@@ -92,3 +97,4 @@ build() {
 build "coder-provisioner-operator:$tag" operator/Dockerfile.prebuilt "" coder-provisioner-operator
 build "fake-coderd:$tag" fake-coderd/Dockerfile.prebuilt fake-coderd fake-coderd
 build "coder-stub:$tag" fake-coderd/Dockerfile.prebuilt coder-stub coder-stub
+log "${#binaries[@]} images ready in $((SECONDS - total_start)) s ($built built, $((${#binaries[@]} - built)) cached)"

@@ -11,31 +11,9 @@ KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 
-log() { printf '[k8s-binaries] %s\n' "$*" >&2; }
-
-# Runs a long step, printing a heartbeat every 30 s and its duration at the end, so a first run
-# (many minutes of Go builds) is never silent.
-timed() {
-  local what=$1 start=$SECONDS
-  shift
-  log "$what …"
-  "$@" &
-  local pid=$!
-  while ! wait_for "$pid" 30; do
-    log "  still $what ($((SECONDS - start)) s so far)"
-  done
-  wait "$pid" || { log "$what failed after $((SECONDS - start)) s"; return 1; }
-  log "$what: done in $((SECONDS - start)) s"
-}
-
-# True once process $1 has exited, false if it is still running after $2 seconds.
-wait_for() {
-  local deadline=$((SECONDS + $2))
-  while kill -0 "$1" 2>/dev/null; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 1
-  done
-}
+# log, timed (a step with heartbeats every 30 s): a first run's many minutes of Go builds are
+# never silent.
+. "$(dirname "$0")/progress.sh"
 
 have_all() {
   local dir=$1

@@ -30,23 +30,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-log() { printf '[kind-node-image] %s\n' "$*" >&2; }
+. "$here/progress.sh"
 fail() { printf 'kind-node-image: %s\n' "$*" >&2; exit 1; }
-step_start=0
-step() { step_start=$SECONDS; log "$*"; }
-step_done() { log "  done in $((SECONDS - step_start)) s"; }
-# heartbeat LABEL CMD...: runs CMD, printing a progress line every 60 s while it runs.
-heartbeat() {
-  local label=$1; shift
-  "$@" &
-  local pid=$! started=$SECONDS status=0
-  while kill -0 "$pid" 2>/dev/null; do
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    kill -0 "$pid" 2>/dev/null && log "  still $label ($((SECONDS - started)) s so far)"
-  done
-  wait "$pid" || status=$?
-  return $status
-}
 
 # Versions. Kubernetes is pinned in scripts/k8s-binaries.sh (the one place); the others are the
 # releases kind v0.33.0's base image uses, or the ones kubeadm of that Kubernetes asks for.
@@ -74,11 +59,11 @@ saved="$cache_root/kind-node/${tag//[\/:]/_}.tar"
 
 if [ "${KIND_NODE_IMAGE_REBUILD:-0}" != 1 ]; then
   if docker image inspect "$tag" >/dev/null 2>&1; then
-    log "using $tag (already in the engine)"
+    cached "node image $tag (in the engine)"
     echo "$tag"; exit 0
   fi
   if [ -s "$saved" ]; then
-    step "loading $tag from $saved"
+    step "loading the cached node image $tag from $saved"
     docker load -i "$saved" >/dev/null || fail "docker load -i $saved failed"
     step_done
     echo "$tag"; exit 0
@@ -101,7 +86,7 @@ go_build() {
   local dest=$1 modver=$2 ldflags=$3 tags=$4; shift 4
   local spec pkg name missing=0
   for spec in "$@"; do [ -x "$dest/${spec##*:}" ] || missing=1; done
-  if [ $missing = 0 ]; then log "cached: $dest"; return 0; fi
+  if [ $missing = 0 ]; then cached "$modver ($dest)"; return 0; fi
   step "building ${modver} ($(for s in "$@"; do printf '%s ' "${s##*:}"; done)) from the Go module proxy"
   local mod="$work/mod-${RANDOM}"
   mkdir -p "$mod" "$dest.tmp"
@@ -109,7 +94,7 @@ go_build() {
     || fail "go get $modver failed: $(tail -n 3 "$mod.log")"
   for spec in "$@"; do
     pkg=${spec%%:*}; name=${spec##*:}
-    ( cd "$mod" && heartbeat "building $name" nice -n 19 go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$dest.tmp/$name" "$pkg" ) \
+    ( cd "$mod" && timed "  go build $name" nice -n 19 go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$dest.tmp/$name" "$pkg" ) \
       || fail "go build $pkg ($modver) failed"
   done
   mkdir -p "$dest"; mv "$dest.tmp"/* "$dest"/; rmdir "$dest.tmp"
@@ -157,6 +142,8 @@ if [ ! -x "$pause_dir/pause" ]; then
   nice -n 19 gcc -Os -Wall -Werror -static -DVERSION="${KUBERNETES_VERSION}-offline" \
     -o "$pause_dir/pause" "$k8s_dir/build/pause/linux/pause.c" || fail "gcc pause.c failed"
   step_done
+else
+  cached "pause ($pause_dir)"
 fi
 
 # Kubernetes: kube-apiserver, kube-controller-manager, kubectl from scripts/k8s-binaries.sh (shared
@@ -190,14 +177,13 @@ if [ $missing = 1 ]; then
       go get "k8s.io/kubernetes/cmd/$c@${KUBERNETES_VERSION}" >>"$work/k8s-get.log" 2>&1 || { tail -n 3 "$work/k8s-get.log" >&2; exit 1; }
     done
     for c in "${k8s_cmds[@]}"; do
-      log "  go build $c"
-      heartbeat "building $c" nice -n 19 go build -trimpath -ldflags "$k8s_ldflags" -o "$k8s_node_dir.tmp/$c" "k8s.io/kubernetes/cmd/$c" || exit 1
+      timed "  go build $c" nice -n 19 go build -trimpath -ldflags "$k8s_ldflags" -o "$k8s_node_dir.tmp/$c" "k8s.io/kubernetes/cmd/$c" || exit 1
     done
   ) || fail "building ${k8s_cmds[*]} failed"
   mkdir -p "$k8s_node_dir"; mv "$k8s_node_dir.tmp"/* "$k8s_node_dir"/; rmdir "$k8s_node_dir.tmp"
   step_done
 else
-  log "cached: $k8s_node_dir"
+  cached "${k8s_cmds[*]} ${KUBERNETES_VERSION} ($k8s_node_dir)"
 fi
 
 # --- component images ---------------------------------------------------------------------------
@@ -368,7 +354,7 @@ ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
-heartbeat "building the node image" nice -n 19 docker build --build-arg BASE_IMAGE="$base_image" -t "$tag-stage" "$ctx" >"$work/node-build.log" 2>&1 \
+heartbeat "building the node image" quietly "$work/node-build.log" nice -n 19 docker build --build-arg BASE_IMAGE="$base_image" -t "$tag-stage" "$ctx" \
   || { cp "$work/node-build.log" /tmp/kind-node-image-build.log; fail "docker build of the node image failed (log: /tmp/kind-node-image-build.log): $(tail -n 3 "$work/node-build.log")"; }
 step_done
 

@@ -120,6 +120,34 @@ impl ControlPlaneAccess {
     }
 }
 
+/// The operator `run` and `bench` start themselves, and what it runs under.
+#[derive(Args, Debug, Clone, Default)]
+pub struct StartedOperatorArgs {
+    /// Run this command (through `sh -c`) as the operator instead of the reference operator,
+    /// with KUBECONFIG of its ServiceAccount, POD_NAMESPACE and WATCH_NAMESPACE in its env.
+    #[arg(long)]
+    pub operator_cmd: Option<String>,
+    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
+    /// into this binary).
+    #[arg(long)]
+    pub operator_rbac: Option<PathBuf>,
+    /// CRDs to install instead of the suite's (the implementation's own); `run` judges them and
+    /// also applies them with --operator installed.
+    #[arg(long)]
+    pub crds: Option<PathBuf>,
+}
+
+impl StartedOperatorArgs {
+    /// The suite's embedded inputs, with the CRD and RBAC folders named here instead.
+    pub fn inputs(&self, features: Option<&Path>) -> anyhow::Result<crate::assets::Inputs> {
+        crate::assets::Inputs::resolve(
+            features,
+            self.crds.as_deref(),
+            self.operator_rbac.as_deref(),
+        )
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Where the Kubernetes API comes from.
@@ -178,17 +206,8 @@ pub struct RunArgs {
     /// check) and checks its ServiceAccount's permissions; without it those scenarios are skipped.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub operator_deployment: Option<String>,
-    /// Run this command as the operator (with KUBECONFIG of its ServiceAccount in its env).
-    #[arg(long)]
-    pub operator_cmd: Option<String>,
-    /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
-    /// into this binary).
-    #[arg(long)]
-    pub operator_rbac: Option<PathBuf>,
-    /// CRDs to install and judge instead of the suite's (the implementation's own); also
-    /// applied with --operator installed.
-    #[arg(long)]
-    pub crds: Option<PathBuf>,
+    #[command(flatten)]
+    pub started: StartedOperatorArgs,
     /// Anything else the operator needs (e.g. a CRD of its own): applied before the operator
     /// starts, waiting for CRDs to be Established and Deployments to be available.
     #[arg(long)]
@@ -292,6 +311,13 @@ pub(crate) fn all_tags(
         .collect()
 }
 
+/// Start of the skip reason of a scenario outside `--tags`/`--name`.
+pub(crate) const NOT_SELECTED: &str = "not selected by";
+/// Skip reason of a selected scenario the run never started: `--fail-fast` stops starting
+/// scenarios at the first failure (running ones finish), and an aborted run stops at once.
+const NOT_STARTED: &str =
+    "not started: the run stopped early (--fail-fast after a failure, or the run was aborted)";
+
 /// What this run can execute; scenarios outside it are reported skipped with the reason.
 #[derive(Clone, Debug)]
 pub struct Selection {
@@ -307,12 +333,12 @@ impl Selection {
         if let Some(expression) = &self.tags
             && !expression.eval(tags.iter())
         {
-            return Some("not selected by --tags".to_owned());
+            return Some(format!("{NOT_SELECTED} --tags"));
         }
         if let Some(regex) = &self.name
             && !regex.is_match(name)
         {
-            return Some("not selected by --name".to_owned());
+            return Some(format!("{NOT_SELECTED} --name"));
         }
         let has = |tag: &str| tags.iter().any(|t| t == tag);
         if self.real_coderd && (has("fake-coderd") || has("fault-injection")) {
@@ -526,7 +552,7 @@ async fn prepare(
     let timeouts =
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
 
-    let crd_set = if args.operator != OperatorMode::Installed || args.crds.is_some() {
+    let crd_set = if args.operator != OperatorMode::Installed || args.started.crds.is_some() {
         let crds = crate::manifests::install_crds(&client, &inputs.crds)
             .await
             .with_context(|| format!("installing the CRDs of {}", inputs.crds_source))?;
@@ -651,7 +677,7 @@ async fn prepare(
 
     let mut operator_command = None;
     let mut rbac_set = None;
-    let (operator, mode) = match (&args.operator_cmd, args.operator) {
+    let (operator, mode) = match (&args.started.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => match &args.operator_deployment {
             Some(reference) => (
                 Operator::InCluster(
@@ -692,7 +718,8 @@ async fn prepare(
                 );
             }
             let shown = crate::setup::mask_secrets(
-                args.operator_cmd
+                args.started
+                    .operator_cmd
                     .as_deref()
                     .map_or(spec.command.display(), str::to_owned)
                     .as_str(),
@@ -957,11 +984,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         operator_installed: args.operator == OperatorMode::Installed
             && args.operator_deployment.is_none(),
     };
-    let inputs = crate::assets::Inputs::resolve(
-        args.features.as_deref(),
-        args.crds.as_deref(),
-        args.operator_rbac.as_deref(),
-    )?;
+    let inputs = args.started.inputs(args.features.as_deref())?;
     let features = parse_features(&inputs.features)?;
     if args.list {
         list(&features, &selection);
@@ -995,16 +1018,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                        rule: Option<&gherkin::Rule>,
                        scenario: &gherkin::Scenario| {
         let tags = all_tags(feature, rule, scenario);
-        match selection.skip_reason(&tags, &scenario.name) {
-            None => true,
-            Some(reason) => {
-                filter_outcomes
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .skipped(feature, scenario, reason);
-                false
-            }
-        }
+        let skip = selection.skip_reason(&tags, &scenario.name);
+        let selected = skip.is_none();
+        // A selected scenario is "not started" until cucumber starts it, so one that a stopped
+        // run never starts is in the report (and keeps the run from claiming conformance).
+        filter_outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .skipped(
+                feature,
+                scenario,
+                skip.unwrap_or_else(|| NOT_STARTED.to_owned()),
+            );
+        selected
     };
     let hook_outcomes = outcomes.clone();
     let mut cucumber = ProvisionerWorld::cucumber()
@@ -1138,58 +1164,114 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(report: &ConformanceReport, report_dir: &Path) {
-    let tally = |t: &model::Tally| {
-        format!(
-            "{} passed, {} failed, {} skipped, {} flaky",
-            t.passed, t.failed, t.skipped, t.flaky
-        )
-    };
     println!();
-    println!("Core:     {}", tally(&report.summary.core));
-    println!("Extended: {}", tally(&report.summary.extended));
-    let skipped = report
+    for line in summary_lines(report) {
+        println!("{line}");
+    }
+    println!(
+        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
+        report_dir.display()
+    );
+}
+
+/// Skipped because this run left the scenario out (a filter, or --fail-fast stopping early),
+/// not because the environment lacks something it needs.
+fn left_out_by_the_run(result: &model::ScenarioResult) -> bool {
+    result.status == model::Status::Skipped
+        && result
+            .reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with(NOT_SELECTED) || reason == NOT_STARTED)
+}
+
+/// The claim for one level. A run that left scenarios out is partial: it neither claims nor
+/// denies conformance unless a scenario it ran failed.
+fn claim(conformant: bool, failed: usize, left_out: usize) -> String {
+    if conformant {
+        "yes".to_owned()
+    } else if failed > 0 || left_out == 0 {
+        "no".to_owned()
+    } else {
+        format!("not claimed (a partial run: {left_out} scenarios not run)")
+    }
+}
+
+/// The terminal summary: per level the tally, with the scenarios the run left out counted apart
+/// from skips, each real skip with its reason, what was simulated, and each level's claim.
+fn summary_lines(report: &ConformanceReport) -> Vec<String> {
+    let left_out = |level: model::Level| {
+        report
+            .results
+            .iter()
+            .filter(|r| r.level == Some(level) && left_out_by_the_run(r))
+            .count()
+    };
+    let (core_left_out, extended_left_out) = (
+        left_out(model::Level::Core),
+        left_out(model::Level::Extended),
+    );
+    let tally = |t: &model::Tally, left_out: usize| {
+        let mut line = format!(
+            "{} passed, {} failed, {} skipped, {} flaky",
+            t.passed,
+            t.failed,
+            t.skipped.saturating_sub(left_out),
+            t.flaky
+        );
+        if left_out > 0 {
+            line += &format!("; {left_out} not run");
+        }
+        line
+    };
+    let summary = &report.summary;
+    let mut lines = vec![
+        format!("Core:     {}", tally(&summary.core, core_left_out)),
+        format!("Extended: {}", tally(&summary.extended, extended_left_out)),
+    ];
+    let (left_out, skipped): (Vec<_>, Vec<_>) = report
         .results
         .iter()
-        .filter(|r| r.status == model::Status::Skipped);
-    let (deselected, skipped): (Vec<_>, Vec<_>) = skipped.partition(|r| {
-        r.reason
-            .as_deref()
-            .is_some_and(|reason| reason.starts_with("not selected"))
-    });
-    if !deselected.is_empty() {
-        println!(
-            "  {} scenarios not selected by --tags/--name (listed in the report)",
-            deselected.len()
-        );
+        .filter(|r| r.status == model::Status::Skipped)
+        .partition(|r| left_out_by_the_run(r));
+    let not_started = left_out
+        .iter()
+        .filter(|r| r.reason.as_deref() == Some(NOT_STARTED))
+        .count();
+    if !left_out.is_empty() {
+        lines.push(format!(
+            "  not run: {} not selected by --tags/--name, {not_started} not started before the run stopped (listed in the report)",
+            left_out.len() - not_started
+        ));
     }
-    for result in skipped {
-        println!(
+    lines.extend(skipped.iter().map(|result| {
+        format!(
             "  skipped {}:{} \"{}\": {}",
             result.feature,
             result.line,
             result.scenario,
             result.reason.as_deref().unwrap_or("")
-        );
-    }
-    for note in &report.environment.simulated {
-        println!("Simulated: {note}");
-    }
-    // A tag- or name-filtered run is partial: it can neither claim nor deny conformance.
-    let verdict = if report.summary.core_conformant {
-        "yes".to_owned()
-    } else if report.summary.core.failed > 0 || deselected.is_empty() {
-        "no".to_owned()
-    } else {
-        format!(
-            "not claimed (a partial run: {} scenarios not selected)",
-            deselected.len()
         )
-    };
-    println!("Core conformance: {verdict}");
-    println!(
-        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
-        report_dir.display()
+    }));
+    lines.extend(
+        report
+            .environment
+            .simulated
+            .iter()
+            .map(|note| format!("Simulated: {note}")),
     );
+    lines.push(format!(
+        "Core conformance: {}",
+        claim(summary.core_conformant, summary.core.failed, core_left_out)
+    ));
+    lines.push(format!(
+        "Extended conformance: {}",
+        claim(
+            summary.extended_conformant,
+            summary.core.failed + summary.extended.failed,
+            core_left_out + extended_left_out
+        )
+    ));
+    lines
 }
 
 fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
@@ -1277,6 +1359,101 @@ mod tests {
                 "{skip:?}"
             ),
         }
+    }
+
+    fn skipped(level: model::Level, reason: &str) -> model::ScenarioResult {
+        model::ScenarioResult {
+            reason: Some(reason.to_owned()),
+            ..crate::report::model::tests::result(Some(level), model::Status::Skipped)
+        }
+    }
+
+    fn ran(level: model::Level, status: model::Status) -> model::ScenarioResult {
+        crate::report::model::tests::result(Some(level), status)
+    }
+
+    fn summary_of(results: Vec<model::ScenarioResult>) -> Vec<String> {
+        summary_lines(&crate::report::model::tests::report(results))
+    }
+
+    fn line<'a>(lines: &'a [String], start: &str) -> &'a str {
+        lines
+            .iter()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in {lines:#?}"))
+    }
+
+    #[test]
+    fn a_filtered_run_claims_nothing_and_counts_its_filtered_scenarios_apart() {
+        use model::{Level, Status};
+        let not_selected = format!("{NOT_SELECTED} --tags");
+        let lines = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            skipped(Level::Core, &not_selected),
+            skipped(Level::Core, &not_selected),
+            skipped(Level::Extended, &not_selected),
+        ]);
+        assert_eq!(
+            line(&lines, "Core:"),
+            "Core:     1 passed, 0 failed, 0 skipped, 0 flaky; 2 not run"
+        );
+        assert_eq!(
+            line(&lines, "Core conformance:"),
+            "Core conformance: not claimed (a partial run: 2 scenarios not run)"
+        );
+        assert_eq!(
+            line(&lines, "Extended conformance:"),
+            "Extended conformance: not claimed (a partial run: 3 scenarios not run)"
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with("  skipped ")),
+            "a filtered scenario is not listed as a skip: {lines:#?}"
+        );
+    }
+
+    #[test]
+    fn scenarios_fail_fast_never_started_keep_the_run_from_claiming() {
+        use model::{Level, Status};
+        // An Extended failure stopped the run before the remaining Core scenario started.
+        let lines = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            ran(Level::Extended, Status::Failed),
+            skipped(Level::Core, NOT_STARTED),
+        ]);
+        assert_eq!(
+            line(&lines, "Core conformance:"),
+            "Core conformance: not claimed (a partial run: 1 scenarios not run)"
+        );
+        assert_eq!(
+            line(&lines, "Extended conformance:"),
+            "Extended conformance: no"
+        );
+        assert!(line(&lines, "  not run:").contains("1 not started before the run stopped"));
+    }
+
+    #[test]
+    fn a_failure_or_a_real_skip_denies_the_claim_and_a_full_pass_makes_it() {
+        use model::{Level, Status};
+        let failed = summary_of(vec![
+            ran(Level::Core, Status::Failed),
+            skipped(Level::Core, &format!("{NOT_SELECTED} --name")),
+        ]);
+        assert_eq!(line(&failed, "Core conformance:"), "Core conformance: no");
+        let gap = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            skipped(Level::Core, "needs the fake coderd"),
+        ]);
+        assert_eq!(line(&gap, "Core conformance:"), "Core conformance: no");
+        assert!(line(&gap, "  skipped ").ends_with(": needs the fake coderd"));
+        let full = summary_of(vec![
+            ran(Level::Core, Status::Passed),
+            ran(Level::Extended, Status::Passed),
+        ]);
+        assert_eq!(line(&full, "Core conformance:"), "Core conformance: yes");
+        assert_eq!(
+            line(&full, "Extended conformance:"),
+            "Extended conformance: yes"
+        );
     }
 
     #[test]

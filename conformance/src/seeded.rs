@@ -274,7 +274,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
                 if result
                     .reason
                     .as_deref()
-                    .is_some_and(|r| r.starts_with("not selected")) => {}
+                    .is_some_and(|r| r.starts_with(crate::cli::NOT_SELECTED)) => {}
             Status::Skipped => skipped.push(scenario),
         }
     }

@@ -1,19 +1,20 @@
 //! `conformance bench` end to end at the smallest size: every phase but the suite runs on a real
 //! local control plane with the reference operator, and the results folder holds figures that
-//! could only come from real measurements.
+//! could only come from real measurements; side by side, a command operator goes through the
+//! same phases.
+use std::path::Path;
 use std::time::Duration;
 
+use conformance::bench::compare::Comparison;
 use conformance::bench::model::BenchReport;
 use conformance::bench::{BenchArgs, Phase};
 use fake_coderd::routes;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let out = tempfile::tempdir()?;
-    let args = BenchArgs {
+/// The smallest bench: one CR, one namespace, one control plane, short windows.
+fn smallest(out: &Path, phases: Vec<Phase>) -> BenchArgs {
+    BenchArgs {
         sizes: vec![1],
-        phases: vec![Phase::Scale, Phase::Steady, Phase::Restart, Phase::Churn],
+        phases,
         namespaces: 1,
         control_planes: 1,
         steady_size: 1,
@@ -23,8 +24,23 @@ async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
         fault_window: Duration::from_secs(3),
         fault_toggle: Duration::from_millis(500),
         ready_timeout: Duration::from_secs(120),
-        out: out.path().to_path_buf(),
-    };
+        out: out.to_path_buf(),
+        started: Default::default(),
+        compare: None,
+        name: None,
+        compare_name: "compared".to_owned(),
+        compare_rbac: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let out = tempfile::tempdir()?;
+    let args = smallest(
+        out.path(),
+        vec![Phase::Scale, Phase::Steady, Phase::Restart, Phase::Churn],
+    );
     conformance::bench::run(args).await?;
 
     let report: BenchReport =
@@ -72,5 +88,55 @@ async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
     assert!(svg.starts_with("<svg") && svg.contains(">1</text>"));
     let text = std::fs::read_to_string(out.path().join("bench.txt"))?;
     assert!(text.contains("Targets") && text.contains("Churn under faults"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_operator_is_measured_side_by_side_with_the_reference() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let out = tempfile::tempdir()?;
+    // The reference binary again, but as another implementation is run: through the shell,
+    // finding its metrics address in METRICS_ADDR.
+    let binary = conformance::implementation::reference_operator_binary().await?;
+    let mut args = smallest(out.path(), vec![Phase::Scale, Phase::Restart]);
+    args.compare = Some(format!("'{}' run", binary.display()));
+    conformance::bench::run(args).await?;
+
+    let comparison: Comparison =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("bench.json"))?)?;
+    assert_eq!(comparison.names(), ["reference", "compared"]);
+    for report in &comparison.implementations {
+        let name = &report.environment.implementation;
+        assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);
+        assert_eq!(report.scale[0].ready, 1, "{name}");
+        assert!(report.scale[0].operator.peak_rss_kib > 0, "{name}");
+        let restart = report.restart.as_ref().expect("restart phase");
+        assert!(
+            restart.reconciled_ms.is_some(),
+            "{name}: the reconcile counter was read at METRICS_ADDR"
+        );
+    }
+    assert!(
+        comparison.implementations[1]
+            .environment
+            .operator_command
+            .starts_with("METRICS_ADDR=127.0.0.1:<port> ")
+    );
+    let all_ready = comparison
+        .figures
+        .iter()
+        .find(|f| f.figure == "scale N=1: all Ready")
+        .expect("time to all Ready");
+    assert!(all_ready.values.iter().all(Option::is_some) && all_ready.ratio.is_some());
+    assert!(
+        out.path()
+            .join("compared/logs/scale-1/operator.log")
+            .is_file()
+    );
+
+    let text = std::fs::read_to_string(out.path().join("bench.txt"))?;
+    assert!(text.contains("compared/reference") && text.contains("==== compared"));
+    let svg = std::fs::read_to_string(out.path().join("bench.svg"))?;
+    assert!(svg.contains("Side by side: reference vs compared"));
     Ok(())
 }

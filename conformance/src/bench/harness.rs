@@ -1,9 +1,9 @@
 //! One measured environment: a fresh local control plane, two in-process fake coderds (the two
 //! "control planes" on the coderd side), a CoderControlPlane for each of them in every namespace,
-//! the readiness stand-in (contract D-8), a watch on CoderProvisioners and the operator as a
-//! child process under `config/rbac`.
+//! the readiness stand-in (contract D-8), a watch on CoderProvisioners and the operator under
+//! measurement ([`Contender`]) as a child process under the RBAC of `--operator-rbac`.
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -26,23 +26,29 @@ use crate::world::{control_plane_resource, provisioner_resource};
 const FIELD_MANAGER: &str = "coder-provisioner-bench";
 const POLL: Duration = Duration::from_millis(100);
 const OPERATOR_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// An operator that serves no `/readyz` at its metrics address is measured from this long after
+/// its start: nothing else tells when it has started watching.
+const STARTUP_GRACE: Duration = Duration::from_secs(10);
+/// Where a command operator is told to serve `/readyz` and `/metrics` (the reference operator
+/// reads it too).
+pub const METRICS_ADDR_ENV: &str = "METRICS_ADDR";
 /// Create requests in flight at once: "created at once" without opening a thousand connections.
 const CREATE_CONCURRENCY: usize = 32;
 /// Operator counter that grows by one per finished reconcile (any result).
 const RECONCILES_COUNTER: &str = "coder_provisioner_operator_reconciles_total";
 
-/// What every run shares.
+/// What every run shares, whichever implementation it measures.
 #[derive(Clone, Debug)]
 pub struct Setup {
     pub binaries: PathBuf,
-    pub operator_binary: PathBuf,
-    pub repo: PathBuf,
+    /// CRDs installed on every control plane (`--crds`, else the suite's).
+    pub crds: PathBuf,
+    /// RBAC every operator runs under (`--operator-rbac`, else the suite's).
+    pub rbac: PathBuf,
     pub namespaces: usize,
     pub control_planes: usize,
     pub ready_timeout: Duration,
     pub settle: Duration,
-    /// Folder for the operator logs of each run.
-    pub logs: PathBuf,
 }
 
 impl Setup {
@@ -63,25 +69,73 @@ impl Setup {
     pub fn control_plane_objects(&self) -> usize {
         self.namespaces * self.control_planes
     }
+}
 
-    fn operator_args(port: u16) -> Vec<String> {
-        [
+/// How an implementation under measurement is started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// The reference operator's binary, given its metrics address as a flag.
+    Reference(PathBuf),
+    /// A shell command line (`--operator-cmd`, `--compare`), started as `conformance run` starts
+    /// it and told its metrics address in [`METRICS_ADDR_ENV`].
+    Shell(String),
+}
+
+/// One implementation the bench measures.
+#[derive(Clone, Debug)]
+pub struct Contender {
+    /// Its name in tables and file names.
+    pub name: String,
+    pub launch: Launch,
+    /// Where its operator logs and suite report go.
+    pub files: PathBuf,
+    /// Its own RBAC folder (`--compare-rbac`); `None` = the bench's ([`Setup::rbac`]).
+    pub rbac: Option<PathBuf>,
+}
+
+impl Contender {
+    /// The operator with `/readyz` and `/metrics` on `127.0.0.1:port`, under `rbac`.
+    pub fn operator(&self, port: u16, rbac: &Path) -> anyhow::Result<OperatorUnderTest> {
+        let address = format!("127.0.0.1:{port}");
+        let (command, extra_env) = match &self.launch {
+            Launch::Reference(binary) => (reference_command(binary, &address), Vec::new()),
+            Launch::Shell(line) => (
+                OperatorCommand::from_shell(line)?,
+                vec![(METRICS_ADDR_ENV.to_owned(), address)],
+            ),
+        };
+        let mut spec = OperatorUnderTest::new(command);
+        spec.rbac_dir = rbac.to_path_buf();
+        spec.extra_env = extra_env;
+        Ok(spec)
+    }
+
+    /// The command line for reports: the port left open, secrets masked.
+    pub fn command_line(&self) -> String {
+        const ADDRESS: &str = "127.0.0.1:<port>";
+        match &self.launch {
+            Launch::Reference(binary) => reference_command(binary, ADDRESS).display(),
+            Launch::Shell(line) => format!(
+                "{METRICS_ADDR_ENV}={ADDRESS} {}",
+                crate::setup::mask_secrets(line)
+            ),
+        }
+    }
+}
+
+fn reference_command(binary: &Path, metrics_address: &str) -> OperatorCommand {
+    OperatorCommand {
+        program: binary.display().to_string(),
+        args: [
             "run",
             "--leader-election=false",
             "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
+            metrics_address,
             "--log-format",
             "text",
         ]
         .map(str::to_owned)
-        .to_vec()
-    }
-
-    pub fn operator_command(&self, port: u16) -> OperatorCommand {
-        OperatorCommand {
-            program: self.operator_binary.display().to_string(),
-            args: Self::operator_args(port),
-        }
+        .to_vec(),
     }
 }
 
@@ -140,7 +194,7 @@ pub struct BenchRun {
 }
 
 impl BenchRun {
-    pub async fn start(setup: &Setup, label: &str) -> anyhow::Result<Self> {
+    pub async fn start(setup: &Setup, contender: &Contender, label: &str) -> anyhow::Result<Self> {
         let options = LocalOptions {
             binaries_dir: Some(setup.binaries.clone()),
             ..LocalOptions::default()
@@ -149,7 +203,7 @@ impl BenchRun {
             .await
             .context("starting the local control plane")?;
         let admin = cluster.admin_client().await?;
-        let crds = crate::manifests::install_crds(&admin, &setup.repo.join("config/crd")).await?;
+        let crds = crate::manifests::install_crds(&admin, &setup.crds).await?;
         crate::manifests::wait_crds_established(&admin, &crds, Duration::from_secs(60)).await?;
         let mut fakes = Vec::new();
         for _ in 0..setup.control_planes {
@@ -167,8 +221,8 @@ impl BenchRun {
         let simulator = ReadinessSimulator::start(admin.clone(), WatchScope::AllNamespaces).await?;
         let watch = ProvisionerWatch::start(admin.clone());
         let port = free_port()?;
-        let mut spec = OperatorUnderTest::new(setup.operator_command(port));
-        spec.work_dir = Some(setup.logs.join(label));
+        let mut spec = contender.operator(port, contender.rbac.as_ref().unwrap_or(&setup.rbac))?;
+        spec.work_dir = Some(contender.files.join("logs").join(label));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
         let mut run = Self {
             setup: setup.clone(),
@@ -242,8 +296,8 @@ impl BenchRun {
     /// `/proc/<pid>/comm`) and this process; one that cannot be read is left out.
     fn cpu_readings(&self) -> BTreeMap<String, f64> {
         let mut readings = BTreeMap::new();
-        if let Some(seconds) = self.operator.pid().and_then(procfs::read_cpu_seconds) {
-            readings.insert("operator".to_owned(), seconds);
+        if let Ok(operator) = self.footprint() {
+            readings.insert("operator".to_owned(), operator.cpu_seconds);
         }
         for pid in self.cluster.child_pids() {
             if let (Some(name), Some(seconds)) = (
@@ -259,9 +313,10 @@ impl BenchRun {
         readings
     }
 
+    /// The started command's whole process tree: a `--operator-cmd` runs behind `sh -c`.
     fn footprint(&self) -> anyhow::Result<Footprint> {
         let pid = self.operator.pid().context("the operator is not running")?;
-        Footprint::read(pid).with_context(|| format!("reading /proc/{pid} of the operator"))
+        Footprint::read_tree(pid).with_context(|| format!("reading /proc/{pid} of the operator"))
     }
 
     /// Creates `size` CoderProvisioners at once and waits (up to the ready timeout) until each has
@@ -356,25 +411,20 @@ impl BenchRun {
     /// SIGKILLs the operator, starts it again and waits until the new process has finished as
     /// many reconciles as there are CRs (its initial list queues each CR once), then observes
     /// the settle window. Returns the time to that point and the counts including the window.
+    /// An operator without that counter (another implementation) is observed from when it is
+    /// ready again, and the time is `None`.
     pub async fn restart(&mut self) -> anyhow::Result<(Option<Duration>, Delta)> {
+        let counts_reconciles = self.reconciles().await.is_some();
         let mark = self.mark().await?;
         let killed = Instant::now();
         self.operator.kill().await;
         self.operator.restart().await?;
-        let deadline = killed + self.setup.ready_timeout;
-        let mut reconciled = None;
-        while Instant::now() < deadline {
-            self.check_operator_running()?;
-            if self
-                .reconciles()
-                .await
-                .is_some_and(|n| n >= self.keys.len() as f64)
-            {
-                reconciled = Some(killed.elapsed());
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        let reconciled = if counts_reconciles {
+            self.wait_reconciled(killed).await?
+        } else {
+            self.wait_operator_ready().await?;
+            None
+        };
         self.settle().await?;
         let mut delta = self
             .delta(&mark, &WriteCounts::new(), self.keys.len())
@@ -404,6 +454,26 @@ impl BenchRun {
         cluster.stop().await;
     }
 
+    /// Time from `killed` until the new process has finished a reconcile per CR; `None` if it
+    /// did not within the ready timeout.
+    async fn wait_reconciled(&mut self, killed: Instant) -> anyhow::Result<Option<Duration>> {
+        let deadline = killed + self.setup.ready_timeout;
+        while Instant::now() < deadline {
+            self.check_operator_running()?;
+            if self
+                .reconciles()
+                .await
+                .is_some_and(|n| n >= self.keys.len() as f64)
+            {
+                return Ok(Some(killed.elapsed()));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(None)
+    }
+
+    /// The operator's [`RECONCILES_COUNTER`]; `None` while it is not served, and always for an
+    /// operator that has no such counter.
     async fn reconciles(&self) -> Option<f64> {
         let response = self
             .http
@@ -412,7 +482,7 @@ impl BenchRun {
             .await
             .ok()?;
         let text = response.error_for_status().ok()?.text().await.ok()?;
-        Some(apimetrics::counter_sum(&text, RECONCILES_COUNTER).unwrap_or(0.0))
+        apimetrics::counter_sum(&text, RECONCILES_COUNTER)
     }
 
     fn check_operator_running(&mut self) -> anyhow::Result<()> {
@@ -428,14 +498,24 @@ impl BenchRun {
         Ok(())
     }
 
+    /// Until `/readyz` at the metrics address answers 200; when nothing is served there (no
+    /// answer, or 404), until [`STARTUP_GRACE`] after the start.
     async fn wait_operator_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + OPERATOR_READY_TIMEOUT;
+        let started = Instant::now();
+        let deadline = started + OPERATOR_READY_TIMEOUT;
         let url = format!("{}/readyz", self.metrics_url);
         loop {
             self.check_operator_running()?;
-            if let Ok(response) = self.http.get(&url).send().await
-                && response.status().is_success()
-            {
+            let served = match self.http.get(&url).send().await {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) => response.status() != reqwest::StatusCode::NOT_FOUND,
+                Err(_) => false,
+            };
+            if !served && started.elapsed() >= STARTUP_GRACE {
+                eprintln!(
+                    "bench:   nothing answers {url}: measuring from {} s after the operator started",
+                    STARTUP_GRACE.as_secs()
+                );
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -653,13 +733,21 @@ mod tests {
     fn setup() -> Setup {
         Setup {
             binaries: PathBuf::new(),
-            operator_binary: PathBuf::from("/bin/op"),
-            repo: PathBuf::new(),
+            crds: PathBuf::new(),
+            rbac: PathBuf::from("/rbac"),
             namespaces: 10,
             control_planes: 2,
             ready_timeout: Duration::from_secs(1),
             settle: Duration::ZERO,
-            logs: PathBuf::new(),
+        }
+    }
+
+    fn contender(launch: Launch) -> Contender {
+        Contender {
+            name: "x".to_owned(),
+            launch,
+            files: PathBuf::new(),
+            rbac: None,
         }
     }
 
@@ -687,15 +775,42 @@ mod tests {
     }
 
     #[test]
-    fn the_operator_gets_a_fixed_metrics_port() {
-        let command = setup().operator_command(4242);
-        assert_eq!(command.program, "/bin/op");
+    fn the_reference_operator_gets_a_fixed_metrics_port_as_a_flag() {
+        let reference = contender(Launch::Reference(PathBuf::from("/bin/op")));
+        let spec = reference.operator(4242, &setup().rbac).expect("spec");
+        assert_eq!(spec.command.program, "/bin/op");
         assert!(
-            command
+            spec.command
                 .args
                 .windows(2)
                 .any(|w| w == ["--metrics-addr", "127.0.0.1:4242"])
         );
+        assert_eq!(spec.rbac_dir, PathBuf::from("/rbac"));
+        assert!(
+            reference
+                .command_line()
+                .ends_with("--metrics-addr 127.0.0.1:<port> --log-format text")
+        );
+    }
+
+    #[test]
+    fn a_command_operator_runs_through_the_shell_and_learns_its_metrics_address() {
+        let command = contender(Launch::Shell("./op --token s3cr3t run".to_owned()));
+        let spec = command.operator(4242, &setup().rbac).expect("spec");
+        assert_eq!(
+            spec.command,
+            OperatorCommand::from_shell("./op --token s3cr3t run").expect("command")
+        );
+        assert_eq!(
+            spec.extra_env,
+            [(METRICS_ADDR_ENV.to_owned(), "127.0.0.1:4242".to_owned())]
+        );
+        let shown = command.command_line();
+        assert!(
+            shown.starts_with("METRICS_ADDR=127.0.0.1:<port> ./op"),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
     }
 
     fn entry(at: &str, route: &str, status: u16) -> JournalEntry {

@@ -37,6 +37,9 @@ pub struct BenchReport {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct BenchEnvironment {
+    /// The measured implementation's name (`--name`, `--compare-name`).
+    #[serde(default)]
+    pub implementation: String,
     /// Cargo profile of the bench binary (`debug` or `release`).
     pub profile: String,
     pub operator_command: String,
@@ -497,6 +500,7 @@ pub(crate) mod tests {
             started_at: "2026-11-29T19:00:00Z".to_owned(),
             duration_ms: 1000,
             environment: BenchEnvironment {
+                implementation: "reference".to_owned(),
                 profile: "debug".to_owned(),
                 operator_command: "op run".to_owned(),
                 cpus: 2,

@@ -1,5 +1,6 @@
 //! The operator's footprint from `/proc/<pid>`: peak resident set (`VmHWM`) and CPU time
-//! (`utime + stime`); the CPU time and name of any process (for the CPU breakdown by process).
+//! (`utime + stime`), summed over its process tree; the CPU time and name of any process (for the
+//! CPU breakdown by process).
 use serde::{Deserialize, Serialize};
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, fixed at 100 in Linux's ABI).
@@ -28,6 +29,43 @@ impl Footprint {
             cpu_seconds,
         })
     }
+
+    /// The sum over `pid` and its descendants (an operator behind a shell wrapper). The peaks of
+    /// different processes add up to at least the tree's real peak; a wrapper adds its own ~1 MiB.
+    pub fn read_tree(pid: u32) -> anyhow::Result<Self> {
+        let mut total = Self::read(pid)?;
+        // A descendant that exits between the listing and the reading is left out.
+        for child in descendants(pid) {
+            if let Ok(footprint) = Self::read(child) {
+                total.peak_rss_kib += footprint.peak_rss_kib;
+                total.cpu_seconds += footprint.cpu_seconds;
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Every process below `pid`, from the parent pids in `/proc/*/stat`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            Some((child, parse_parent_pid(&stat)?))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (child, _) in parents.iter().filter(|(_, p)| *p == parent) {
+            found.push(*child);
+            frontier.push(*child);
+        }
+    }
+    found
 }
 
 /// User + system CPU time of `pid` since it started, seconds; `None` if it cannot be read (the
@@ -65,15 +103,24 @@ pub fn parse_vm_hwm_kib(status: &str) -> Option<u64> {
         .and_then(|kib| kib.parse().ok())
 }
 
-/// utime (field 14) + stime (field 15) of `/proc/<pid>/stat`. The command name (field 2) may
-/// contain spaces and parentheses, so fields are counted after its last `)`.
+/// utime (field 14) + stime (field 15) of `/proc/<pid>/stat`.
 pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // after_name starts at field 3 (state): field n is at index n - 3.
-    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    let utime: u64 = stat_field(stat, 14)?.parse().ok()?;
+    let stime: u64 = stat_field(stat, 15)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// ppid (field 4) of `/proc/<pid>/stat`.
+pub fn parse_parent_pid(stat: &str) -> Option<u32> {
+    stat_field(stat, 4)?.parse().ok()
+}
+
+/// Field `n` (1-based, as in proc(5)) of a `/proc/<pid>/stat` line. The command name (field 2)
+/// may contain spaces and parentheses, so fields are counted after its last `)`.
+fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // after_name starts at field 3 (state).
+    after_name.split_whitespace().nth(n.checked_sub(3)?)
 }
 
 #[cfg(test)]
@@ -94,6 +141,41 @@ mod tests {
         assert_eq!(parse_cpu_ticks(stat), Some(175));
         assert_eq!(parse_cpu_ticks("4242 (op) S 1"), None);
         assert_eq!(parse_cpu_ticks("no parenthesis"), None);
+    }
+
+    #[test]
+    fn the_parent_pid_is_read_after_the_command_name() {
+        let stat = "4242 (sh (x) 1) S 77 4242 4242 0 -1 4194560 500 0 0 0 150 25";
+        assert_eq!(parse_parent_pid(stat), Some(77));
+        assert_eq!(parse_parent_pid("4242 (op) S"), None);
+    }
+
+    #[test]
+    fn a_shell_wrapped_process_counts_with_its_shell() {
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30; true"])
+            .spawn()
+            .expect("sh");
+        let pid = shell.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while descendants(pid).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let below = descendants(pid);
+        let alone = Footprint::read(pid).expect("the shell");
+        let tree = Footprint::read_tree(pid).expect("the tree");
+        shell.kill().expect("kill");
+        let _ = shell.wait();
+        for child in &below {
+            // The shell's sleep outlives the shell.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*child as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert_eq!(below.len(), 1, "the shell's sleep: {below:?}");
+        assert!(tree.peak_rss_kib > alone.peak_rss_kib);
+        assert!(descendants(u32::MAX).is_empty());
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! A hand-written SVG chart of the scale results: time to Ready (p50, p95, max) and coderd
-//! requests per CR, each against N. N is drawn on an ordinal axis (1, 100, 500, 1000 equally
-//! spaced) so the small sizes stay readable.
+//! Hand-written SVG charts. One run: time to Ready (p50, p95, max) and coderd requests per CR
+//! of the scale phase, each against N, on an ordinal axis (1, 100, 500, 1000 equally spaced) so
+//! the small sizes stay readable. Side by side: every figure as a pair of bars with the ratio.
 use std::fmt::Write as _;
 
+use super::compare::{Comparison, ratio_header};
 use super::model::ScaleResult;
 
 const PANEL_WIDTH: f64 = 440.0;
@@ -182,6 +183,109 @@ fn panel(
     out
 }
 
+/// Colours of the implementations' bars, in command-line order.
+const IMPLEMENTATION_COLOURS: [&str; 2] = ["#1f77b4", "#ff7f0e"];
+const ROW_HEIGHT: f64 = 26.0;
+/// Generous average advance of an 11 px sans-serif character, to size the label column.
+const LABEL_CHAR_WIDTH: f64 = 6.5;
+const BAR_WIDTH: f64 = 360.0;
+const RATIO_WIDTH: f64 = 90.0;
+const HEADER_HEIGHT: f64 = 56.0;
+
+/// One row per figure: a bar per implementation (scaled to the larger of the row), its value
+/// and unit, and the ratio of the second to the first.
+pub fn render_comparison(comparison: &Comparison) -> String {
+    let names = comparison.names();
+    let labels: Vec<String> = comparison
+        .figures
+        .iter()
+        .map(|f| format!("{} ({})", f.figure, f.unit.label()))
+        .collect();
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let label_width = 20.0 + LABEL_CHAR_WIDTH * longest as f64;
+    let width = label_width + BAR_WIDTH + RATIO_WIDTH;
+    let height = HEADER_HEIGHT + ROW_HEIGHT * comparison.figures.len() as f64 + 10.0;
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<rect width="{width}" height="{height}" fill="white"/>"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="10" y="20" font-weight="bold" font-size="13">Side by side: {}</text>"#,
+        escape(&names.join(" vs "))
+    );
+    for (index, name) in names.iter().enumerate() {
+        let x = label_width + 160.0 * index as f64;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{x:.1}" y="32" width="12" height="10" fill="{}"/><text x="{:.1}" y="41">{}</text>"#,
+            IMPLEMENTATION_COLOURS[index % IMPLEMENTATION_COLOURS.len()],
+            x + 16.0,
+            escape(name)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="41" text-anchor="end" font-weight="bold">{}</text>"#,
+        width - 10.0,
+        escape(&ratio_header(&names))
+    );
+    for (row, (figure, label)) in comparison.figures.iter().zip(&labels).enumerate() {
+        let top = HEADER_HEIGHT + ROW_HEIGHT * row as f64;
+        if row % 2 == 0 {
+            let _ = writeln!(
+                svg,
+                r##"<rect x="0" y="{top:.1}" width="{width}" height="{ROW_HEIGHT}" fill="#f4f4f4"/>"##
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<text x="10" y="{:.1}">{}</text>"#,
+            top + 17.0,
+            escape(label)
+        );
+        let largest = figure
+            .values
+            .iter()
+            .flatten()
+            .copied()
+            .fold(0.0_f64, f64::max);
+        let bar_height = (ROW_HEIGHT - 6.0) / figure.values.len().max(1) as f64;
+        for (index, value) in figure.values.iter().enumerate() {
+            let y = top + 3.0 + bar_height * index as f64;
+            let length = match value {
+                Some(v) if largest > 0.0 => (BAR_WIDTH - 70.0) * v / largest,
+                _ => 0.0,
+            };
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{label_width:.1}" y="{y:.1}" width="{length:.1}" height="{:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
+                bar_height - 1.0,
+                IMPLEMENTATION_COLOURS[index % IMPLEMENTATION_COLOURS.len()],
+                label_width + length + 4.0,
+                y + bar_height - 2.0,
+                value.map_or_else(|| "—".to_owned(), |v| figure.unit.format(v))
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            width - 10.0,
+            top + 17.0,
+            figure
+                .ratio
+                .map_or_else(|| "—".to_owned(), |r| format!("×{r:.2}"))
+        );
+    }
+    svg += "</svg>\n";
+    svg
+}
+
 /// The smallest of 1, 2, 2.5, 5 × 10^k at or above `value` (1 for nothing to show).
 pub fn nice_ceiling(value: f64) -> f64 {
     if value.is_nan() || value <= 0.0 || !value.is_finite() {
@@ -266,6 +370,29 @@ mod tests {
             3,
             "p50, p95 and requests; no max"
         );
+    }
+
+    #[test]
+    fn the_side_by_side_chart_has_a_bar_per_implementation_and_figure_and_the_ratios() {
+        use crate::bench::compare::compare;
+        use crate::bench::model::tests::sample_report;
+        let reference = sample_report();
+        let mut naive = sample_report();
+        naive.environment.implementation = "naive <v2>".to_owned();
+        naive.scale[0].coderd.per_cr = Some(6.0);
+        let comparison = compare(vec![reference, naive]);
+        let svg = render_comparison(&comparison);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        let figures = comparison.figures.len();
+        // Two legend boxes, the stripes of every other row, and two bars per figure.
+        assert_eq!(
+            svg.matches("<rect").count(),
+            1 + 2 + figures.div_ceil(2) + 2 * figures
+        );
+        assert!(svg.contains("scale N=1: coderd requests (per CR)"));
+        assert!(svg.contains(">×2.00</text>"), "3.0 → 6.0 requests per CR");
+        assert!(svg.contains("naive &lt;v2&gt;/reference"));
     }
 
     #[test]

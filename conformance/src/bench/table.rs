@@ -57,7 +57,7 @@ pub fn ratio(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| format!("{v:.2}"))
 }
 
-fn mib(kib: u64) -> String {
+pub fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
@@ -145,7 +145,8 @@ pub fn render(report: &BenchReport) -> String {
     let env = &report.environment;
     let _ = writeln!(
         out,
-        "coder-provisioner bench ({} build, {} CPUs, load at start {}), operator: {}",
+        "coder-provisioner bench of {} ({} build, {} CPUs, load at start {}), operator: {}",
+        env.implementation,
         env.profile,
         env.cpus,
         env.load_average_at_start.as_deref().unwrap_or("?"),

@@ -30,7 +30,8 @@ struct Extras {
 }
 
 impl Outcomes {
-    /// Adds a scenario that did not run, with the reason.
+    /// Adds a scenario that did not run, with the reason; its start (a `Started` event)
+    /// replaces the entry.
     pub fn skipped(
         &mut self,
         feature: &gherkin::Feature,
@@ -311,6 +312,34 @@ mod tests {
         assert_eq!(
             results[0].reason.as_deref(),
             Some("not finished: the run was stopped before its end")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scenario_entered_as_not_started_is_replaced_once_it_starts() {
+        let (feature, scenario, _) = feature();
+        let mut collector = Collector::default();
+        let enter = |collector: &Collector| {
+            collector.outcomes.lock().unwrap().skipped(
+                &feature,
+                &scenario,
+                "not started".to_owned(),
+            );
+        };
+        enter(&collector);
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(
+            (results[0].status, results[0].reason.as_deref()),
+            (Status::Skipped, Some("not started"))
+        );
+        enter(&collector);
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        send(&mut collector, Scenario::Finished, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results.len(), 1);
+        assert_eq!(
+            (results[0].status, results[0].reason.as_deref()),
+            (Status::Passed, None)
         );
     }
 

@@ -471,11 +471,11 @@ fn setup_problems(report: &ConformanceReport) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rstest::rstest;
 
-    fn result(level: Option<Level>, status: Status) -> ScenarioResult {
+    pub(crate) fn result(level: Option<Level>, status: Status) -> ScenarioResult {
         ScenarioResult {
             feature: "a.feature".into(),
             scenario: "s".into(),
@@ -520,7 +520,8 @@ mod tests {
         assert!(unmet_requirements(&report, &Requirements::default()).is_empty());
     }
 
-    fn report(results: Vec<ScenarioResult>) -> ConformanceReport {
+    /// A sealed report of `results` (summary and digest computed).
+    pub(crate) fn report(results: Vec<ScenarioResult>) -> ConformanceReport {
         ConformanceReport {
             schema: SCHEMA.into(),
             implementation: Implementation {
