@@ -1,13 +1,15 @@
 //! The local control plane with the real binaries (built or cached by scripts/k8s-binaries.sh):
 //! it serves a ready API with RBAC enforced, kubectl works with its kubeconfig, garbage
 //! collection and namespace deletion happen, and dropping it leaves no process or file behind.
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use common::eventually_equals;
 use conformance::cluster::children::is_alive;
+use conformance::cluster::in_cluster::InClusterOperator;
 use conformance::cluster::kubeconfig::client_from_file;
 use conformance::cluster::local::{LocalControlPlane, LocalOptions};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -142,5 +144,81 @@ async fn local_control_plane_behaves_like_a_cluster_and_leaves_nothing_behind() 
         assert!(!listed.contains(name), "{name} survived the drop: {listed}");
     }
     assert!(!dir.exists(), "{} was not removed", dir.display());
+    Ok(())
+}
+
+/// `--operator installed --operator-deployment NS/NAME`: the suite reads the operator's Deployment
+/// (identity, pod selector, replicas to restore) and stops it by scaling to 0. No kubelet runs
+/// here, so no pod exists and a stop returns once the scale is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_operator_is_read_from_its_deployment_and_scaled_to_zero() -> anyhow::Result<()>
+{
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plane = LocalControlPlane::start(LocalOptions::default()).await?;
+    let admin = plane.admin_client().await?;
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "vendor-system" } }))?,
+        )
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "vendor-system");
+    let labels = json!({ "app": "vendor-operator" });
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": { "name": "vendor-operator" },
+                "spec": {
+                    "replicas": 2,
+                    "selector": { "matchLabels": labels },
+                    "template": {
+                        "metadata": { "labels": labels },
+                        "spec": {
+                            "serviceAccountName": "vendor",
+                            "containers": [{ "name": "manager", "image": "vendor:1" }],
+                        },
+                    },
+                },
+            }))?,
+        )
+        .await?;
+
+    let operator = InClusterOperator::from_live(&admin, "vendor-system/vendor-operator").await?;
+    assert_eq!(
+        (
+            operator.namespace.as_str(),
+            operator.deployment.as_str(),
+            operator.service_account.as_str(),
+            operator.selector.as_str(),
+            operator.replicas,
+        ),
+        (
+            "vendor-system",
+            "vendor-operator",
+            "vendor",
+            "app=vendor-operator",
+            2
+        )
+    );
+    operator.stop(&admin, Duration::from_secs(30)).await?;
+    let scaled = deployments.get("vendor-operator").await?;
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(0));
+    assert_eq!(operator.logs(&admin, Some(10)).await?, "", "no pod, no log");
+
+    let missing = InClusterOperator::from_live(&admin, "vendor-system/absent")
+        .await
+        .expect_err("no such Deployment");
+    assert!(
+        format!("{missing:#}").contains("does not exist"),
+        "{missing:#}"
+    );
+    let malformed = InClusterOperator::from_live(&admin, "vendor-operator")
+        .await
+        .expect_err("no namespace");
+    assert!(
+        format!("{malformed:#}").contains("NAMESPACE/NAME"),
+        "{malformed:#}"
+    );
     Ok(())
 }
