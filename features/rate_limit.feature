@@ -16,6 +16,23 @@ Feature: Rate limiting by coderd
     Then the provisioner becomes Ready
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
 
+  # Deleting the old key after a rotation is best effort (R-KEY-16), but a 429 is not a failure
+  # to shrug off: it stops the pass like any rate-limited key request, and the delete is retried.
+  @R-RL-1 @R-KEY-16 @extended
+  Scenario: A rate-limited delete of the old key stops the pass and is retried
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When coderd answers every DELETE on "provisionerkey" with status 429
+    And the provisioner spec is changed to:
+      """
+      key: {name: renamed-key}
+      """
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
+    When coderd answers normally again
+    Then the provisioner becomes Ready
+    And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
+    And coderd holds exactly 1 provisioner key named "renamed-key"
+
   @R-RL-2 @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access
