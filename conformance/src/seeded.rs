@@ -453,9 +453,7 @@ async fn build_seeded_operator(repo: &Path, out_dir: &Path) -> anyhow::Result<Pa
 }
 
 async fn cargo_build_operator(repo: &Path, seeded: bool) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = tokio::process::Command::new(cargo);
-    command.args([
+    let mut args = vec![
         "build",
         "-p",
         "operator",
@@ -463,22 +461,12 @@ async fn cargo_build_operator(repo: &Path, seeded: bool) -> anyhow::Result<PathB
         REFERENCE_BINARY,
         "--message-format=json-render-diagnostics",
         "--locked",
-    ]);
+    ];
     if seeded {
-        command.args(["--features", "seeded-bugs"]);
+        args.extend(["--features", "seeded-bugs"]);
     }
-    eprintln!(
-        "seeded-bugs: cargo build -p operator{}",
-        if seeded {
-            " --features seeded-bugs"
-        } else {
-            ""
-        }
-    );
-    let output = command
-        .current_dir(repo)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
+    eprintln!("seeded-bugs: cargo {}", args.join(" "));
+    let output = crate::implementation::workspace_cargo(repo, &args)
         .output()
         .await
         .context("running cargo")?;
@@ -488,11 +476,7 @@ async fn cargo_build_operator(repo: &Path, seeded: bool) -> anyhow::Result<PathB
             output.status
         );
     }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == REFERENCE_BINARY)
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+    crate::implementation::built_executable(&String::from_utf8_lossy(&output.stdout))
         .ok_or_else(|| anyhow!("cargo reported no {REFERENCE_BINARY} executable"))
 }
 

@@ -388,7 +388,7 @@ fn source_workspace() -> anyhow::Result<PathBuf> {
 /// `cargo <args>` in the source workspace, without the variables cargo set for the running test:
 /// they describe *its* package, and inherited they make build scripts that watch them (ring's
 /// watches CARGO_MANIFEST_DIR and OUT_DIR) rebuild, and then the next `cargo test` rebuild them back.
-fn workspace_cargo(workspace: &Path, args: &[&str]) -> tokio::process::Command {
+pub(crate) fn workspace_cargo(workspace: &Path, args: &[&str]) -> tokio::process::Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = tokio::process::Command::new(cargo);
     for (name, _) in std::env::vars_os() {
@@ -464,7 +464,7 @@ fn is_package_variable(name: &str) -> bool {
 }
 
 /// The `executable` of the `compiler-artifact` message for the reference binary.
-fn built_executable(cargo_json: &str) -> Option<PathBuf> {
+pub(crate) fn built_executable(cargo_json: &str) -> Option<PathBuf> {
     cargo_json
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
