@@ -6,6 +6,8 @@
 #       e.g. scripts/mutants.sh operator/src/provisioner/credentials.rs
 #   --in-place  mutate this tree itself (restored after each mutant) and build in its target/:
 #               no copy, incremental builds; for a worktree made for the run, never one you edit.
+#   --resume    keep an interrupted run's results and skip its caught and unviable mutants
+#               (cargo-mutants --iterate); only valid while the file is unchanged.
 #
 # Each file is run on its own, in two stages: first with the suite narrowed to the rules that
 # file decides (CUCUMBER_FILTER_TAGS), so a mutant costs one build and a part of the suite; then
@@ -20,9 +22,11 @@ cd "$(dirname "$0")/.."
 # The scratch copy starts from this tree's target/ so only the workspace crates build cold.
 where=(--jobs 1 --copy-target true)
 shard=()
+resume=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --in-place) where=(--in-place); shift ;;
+    --resume) resume=(--iterate); shift ;;
     --shard) shard=(--shard "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -55,11 +59,12 @@ tags_for() {
 judge() { # judge OUTPUT TAGS FILE [cargo-mutants arguments…]
   local out="$1" tags="$2" file="$3"
   shift 3
-  rm -rf "$out" && mkdir -p "$out"
+  [ ${#resume[@]} -gt 0 ] || rm -rf "$out"
+  mkdir -p "$out"
   local selection=(-u CUCUMBER_FILTER_TAGS)
   [ -z "$tags" ] || selection=(CUCUMBER_FILTER_TAGS="$tags")
   env "${selection[@]}" CONFORMANCE_FAIL_FAST=true CONFORMANCE_UNIT_TESTS_FIRST=1 \
-    cargo mutants --file "$file" "${where[@]}" "$@" \
+    cargo mutants --file "$file" "${where[@]}" "${resume[@]}" "$@" \
     --baseline skip --timeout 900 --build-timeout 900 --output "$out" || [ $? -le 3 ]
 }
 count() { if [ -f "$1/mutants.out/$2.txt" ]; then grep -c . "$1/mutants.out/$2.txt" || true; else echo 0; fi; }
