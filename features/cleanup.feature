@@ -113,15 +113,24 @@ Feature: Clean-up when a provisioner is deleted
     When coderd becomes reachable again
     Then the recorded provisioner key still exists in coderd
 
+  # Every failure the rule names, 429 included: on deletion a rate limit is not retried.
   @R-DEL-8 @tutorial @fault-injection @core
-  Scenario: When the delete call fails the provisioner is removed after one attempt
+  Scenario Outline: When the delete call fails with <status> the provisioner is removed after one attempt
     Given the sample provisioner is Ready
     Then the provisioner status records its provisioner key
-    When coderd answers every DELETE on "provisionerkey" with status 500
+    When coderd answers every DELETE on "provisionerkey" with status <status>
     And the provisioner is deleted
     Then the provisioner is gone
     And the recorded provisioner key still exists in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
+
+    Examples:
+      | status |
+      | 500    |
+      | 503    |
+      | 401    |
+      | 403    |
+      | 429    |
 
   @R-DEL-9 @fault-injection @core
   Scenario: A key already gone from coderd does not hold up the deletion

@@ -38,7 +38,7 @@ Feature: Rate limiting by coderd
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
     When the sample provisioner is applied
-    Then coderd sees 4 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
+    Then coderd sees 5 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
 
   @R-RL-3 @extended
   Scenario: A success starts the backoff over

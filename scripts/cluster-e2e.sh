@@ -3,7 +3,8 @@
 #   1. the Docker-only tier test: builds the three images (operator, fake-coderd, coder-stub),
 #      creates the cluster (kind, or k3s in a container through testcontainers), installs CRDs,
 #      RBAC, the operator and the fake coderd, and checks that a provisioner pod running the stub
-#      daemon authenticates with the operator's key;
+#      daemon authenticates with the operator's key; then the fake coderd's image alone, started
+#      through testcontainers;
 #   2. the conformance suite against that stack: `conformance run --cluster <tier>`, reports in
 #      reports/ (junit.xml, cucumber.json, conformance-report.yaml).
 #
@@ -84,6 +85,11 @@ echo "== $tier tier: images, cluster, operator, fake coderd, stub daemon (cargo 
 step=$SECONDS
 cargo test -p conformance --locked --test tiers "$tier" -- --ignored
 echo "== $tier tier test passed in $((SECONDS - step)) s"
+
+# The fake coderd's image on its own, through testcontainers (the path the k3s tier takes, which
+# has no image on hosts without a registry).
+echo "== fake coderd image in a container through testcontainers (cargo test --test tiers fake_coderd_image -- --ignored)"
+cargo test -p conformance --locked --test tiers fake_coderd_image -- --ignored
 
 echo "== conformance suite on $tier (reports in reports/)"
 step=$SECONDS

@@ -37,11 +37,17 @@ if command -v docker >/dev/null 2>&1 && engine_answers; then
   exit 0
 fi
 
+# Root, or a password-less sudo (some CI runners): installing and starting an engine needs it.
+as_root=()
 if [ "$(id -u)" != 0 ]; then
-  if command -v docker >/dev/null 2>&1; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    as_root=(sudo -n)
+    log "not root: using password-less sudo to install and start the engine"
+  elif command -v docker >/dev/null 2>&1; then
     fail "no Docker engine answers (docker info failed) and starting one needs root: start your Docker engine, or run this script as root"
+  else
+    fail "Docker is not installed and installing it needs root: install a Docker engine (https://docs.docker.com/engine/install/), or run this script as root"
   fi
-  fail "Docker is not installed and installing it needs root: install a Docker engine (https://docs.docker.com/engine/install/), or run this script as root"
 fi
 
 # The Debian package's daemon; its CLI may be shadowed on the PATH by a newer one, which is fine.
@@ -49,7 +55,8 @@ if ! command -v dockerd >/dev/null 2>&1; then
   command -v apt-get >/dev/null 2>&1 || fail "no Docker engine is installed and apt-get is missing: install a Docker engine (https://docs.docker.com/engine/install/)"
   log "installing docker.io with apt-get (Debian's engine; about a minute)"
   export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io; } >/tmp/docker-engine-apt.log 2>&1 \
+  { "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+      && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io; } >/tmp/docker-engine-apt.log 2>&1 \
     || fail "apt-get install docker.io failed (log: /tmp/docker-engine-apt.log): $(tail -n 1 /tmp/docker-engine-apt.log)"
   command -v dockerd >/dev/null 2>&1 || fail "docker.io is installed but dockerd is not on the PATH"
   log "installed: $(dockerd --version)"
@@ -58,10 +65,10 @@ command -v docker >/dev/null 2>&1 || fail "dockerd is installed but the docker C
 
 if [ "${DOCKER_ENGINE_NO_RUNC_WRAPPER:-0}" != 1 ]; then
   command -v python3 >/dev/null 2>&1 || fail "python3 is needed by the runc-bounded runtime wrapper: apt-get install python3 (or set DOCKER_ENGINE_NO_RUNC_WRAPPER=1)"
-  install -D -m 0755 "$here/runc-bounded" /usr/local/sbin/runc-bounded
-  mkdir -p /etc/docker
+  "${as_root[@]}" install -D -m 0755 "$here/runc-bounded" /usr/local/sbin/runc-bounded
+  "${as_root[@]}" mkdir -p /etc/docker
   # Merge into an existing daemon.json rather than overwrite it.
-  python3 - /etc/docker/daemon.json <<'EOF'
+  "${as_root[@]}" python3 - /etc/docker/daemon.json <<'EOF'
 import json, os, sys
 path = sys.argv[1]
 doc = {}
@@ -82,9 +89,9 @@ if pgrep -x dockerd >/dev/null 2>&1; then
 else
   dockerd_log="${DOCKERD_LOG:-/var/log/dockerd.log}"
   log "starting dockerd in the background (log: $dockerd_log)"
-  mkdir -p "$(dirname "$dockerd_log")"
+  "${as_root[@]}" mkdir -p "$(dirname "$dockerd_log")"
   # A session of its own, so that it outlives this script and its caller's process group.
-  setsid nohup dockerd >>"$dockerd_log" 2>&1 </dev/null &
+  "${as_root[@]}" setsid nohup sh -c 'exec dockerd >>"$1" 2>&1' dockerd "$dockerd_log" </dev/null &
 fi
 
 for _ in $(seq 1 60); do
@@ -92,6 +99,11 @@ for _ in $(seq 1 60); do
     log "Docker engine ready: $(docker info --format '{{.ServerVersion}}, storage {{.Driver}}, cgroup v{{.CgroupVersion}} ({{.CgroupDriver}}), runtime {{.DefaultRuntime}}' 2>/dev/null)"
     exit 0
   fi
+  pgrep -x dockerd >/dev/null 2>&1 || break
   sleep 1
 done
-fail "dockerd did not answer within 60 s (log: ${DOCKERD_LOG:-/var/log/dockerd.log}): $(tail -n 1 "${DOCKERD_LOG:-/var/log/dockerd.log}" 2>/dev/null)"
+# The daemon's own last words say why (iptables, storage driver, cgroups…): shown, not just named.
+dockerd_log="${DOCKERD_LOG:-/var/log/dockerd.log}"
+if pgrep -x dockerd >/dev/null 2>&1; then why="dockerd did not answer within 60 s"; else why="dockerd exited"; fi
+tail -n 15 "$dockerd_log" 2>/dev/null | sed 's/^/[docker-engine] dockerd: /' >&2 || true
+fail "$why (log: $dockerd_log): $(tail -n 1 "$dockerd_log" 2>/dev/null)"

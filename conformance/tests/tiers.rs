@@ -3,7 +3,8 @@
 //! the local control plane), the operator Deployment's ServiceAccount and the fake coderd's ports.
 //!
 //! The tiers themselves need a Docker engine: those tests are `#[ignore]`d and run by
-//! scripts/kind-e2e.sh (`cargo test -p conformance --test tiers kind -- --ignored`).
+//! scripts/kind-e2e.sh (`cargo test -p conformance --test tiers kind -- --ignored`), which also
+//! runs the fake coderd's image as a container through testcontainers (`fake_coderd_image`).
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -452,6 +453,80 @@ async fn k3s_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow::
     })
     .await?;
     daemon_uses_the_operators_key(cluster.provisioned()).await
+}
+
+/// The fake coderd's image on its own, as a vendor's test would run it: started through
+/// testcontainers (the code path the k3s tier uses, which has no image here), its coderd API
+/// driven with the owner token it was given, the admin API on the second port journaling it.
+/// Needs the images built by the kind tier test (scripts/kind-e2e.sh runs this after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine and the fake-coderd image; run by scripts/kind-e2e.sh"]
+async fn fake_coderd_image_serves_coderd_in_a_container_through_testcontainers()
+-> anyhow::Result<()> {
+    use fake_coderd::JournalQuery;
+    use testcontainers_modules::testcontainers::core::{IntoContainerPort, WaitFor};
+    use testcontainers_modules::testcontainers::runners::AsyncRunner;
+    use testcontainers_modules::testcontainers::{GenericImage, ImageExt};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    const OPERATOR_TOKEN: &str = "abcdefghij-0123456789012345678901";
+    const ADMIN_TOKEN: &str = "container-admin-token";
+    let images = Images::with_tag(DEFAULT_TAG);
+    let (name, tag) = images
+        .fake_coderd
+        .rsplit_once(':')
+        .context("image reference has a tag")?;
+    let container = GenericImage::new(name, tag)
+        .with_exposed_port(3000.tcp())
+        .with_exposed_port(3001.tcp())
+        .with_wait_for(WaitFor::message_on_stdout("fake-coderd: admin API on"))
+        .with_env_var("FAKE_CODERD_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .with_env_var("FAKE_CODERD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .start()
+        .await
+        .with_context(|| format!("starting {} through testcontainers", images.fake_coderd))?;
+    let host = container.get_host().await?;
+    let api = format!("http://{host}:{}", container.get_host_port_ipv4(3000.tcp()).await?);
+    let admin_url = format!("http://{host}:{}", container.get_host_port_ipv4(3001.tcp()).await?);
+    let http = reqwest::Client::new();
+
+    let created: Value = http
+        .post(format!("{api}/api/v2/organizations/default/provisionerkeys"))
+        .header("Coder-Session-Token", OPERATOR_TOKEN)
+        .json(&json!({"name": "from-a-container"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let key = created["key"].as_str().context("the create answer holds the key")?;
+    let daemon = http
+        .get(format!("{api}/api/v2/provisionerkeys/{key}"))
+        .header("Coder-Provisioner-Daemon-Key", key)
+        .send()
+        .await?;
+    assert_eq!(daemon.status(), 200, "the daemon route accepts the new key");
+    let anonymous = http
+        .post(format!("{api}/api/v2/organizations/default/provisionerkeys"))
+        .json(&json!({"name": "no-token"}))
+        .send()
+        .await?;
+    assert_eq!(anonymous.status(), 401, "a key request without a token is refused");
+
+    let admin = fake_coderd::AdminClient::new(&admin_url, ADMIN_TOKEN);
+    assert_eq!(admin.info().await?.operator_token, OPERATOR_TOKEN);
+    let keys = admin.keys("default").await?;
+    assert_eq!(
+        keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        ["from-a-container"]
+    );
+    let journal = admin.journal().await?;
+    assert_eq!(
+        journal.count("POST", fake_coderd::routes::CREATE_KEY),
+        2,
+        "both key requests are journaled"
+    );
+    Ok(())
 }
 
 /// Contract D-8 end to end: the tutorial's sample CoderProvisioner, a control plane pointing at

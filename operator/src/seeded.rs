@@ -121,10 +121,16 @@ pub enum Bug {
     /// `config/rbac/` grants no write on control planes, so the runner adds patch on
     /// codercontrolplanes/status for this variant.
     ControlPlaneStatusRewritten,
+    /// A 429 on the clean-up delete is handled like one on a live CR: the finalizer is kept and
+    /// the delete retried after a backoff, instead of removed after that single attempt (R-DEL-8).
+    RateLimitedCleanupRetried,
+    /// coderd's error bodies are decoded strictly, as exactly one JSON document, and a body that
+    /// is not one ends the process: coderd's organization 404 holds two objects (R-KEY-19).
+    ErrorBodyDecodedStrictly,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 34] = [
+    pub const ALL: [Bug; 36] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -159,6 +165,8 @@ impl Bug {
         Bug::RotationStopsOnDeleteFailure,
         Bug::KeySecretWithoutBlockOwnerDeletion,
         Bug::ControlPlaneStatusRewritten,
+        Bug::RateLimitedCleanupRetried,
+        Bug::ErrorBodyDecodedStrictly,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -204,6 +212,8 @@ impl Bug {
             Bug::RotationStopsOnDeleteFailure => "rotation-stops-on-delete-failure",
             Bug::KeySecretWithoutBlockOwnerDeletion => "key-secret-without-block-owner-deletion",
             Bug::ControlPlaneStatusRewritten => "control-plane-status-rewritten",
+            Bug::RateLimitedCleanupRetried => "rate-limited-cleanup-retried",
+            Bug::ErrorBodyDecodedStrictly => "error-body-decoded-strictly",
         }
     }
 
@@ -255,6 +265,19 @@ pub fn organization_env(names: &Names) -> EnvVar {
         value: Some(names.organization.clone()),
         ..Default::default()
     }
+}
+
+/// For [`Bug::ErrorBodyDecodedStrictly`]: the strict decode, unwrapped as a careless client does.
+pub fn decode_error_body_strictly(body: &[u8]) {
+    let _: serde_json::Value =
+        serde_json::from_slice(body).expect("coderd error body is one JSON document");
+}
+
+/// For [`Bug::FinalizerKeptWhileCoderdDown`] and [`Bug::RateLimitedCleanupRetried`]: whether a
+/// failed clean-up (`why`, the error's text) keeps the finalizer; the reference never does.
+pub fn failed_cleanup_keeps_finalizer(why: &str) -> bool {
+    active(Bug::FinalizerKeptWhileCoderdDown)
+        || (active(Bug::RateLimitedCleanupRetried) && why.starts_with("coderd rate limited"))
 }
 
 /// For [`Bug::ControlPlaneStatusRewritten`]: sets the control plane's `status.phase` to

@@ -31,6 +31,7 @@ pub use types::{
 };
 
 use crate::runtime::metrics::Metrics;
+use crate::seeded::{self, Bug};
 
 /// Route templates, used as metric labels (never the concrete path, which names orgs and keys).
 pub mod routes {
@@ -449,6 +450,9 @@ fn expect(
                 answer.status.as_u16()
             ),
         });
+    }
+    if seeded::active(Bug::ErrorBodyDecodedStrictly) {
+        seeded::decode_error_body_strictly(&answer.body);
     }
     Err(error::error_for_status(
         answer.status.as_u16(),

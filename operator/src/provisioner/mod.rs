@@ -614,7 +614,7 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Er
                 note,
             )
             .await;
-            if seeded::active(Bug::FinalizerKeptWhileCoderdDown) {
+            if seeded::failed_cleanup_keeps_finalizer(&why) {
                 return Err(Error::Key(CoderdError::Unreachable { detail: why }));
             }
         }
