@@ -211,3 +211,14 @@ Feature: The provisioner key in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
     And a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner
+
+  # Events before effects: the Warning names the key before it is deleted, so an operator that
+  # stops between the two still leaves a trace of the replacement.
+  @D-5 @fault-injection @extended
+  Scenario: The replacement of a same-named key is announced before the key is deleted
+    Given a Ready control plane with operator access
+    And a provisioner key named "coderprovisioner-sample" already exists in the scenario's organization
+    When coderd delays its answers to every DELETE on "provisionerkey" by 4 seconds
+    And the sample provisioner is applied
+    Then while coderd holds back the DELETE answer a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner
+    And the provisioner becomes Ready

@@ -486,12 +486,20 @@ async fn fake_coderd_image_serves_coderd_in_a_container_through_testcontainers()
         .await
         .with_context(|| format!("starting {} through testcontainers", images.fake_coderd))?;
     let host = container.get_host().await?;
-    let api = format!("http://{host}:{}", container.get_host_port_ipv4(3000.tcp()).await?);
-    let admin_url = format!("http://{host}:{}", container.get_host_port_ipv4(3001.tcp()).await?);
+    let api = format!(
+        "http://{host}:{}",
+        container.get_host_port_ipv4(3000.tcp()).await?
+    );
+    let admin_url = format!(
+        "http://{host}:{}",
+        container.get_host_port_ipv4(3001.tcp()).await?
+    );
     let http = reqwest::Client::new();
 
     let created: Value = http
-        .post(format!("{api}/api/v2/organizations/default/provisionerkeys"))
+        .post(format!(
+            "{api}/api/v2/organizations/default/provisionerkeys"
+        ))
         .header("Coder-Session-Token", OPERATOR_TOKEN)
         .json(&json!({"name": "from-a-container"}))
         .send()
@@ -499,7 +507,9 @@ async fn fake_coderd_image_serves_coderd_in_a_container_through_testcontainers()
         .error_for_status()?
         .json()
         .await?;
-    let key = created["key"].as_str().context("the create answer holds the key")?;
+    let key = created["key"]
+        .as_str()
+        .context("the create answer holds the key")?;
     let daemon = http
         .get(format!("{api}/api/v2/provisionerkeys/{key}"))
         .header("Coder-Provisioner-Daemon-Key", key)
@@ -507,11 +517,17 @@ async fn fake_coderd_image_serves_coderd_in_a_container_through_testcontainers()
         .await?;
     assert_eq!(daemon.status(), 200, "the daemon route accepts the new key");
     let anonymous = http
-        .post(format!("{api}/api/v2/organizations/default/provisionerkeys"))
+        .post(format!(
+            "{api}/api/v2/organizations/default/provisionerkeys"
+        ))
         .json(&json!({"name": "no-token"}))
         .send()
         .await?;
-    assert_eq!(anonymous.status(), 401, "a key request without a token is refused");
+    assert_eq!(
+        anonymous.status(),
+        401,
+        "a key request without a token is refused"
+    );
 
     let admin = fake_coderd::AdminClient::new(&admin_url, ADMIN_TOKEN);
     assert_eq!(admin.info().await?.operator_token, OPERATOR_TOKEN);

@@ -127,10 +127,13 @@ pub enum Bug {
     /// coderd's error bodies are decoded strictly, as exactly one JSON document, and a body that
     /// is not one ends the process: coderd's organization 404 holds two objects (R-KEY-19).
     ErrorBodyDecodedStrictly,
+    /// The `ReplacedUnrecordedKey` Event is published after the DELETE it announces, so a crash
+    /// in between loses it (D-5; events before effects).
+    ReplacementAnnouncedAfterDelete,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 36] = [
+    pub const ALL: [Bug; 37] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -167,6 +170,7 @@ impl Bug {
         Bug::ControlPlaneStatusRewritten,
         Bug::RateLimitedCleanupRetried,
         Bug::ErrorBodyDecodedStrictly,
+        Bug::ReplacementAnnouncedAfterDelete,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -214,6 +218,7 @@ impl Bug {
             Bug::ControlPlaneStatusRewritten => "control-plane-status-rewritten",
             Bug::RateLimitedCleanupRetried => "rate-limited-cleanup-retried",
             Bug::ErrorBodyDecodedStrictly => "error-body-decoded-strictly",
+            Bug::ReplacementAnnouncedAfterDelete => "replacement-announced-after-delete",
         }
     }
 

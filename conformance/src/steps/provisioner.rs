@@ -557,36 +557,56 @@ async fn observes_generation(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 /// are one resource, so either recorder is seen).
 #[then(expr = "a Warning Event {string} is recorded for the provisioner")]
 async fn warning_event(world: &mut ProvisionerWorld, reason: String) -> anyhow::Result<()> {
+    let timeouts = *world.timeouts();
+    await_warning_event(world, &reason, &timeouts).await
+}
+
+/// Events before effects: the Event that announces a delete exists while coderd still holds back
+/// that DELETE's answer (a delay fault), looked for during half of a 4-second delay.
+#[then(
+    expr = "while coderd holds back the DELETE answer a Warning Event {string} is recorded for the provisioner"
+)]
+async fn warning_event_before_delete_answer(
+    world: &mut ProvisionerWorld,
+    reason: String,
+) -> anyhow::Result<()> {
+    await_key_delete(world).await?;
+    let mut timeouts = *world.timeouts();
+    timeouts.eventually = std::time::Duration::from_secs(2);
+    await_warning_event(world, &reason, &timeouts).await
+}
+
+async fn await_warning_event(
+    world: &ProvisionerWorld,
+    reason: &str,
+    timeouts: &wait::Timeouts,
+) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Event;
     let api: kube::Api<Event> = world.api();
     let name = world.provisioner.clone();
-    wait::eventually(
-        &format!("a Warning Event {reason}"),
-        world.timeouts(),
-        || async {
-            let events = api.list(&Default::default()).await?.items;
-            let found = events.iter().any(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some(reason.as_str())
-                    && e.involved_object.name.as_deref() == Some(name.as_str())
-            });
-            Ok(if found {
-                Ok(())
-            } else {
-                let seen: Vec<String> = events
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{} {}",
-                            e.type_.as_deref().unwrap_or(""),
-                            e.reason.as_deref().unwrap_or("")
-                        )
-                    })
-                    .collect();
-                Err(format!("events: {}", seen.join(", ")))
-            })
-        },
-    )
+    wait::eventually(&format!("a Warning Event {reason}"), timeouts, || async {
+        let events = api.list(&Default::default()).await?.items;
+        let found = events.iter().any(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason)
+                && e.involved_object.name.as_deref() == Some(name.as_str())
+        });
+        Ok(if found {
+            Ok(())
+        } else {
+            let seen: Vec<String> = events
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {}",
+                        e.type_.as_deref().unwrap_or(""),
+                        e.reason.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            Err(format!("events: {}", seen.join(", ")))
+        })
+    })
     .await
 }
 
@@ -683,25 +703,7 @@ async fn finalizer_kept_while_pending(
     world: &mut ProvisionerWorld,
     finalizer: String,
 ) -> anyhow::Result<()> {
-    let template = super::route_template("provisionerkey")?;
-    wait::eventually(
-        "coderd to receive the key DELETE",
-        world.timeouts(),
-        || async {
-            let journal = world.journal().await?;
-            Ok(
-                if journal
-                    .iter()
-                    .any(|e| e.method == "DELETE" && e.route.as_deref() == Some(template))
-                {
-                    Ok(())
-                } else {
-                    Err("no DELETE yet".to_owned())
-                },
-            )
-        },
-    )
-    .await?;
+    await_key_delete(world).await?;
     let window = std::time::Duration::from_secs(2);
     world
         .provisioner_stays(
@@ -720,6 +722,29 @@ async fn finalizer_kept_while_pending(
             },
         )
         .await
+}
+
+/// Until coderd has received a key DELETE (its answer may still be held back by a delay fault).
+async fn await_key_delete(world: &ProvisionerWorld) -> anyhow::Result<()> {
+    let template = super::route_template("provisionerkey")?;
+    wait::eventually(
+        "coderd to receive the key DELETE",
+        world.timeouts(),
+        || async {
+            let journal = world.journal().await?;
+            Ok(
+                if journal
+                    .iter()
+                    .any(|e| e.method == "DELETE" && e.route.as_deref() == Some(template))
+                {
+                    Ok(())
+                } else {
+                    Err("no DELETE yet".to_owned())
+                },
+            )
+        },
+    )
+    .await
 }
 
 /// R-KEY-12: the status as an upgrade from an older operator leaves it: the key Secret is in

@@ -209,6 +209,20 @@ pub enum KeyEvent {
     },
 }
 
+/// Where [`establish`] reports what it does, as it does it: an announcement must be out before
+/// the effect it announces (`ReplacedUnrecorded` before the DELETE), so that a crash in between
+/// cannot leave the effect without its Event.
+pub trait KeyEventSink {
+    fn record(&mut self, event: KeyEvent) -> impl Future<Output = ()> + Send;
+}
+
+/// Collects the events (unit tests).
+impl KeyEventSink for Vec<KeyEvent> {
+    async fn record(&mut self, event: KeyEvent) {
+        self.push(event);
+    }
+}
+
 /// A freshly created key: the plaintext for the Secret and the record for status.
 pub struct EstablishedKey {
     pub plaintext: SecretString,
@@ -231,7 +245,7 @@ pub async fn establish(
     desired: &DesiredKey,
     cause: &KeyCause,
     retire: Option<&RecordedKey>,
-    events: &mut Vec<KeyEvent>,
+    events: &mut impl KeyEventSink,
 ) -> Result<EstablishedKey, CoderdError> {
     let organization = client.organization(&desired.organization_name).await?;
     let same_coderd = |key: &RecordedKey| key.control_plane_url == desired.control_plane_url;
@@ -250,7 +264,7 @@ pub async fn establish(
             }
             Err(error) => Err(error),
         };
-        record_retire(outcome, &elsewhere.organization_id, events)?;
+        record_retire(outcome, &elsewhere.organization_id, events).await?;
     }
 
     // A first key is created straight away; only a 409 (a same-named key this CR has no record
@@ -281,23 +295,32 @@ pub async fn establish(
                     .delete_key(&organization.id, &old.name)
                     .await
                     .map(|()| Some(old.name.clone()));
-                record_retire(outcome, &organization.id, events)?;
+                record_retire(outcome, &organization.id, events).await?;
             }
             if let Some(foreign) = &removals.unrecorded_same_name {
+                let replaced = KeyEvent::ReplacedUnrecorded {
+                    name: foreign.name.clone(),
+                };
+                let announce_late = seeded::active(Bug::ReplacementAnnouncedAfterDelete);
+                if !announce_late {
+                    events.record(replaced.clone()).await;
+                }
                 // Not best-effort: creating while it exists would only answer 409.
                 client.delete_key(&organization.id, &foreign.name).await?;
-                events.push(KeyEvent::ReplacedUnrecorded {
-                    name: foreign.name.clone(),
-                });
+                if announce_late {
+                    events.record(replaced).await;
+                }
             }
             client
                 .create_key(&organization.id, &desired.key_name, &desired.tags)
                 .await?
         }
     };
-    events.push(KeyEvent::Created {
-        name: desired.key_name.clone(),
-    });
+    events
+        .record(KeyEvent::Created {
+            name: desired.key_name.clone(),
+        })
+        .await;
     let created = client
         .list_keys_after_create(&organization.id)
         .await?
@@ -337,21 +360,22 @@ pub async fn delete_by_id(
 }
 
 /// Retiring the old key is best-effort, except that 429 stops the pass (R-RL-1).
-fn record_retire(
+async fn record_retire(
     outcome: Result<Option<String>, CoderdError>,
     organization_id: &str,
-    events: &mut Vec<KeyEvent>,
+    events: &mut impl KeyEventSink,
 ) -> Result<(), CoderdError> {
-    match outcome {
-        Ok(Some(name)) => events.push(KeyEvent::Retired { name }),
-        Ok(None) => {}
+    let event = match outcome {
+        Ok(Some(name)) => KeyEvent::Retired { name },
+        Ok(None) => return Ok(()),
         Err(error) if error.is_rate_limited() => return Err(error),
         Err(error) if seeded::active(Bug::RotationStopsOnDeleteFailure) => return Err(error),
-        Err(error) => events.push(KeyEvent::RetireFailed {
+        Err(error) => KeyEvent::RetireFailed {
             organization_id: organization_id.to_owned(),
             error: error.to_string(),
-        }),
-    }
+        },
+    };
+    events.record(event).await;
     Ok(())
 }
 

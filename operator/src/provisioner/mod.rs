@@ -422,17 +422,15 @@ async fn run_pipeline(
                 retire = seeded::retire_by_recorded_name(&client, retire, &previous).await;
             }
             info!(provisioner = %object_key(cr), %cause, "establishing provisioner key");
-            let mut events = Vec::new();
             let established = keys::establish(
                 &client,
                 |url| ctx.coderd(url, &token),
                 &desired,
                 &cause,
                 retire.as_ref(),
-                &mut events,
+                &mut KeyEventPublisher { ctx, cr },
             )
             .await;
-            publish_key_events(ctx, cr, &events).await;
             let established = match established {
                 Ok(established) => established,
                 Err(CoderdError::RateLimited { retry_after }) => {
@@ -519,9 +517,15 @@ fn key_failed(report: &mut PassReport, error: CoderdError) -> Error {
     Error::Key(error)
 }
 
-async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyEvent]) {
-    for event in events {
-        let (type_, reason, action, note) = match event {
+/// Publishes the key step's Events as they happen (see [`keys::KeyEventSink`]).
+struct KeyEventPublisher<'a> {
+    ctx: &'a Context,
+    cr: &'a CoderProvisioner,
+}
+
+impl keys::KeyEventSink for KeyEventPublisher<'_> {
+    async fn record(&mut self, event: KeyEvent) {
+        let (type_, reason, action, note) = match &event {
             KeyEvent::Created { name } => (
                 EventType::Normal,
                 "ProvisionerKeyCreated",
@@ -550,11 +554,11 @@ async fn publish_key_events(ctx: &Context, cr: &CoderProvisioner, events: &[KeyE
                 "ReplacedUnrecordedKey",
                 "DeleteKey",
                 format!(
-                    "replaced provisioner key {name:?} that existed in coderd without a record in this CoderProvisioner's status"
+                    "replacing provisioner key {name:?} that exists in coderd without a record in this CoderProvisioner's status"
                 ),
             ),
         };
-        ctx.event(cr, type_, reason, action, note).await;
+        self.ctx.event(self.cr, type_, reason, action, note).await;
     }
 }
 
