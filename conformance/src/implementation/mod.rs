@@ -346,9 +346,11 @@ fn append(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Finds the reference operator: `$CODER_PROVISIONER_OPERATOR_BIN`, else next to the running
-/// executable (`target/<profile>/`, also from `target/<profile>/deps/`), else builds it with
-/// `cargo build -p operator --bin coder-provisioner-operator` (progress on stderr).
+/// Finds the reference operator: `$CODER_PROVISIONER_OPERATOR_BIN`; else, while the source tree
+/// the suite was built from exists, builds it there with `cargo build -p operator --bin
+/// coder-provisioner-operator` (a no-op when current; a binary found elsewhere may predate the
+/// last edit); else the one next to the running executable (`target/<profile>/`, also from
+/// `target/<profile>/deps/`) of a relocated suite.
 pub async fn reference_operator_binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os(REFERENCE_BINARY_ENV) {
         let path = PathBuf::from(path);
@@ -357,7 +359,9 @@ pub async fn reference_operator_binary() -> anyhow::Result<PathBuf> {
         }
         return Ok(path);
     }
-    if let Some(found) = next_to_current_exe() {
+    if source_workspace().is_err()
+        && let Some(found) = next_to_current_exe()
+    {
         return Ok(found);
     }
     build_reference_operator().await
