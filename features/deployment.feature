@@ -73,6 +73,26 @@ Feature: The provisioner Deployment
       | 0        | 0        |
       | null     | 1        |
 
+  # A spec the schema cannot reject (a negative quantity) is refused by the API server when the
+  # Deployment is applied: the status says so, the key made for it stays the one key.
+  @R-KEY-8 @R-ST-5 @extended
+  Scenario: A Deployment the API server refuses is reported and its key is kept
+    When the sample provisioner is applied with spec:
+      """
+      resources: {requests: {cpu: "-1"}}
+      """
+    Then the provisioner has condition "DeploymentReady" "False" with reason "NoReplicasReady"
+    And the DeploymentReady condition's message mentions "cpu"
+    And the provisioner status records its provisioner key
+    And coderd sees no provisioner key requests from now on during the observation window
+    When the provisioner spec is changed to:
+      """
+      resources: {requests: {cpu: 100m}}
+      """
+    Then the provisioner becomes Ready
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And coderd saw no DELETE on "provisionerkey"
+
   @R-POD-16 @extended
   Scenario: The container gets the resources of the spec
     When the sample provisioner is applied with spec:

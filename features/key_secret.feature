@@ -56,3 +56,18 @@ Feature: The provisioner key Secret
     Then the provisioner becomes Ready within 90 seconds
     And the Secret "taken-key" holds a provisioner key
     And coderd saw exactly 1 POST on "provisionerkeys"
+
+  # A key whose Secret cannot be written exists only in coderd: it is deleted again in the same
+  # pass, so retries neither pile keys up nor meet their own leftovers (409) and replace them.
+  @R-KEY-18 @R-KEY-8 @extended
+  Scenario: A key whose Secret is refused is deleted again, and retries leave nothing behind
+    Given a Ready control plane with operator access
+    And the namespace refuses new Secrets
+    When the sample provisioner is applied
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
+    When the namespace accepts new Secrets again
+    Then the provisioner becomes Ready
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    And coderd answered no POST on "provisionerkeys" with status 409

@@ -130,10 +130,16 @@ pub enum Bug {
     /// The `ReplacedUnrecordedKey` Event is published after the DELETE it announces, so a crash
     /// in between loses it (D-5; events before effects).
     ReplacementAnnouncedAfterDelete,
+    /// A key created in a pass whose Secret write is refused stays in coderd, so every retry
+    /// replaces it (POST 409, DELETE, POST: key churn, the PR's bug in another form).
+    UnstoredKeyLeftInCoderd,
+    /// A child the API server refuses (an invalid spec field) is only logged: the conditions
+    /// stay as they were and nothing tells the user why nothing changes.
+    ChildRefusalOnlyLogged,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 37] = [
+    pub const ALL: [Bug; 39] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -171,6 +177,8 @@ impl Bug {
         Bug::RateLimitedCleanupRetried,
         Bug::ErrorBodyDecodedStrictly,
         Bug::ReplacementAnnouncedAfterDelete,
+        Bug::UnstoredKeyLeftInCoderd,
+        Bug::ChildRefusalOnlyLogged,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -219,6 +227,8 @@ impl Bug {
             Bug::RateLimitedCleanupRetried => "rate-limited-cleanup-retried",
             Bug::ErrorBodyDecodedStrictly => "error-body-decoded-strictly",
             Bug::ReplacementAnnouncedAfterDelete => "replacement-announced-after-delete",
+            Bug::UnstoredKeyLeftInCoderd => "unstored-key-left-in-coderd",
+            Bug::ChildRefusalOnlyLogged => "child-refusal-only-logged",
         }
     }
 

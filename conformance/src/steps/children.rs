@@ -18,8 +18,19 @@ use crate::wait::{self, Observation};
 use crate::world::{FIELD_MANAGER, ProvisionerWorld};
 
 /// Name of the ResourceQuota that makes Role creation fail (the PR's forbidden-Role retries).
-const ROLE_QUOTA: &str = "conformance-refuse-roles";
-const ROLE_QUOTA_RESOURCE: &str = "count/roles.rbac.authorization.k8s.io";
+/// A ResourceQuota of 0 for `kind` in the scenario namespace refuses new objects of that kind
+/// (existing ones stay): its name and the quota resource that counts the kind.
+fn refusing_quota(kind: &str) -> anyhow::Result<(String, &'static str)> {
+    let resource = match kind {
+        "Roles" => "count/roles.rbac.authorization.k8s.io",
+        "Secrets" => "secrets",
+        other => bail!("no quota known to refuse new {other:?} (Roles or Secrets)"),
+    };
+    Ok((
+        format!("conformance-refuse-{}", kind.to_ascii_lowercase()),
+        resource,
+    ))
+}
 
 fn deployment_name(world: &ProvisionerWorld) -> String {
     format!("provisioner-{}", world.provisioner)
@@ -1173,12 +1184,13 @@ async fn credential_secret_changed(
 
 /// An object-count quota of zero Roles: the API server refuses the operator's Role with 403
 /// Forbidden whatever the operator's own RBAC, which forces the retries the PR is about.
-#[given("the namespace refuses new Roles")]
-async fn refuse_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let hard = BTreeMap::from([(ROLE_QUOTA_RESOURCE.to_owned(), json!("0"))]);
+#[given(expr = "the namespace refuses new {word}")]
+async fn refuse_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
+    let (name, resource) = refusing_quota(&kind)?;
+    let hard = BTreeMap::from([(resource.to_owned(), json!("0"))]);
     let quota = json!({
         "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": ROLE_QUOTA},
+        "metadata": {"name": name},
         "spec": {"hard": hard},
     });
     let api: Api<ResourceQuota> = world.api();
@@ -1187,18 +1199,19 @@ async fn refuse_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .context("creating the ResourceQuota")?;
     // Quota admission enforces `status.hard`, which the quota controller fills in; write it
     // directly so enforcement does not depend on that controller running.
-    let status = json!({"status": {"hard": hard, "used": {ROLE_QUOTA_RESOURCE: "0"}}});
-    api.patch_status(ROLE_QUOTA, &PatchParams::default(), &Patch::Merge(&status))
+    let status = json!({"status": {"hard": hard, "used": {resource: "0"}}});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .context("writing the ResourceQuota status")?;
     Ok(())
 }
 
-#[when("the namespace accepts new Roles again")]
-async fn accept_roles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+#[when(expr = "the namespace accepts new {word} again")]
+async fn accept_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
     world.mark_action().await?;
+    let (name, _) = refusing_quota(&kind)?;
     let api: Api<ResourceQuota> = world.api();
-    api.delete(ROLE_QUOTA, &DeleteParams::default())
+    api.delete(&name, &DeleteParams::default())
         .await
         .context("deleting the ResourceQuota")?;
     Ok(())

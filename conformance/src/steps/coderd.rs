@@ -54,6 +54,34 @@ async fn saw_exactly(
     .await
 }
 
+/// No request so far got that answer (e.g. no key create met a 409: nothing was left behind).
+#[then(expr = "coderd answered no {word} on {string} with status {int}")]
+async fn answered_none_with(
+    world: &mut ProvisionerWorld,
+    method: String,
+    alias: String,
+    status: u16,
+) -> anyhow::Result<()> {
+    let template = route_template(&alias)?;
+    let journal = world.journal().await?;
+    let answered: Vec<&JournalEntry> = journal
+        .iter()
+        .filter(|e| {
+            e.method.eq_ignore_ascii_case(&method)
+                && e.route.as_deref() == Some(template)
+                && e.status == status
+        })
+        .collect();
+    if !answered.is_empty() {
+        bail!(
+            "{} {method} on {template} answered {status}: {}",
+            answered.len(),
+            describe(&journal)
+        );
+    }
+    Ok(())
+}
+
 /// One look at the journal: whether the number of `method` calls on `template` is acceptable.
 async fn count_observation(
     world: &ProvisionerWorld,

@@ -451,12 +451,19 @@ async fn run_pipeline(
                 }
                 Err(error) => return Err(key_failed(report, error)),
             };
-            apply::apply(
-                &ctx.client,
-                &ctx.field_manager,
-                &children::key_secret(&inputs, established.plaintext.expose()),
-            )
-            .await?;
+            let secret = children::key_secret(&inputs, established.plaintext.expose());
+            if let Err(error) = apply::apply(&ctx.client, &ctx.field_manager, &secret).await {
+                let fate = forget_unstored_key(&client, &established.record).await;
+                report.set(ConditionUpdate::failed(
+                    condition::KEY_READY,
+                    reason::KEY_FAILED,
+                    format!(
+                        "the provisioner key Secret {:?} could not be written ({error}); {fate}",
+                        names.key_secret
+                    ),
+                ));
+                return Err(error.into());
+            }
             report.set(condition);
             let secret_ref = SecretKeyRef {
                 name: names.key_secret.clone(),
@@ -474,30 +481,55 @@ async fn run_pipeline(
     report.set(key_ready());
 
     // Children in fixed order; the Deployment last. Each is written only when the cluster's copy
-    // differs (the Deployment's was read at the start of the pass).
-    apply::ensure(
-        &ctx.client,
-        &ctx.field_manager,
-        &children::service_account(&inputs),
-    )
-    .await?;
-    apply::ensure(&ctx.client, &ctx.field_manager, &children::role(&inputs)).await?;
+    // differs (the Deployment's was read at the start of the pass). A refusal (an invalid spec
+    // field, a missing permission) is reported in the status, not only in the log.
+    let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
+        if !seeded::active(Bug::ChildRefusalOnlyLogged) {
+            report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
+        }
+        Error::from(error)
+    };
+    let service_account = children::service_account(&inputs);
+    apply::ensure(&ctx.client, &ctx.field_manager, &service_account)
+        .await
+        .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
+    apply::ensure(&ctx.client, &ctx.field_manager, &children::role(&inputs))
+        .await
+        .map_err(|e| refused("Role", &names.workload, e, report))?;
     apply::ensure(
         &ctx.client,
         &ctx.field_manager,
         &children::role_binding(&inputs),
     )
-    .await?;
+    .await
+    .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
     let applied = apply::apply_unless_current(
         &ctx.client,
         &ctx.field_manager,
         &children::deployment(&inputs, key_value.expose()),
         observed.deployment.as_ref(),
     )
-    .await?;
+    .await
+    .map_err(|e| refused("Deployment", &names.workload, e, report))?;
     *deployment = Some(applied);
     report.reached_deployment = true;
     Ok(Step::Done)
+}
+
+/// A key created in this pass whose Secret could not be written exists only in coderd: it is
+/// deleted by id at once, or every retry would create another (the next create answers 409 and
+/// replaces it). Returns what became of it, for the condition message.
+async fn forget_unstored_key(client: &CoderdClient, record: &keys::KeyRecord) -> String {
+    if seeded::active(Bug::UnstoredKeyLeftInCoderd) {
+        return "the new key was left in coderd".to_owned();
+    }
+    match keys::delete_by_id(client, &record.organization_id, &record.key_id).await {
+        Ok(_) => "the new key was deleted from coderd".to_owned(),
+        Err(error) => {
+            warn!(key = %record.key_name, %error, "could not delete a key whose Secret could not be written");
+            format!("deleting the new key from coderd failed too ({error})")
+        }
+    }
 }
 
 fn key_ready() -> ConditionUpdate {

@@ -19,6 +19,8 @@ pub struct PassReport {
     pub key: Option<(KeyRecord, SecretKeyRef)>,
     /// The pass applied the Deployment (R-ST-4: only then observedGeneration moves).
     pub reached_deployment: bool,
+    /// Why the API server refused a child this pass (shown in `DeploymentReady`'s message).
+    pub refused: Option<String>,
 }
 
 impl PassReport {
@@ -58,9 +60,9 @@ pub fn next_status(
         .any(|c| c.type_ == condition::DEPLOYMENT_READY);
 
     let mut updates = report.conditions.clone();
-    if ready_replicas.is_some() || had_deployment_condition {
+    if ready_replicas.is_some() || had_deployment_condition || report.refused.is_some() {
         let ready = ready_replicas.unwrap_or(0);
-        updates.push(if deployment_ready {
+        let mut update = if deployment_ready {
             ConditionUpdate::ok(
                 condition::DEPLOYMENT_READY,
                 reason::MINIMUM_REPLICAS_READY,
@@ -72,7 +74,13 @@ pub fn next_status(
                 reason::NO_REPLICAS_READY,
                 "no provisioner replica is ready",
             )
-        });
+        };
+        // The reasons stay the contract's (R-ST-9): readiness describes what runs (D-1); the
+        // message says why the spec could not be applied.
+        if let Some(refused) = &report.refused {
+            update.message = format!("{}; {refused}", update.message);
+        }
+        updates.push(update);
     }
     for update in &updates {
         merge_condition(&mut status.conditions, update, generation, now);
@@ -196,6 +204,7 @@ mod tests {
             conditions: updates,
             key: None,
             reached_deployment,
+            refused: None,
         }
     }
 
@@ -276,6 +285,39 @@ mod tests {
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(find(&status, condition::DEPLOYMENT_READY).status, "True");
+    }
+
+    #[rstest::rstest]
+    #[case::no_deployment_yet(None, "False", reason::NO_REPLICAS_READY)]
+    #[case::an_older_one_runs(Some(deployment(Some(1))), "True", reason::MINIMUM_REPLICAS_READY)]
+    fn a_refused_child_is_named_in_deployment_ready_with_the_contracts_reasons(
+        #[case] running: Option<Deployment>,
+        #[case] expected_status: &str,
+        #[case] expected_reason: &str,
+    ) {
+        let mut refused = report(vec![], false);
+        refused.refused = Some("applying Deployment \"p\" failed: invalid cpu".to_owned());
+        let status = next_status(
+            None,
+            Some(3),
+            &refused,
+            running.as_ref(),
+            t("2026-01-01T00:00:00Z"),
+        );
+        let condition = find(&status, condition::DEPLOYMENT_READY);
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            (expected_status, expected_reason)
+        );
+        assert!(
+            condition
+                .message
+                .ends_with("; applying Deployment \"p\" failed: invalid cpu")
+        );
+        assert_eq!(
+            status.observed_generation, None,
+            "nothing was applied (R-ST-4)"
+        );
     }
 
     #[test]
