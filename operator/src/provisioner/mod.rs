@@ -132,16 +132,21 @@ pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<A
     })
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)));
-    let result = match &outcome {
+    ctx.metrics
+        .reconcile_finished(outcome_label(&outcome), started.elapsed().as_secs_f64());
+    outcome
+}
+
+/// The `result` label of the reconcile metrics: `ok` for a pass that ended normally (resync or
+/// wait for a change), `requeue` for one that asked to come back early, `error` otherwise.
+fn outcome_label(outcome: &Result<Action, Error>) -> &'static str {
+    match outcome {
         Ok(action) if *action == Action::requeue(RESYNC) || *action == Action::await_change() => {
             "ok"
         }
         Ok(_) => "requeue",
         Err(_) => "error",
-    };
-    ctx.metrics
-        .reconcile_finished(result, started.elapsed().as_secs_f64());
-    outcome
+    }
 }
 
 /// Requeue policy after an error: exponential from 5 s, capped at 2 min, per CR.
@@ -703,4 +708,22 @@ async fn delete_recorded_key(
     keys::delete_by_id(&client, &organization_id, &recorded.key_id)
         .await
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::resync(Ok(Action::requeue(RESYNC)), "ok")]
+    #[case::waits_for_a_change(Ok(Action::await_change()), "ok")]
+    #[case::back_early(Ok(Action::requeue(Duration::from_secs(2))), "requeue")]
+    #[case::failed(Err(Error::Key(CoderdError::RateLimited { retry_after: None })), "error")]
+    fn each_outcome_has_its_metric_label(
+        #[case] outcome: Result<Action, Error>,
+        #[case] label: &str,
+    ) {
+        assert_eq!(outcome_label(&outcome), label);
+    }
 }
