@@ -2,21 +2,28 @@
 //! with the same token, for as long as a control plane's own reading is trusted (R-ENT-1/2):
 //! at most one `GET /api/v2/entitlements` per coderd and token per window, not one per CR.
 //!
-//! Passes that need an answer while one is being fetched wait for it instead of asking too.
-//! Failures are not kept: R-ENT-6..8 already requeue the pass for the whole window.
+//! Passes that need an answer while one is being fetched wait for it instead of asking too, and
+//! get that answer, a failure included: a failure is kept for [`FAILURE_WINDOW`], so passes that
+//! queued behind a hanging coderd return at once instead of each waiting out its own timeout.
 //! Keys include the token (hashed) so that two tokens never share an answer.
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::coderd::{CoderdError, EntitlementValue, SecretString};
 
 /// The `external_provisioner_daemons` entitlement as coderd reported it (`None`: absent).
 pub type Reading = Option<EntitlementValue>;
 
-type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Reading)>>>;
+/// How long a failed reading is handed to the passes that ask next (R-ENT-6..8 requeue a failed
+/// pass for minutes anyway; this only spares the passes that were already waiting).
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+
+type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Result<Reading, CoderdError>)>>>;
 
 #[derive(Debug)]
 pub struct EntitlementCache {
@@ -47,14 +54,19 @@ impl EntitlementCache {
     {
         let slot = self.slot(url, token);
         let mut kept = slot.lock().await;
-        if let Some((at, reading)) = kept.as_ref()
-            && at.elapsed() < self.window
-        {
-            return Ok(reading.clone());
+        if let Some((at, answer)) = kept.as_ref() {
+            let valid_for = if answer.is_ok() {
+                self.window
+            } else {
+                FAILURE_WINDOW.min(self.window)
+            };
+            if at.elapsed() < valid_for {
+                return answer.clone();
+            }
         }
-        let reading = ask().await?;
-        *kept = Some((Instant::now(), reading.clone()));
-        Ok(reading)
+        let answer = ask().await;
+        *kept = Some((Instant::now(), answer.clone()));
+        answer
     }
 
     fn slot(&self, url: &str, token: &SecretString) -> Slot {
@@ -137,7 +149,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failures_are_not_kept_and_old_readings_are_refreshed() {
+    async fn passes_waiting_behind_a_failure_get_it_without_asking_again() {
+        let cache = EntitlementCache::new(Duration::from_secs(120));
+        let asked = AtomicUsize::new(0);
+        let t = token("a");
+        let answers = futures::future::join_all((0..20).map(|_| {
+            read(
+                &cache,
+                "http://coderd",
+                &t,
+                &asked,
+                Err(CoderdError::Timeout),
+            )
+        }))
+        .await;
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            1,
+            "one request for all waiters"
+        );
+        assert!(answers.iter().all(|a| *a == Err(CoderdError::Timeout)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_is_kept_briefly_and_old_readings_are_refreshed() {
         let asked = AtomicUsize::new(0);
         let t = token("a");
         let cache = EntitlementCache::new(Duration::from_secs(120));
@@ -150,6 +185,9 @@ mod tests {
         )
         .await;
         assert!(failed.is_err());
+        let still_failed = read(&cache, "http://coderd", &t, &asked, Ok(None)).await;
+        assert!(still_failed.is_err(), "within the failure window");
+        tokio::time::advance(FAILURE_WINDOW).await;
         let reading = read(&cache, "http://coderd", &t, &asked, Ok(None)).await;
         assert!(matches!(reading, Ok(None)));
         assert_eq!(asked.load(Ordering::SeqCst), 2);

@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod backoff;
 pub mod children;
+pub mod coderd_slots;
 pub mod credentials;
 pub mod dereference;
 pub mod entitlement_cache;
@@ -38,6 +39,7 @@ use crate::seeded::{self, Bug};
 
 use self::backoff::{AttemptCounters, HoldOff};
 use self::children::ChildInputs;
+use self::coderd_slots::CoderdSlots;
 use self::entitlement_cache::EntitlementCache;
 use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
@@ -47,6 +49,8 @@ use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
 const RESYNC: Duration = Duration::from_secs(300);
+/// When a pass finds all of its coderd's slots taken, it comes again after this long.
+const CODERD_BUSY_RETRY: Duration = Duration::from_secs(2);
 /// Message of R-RL-1.
 pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
 
@@ -65,6 +69,8 @@ pub struct Context {
     /// Earliest next coderd key call per CR after a 429 or a key failure.
     pub key_hold_off: HoldOff,
     pub entitlements: EntitlementCache,
+    /// Reconcile slots per coderd, so that a hanging one does not starve the others.
+    pub coderd_slots: CoderdSlots,
     pub own_writes: StatusLedger,
 }
 
@@ -343,7 +349,11 @@ async fn run_pipeline(
         }
     }
 
-    // Gate 4: entitlement.
+    // Gate 4: entitlement. From here on the pass may wait on coderd: it needs one of its
+    // coderd's slots, or gives its reconcile slot back for now.
+    let Some(_coderd_slot) = ctx.coderd_slots.try_take(&control_plane.url, &token) else {
+        return Ok(Step::HeldOff(CODERD_BUSY_RETRY));
+    };
     let coderd = ctx.coderd(&control_plane.url, &token);
     let entitlement =
         match gates::entitlement_from_control_plane(control_plane.object, Timestamp::now()) {

@@ -34,6 +34,7 @@ use crate::api::{
 };
 use crate::coderd::{ClientOptions, Connector};
 use crate::provisioner::backoff::{AttemptCounters, HoldOff};
+use crate::provisioner::coderd_slots::CoderdSlots;
 use crate::provisioner::credentials::credential_refs;
 use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
@@ -186,6 +187,8 @@ pub async fn run(
         failures: AttemptCounters::default(),
         key_hold_off: HoldOff::default(),
         entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
+        // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
+        coderd_slots: CoderdSlots::new(usize::from(settings.max_concurrent_reconciles) / 2),
         own_writes: StatusLedger::default(),
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
