@@ -101,3 +101,19 @@ Feature: The external provisioner entitlement
     Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
     And coderd saw at least 1 GET on "entitlements"
     And the provisioner becomes Ready
+
+  # A hanging coderd costs its own CRs: a crowd waiting on one control plane's coderd must not
+  # hold every reconcile slot, nor wait out one timeout after another, while a provisioner on
+  # another control plane waits.
+  @R-ENT-8 @fault-injection @extended
+  Scenario: A hanging coderd does not hold up a provisioner on another control plane
+    Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
+    And a second Ready control plane "healthy" with its own operator token
+    When coderd delays its answers to every GET on "entitlements" by 60 seconds
+    And 40 more provisioners are applied
+    And a second provisioner "beside" is applied with spec:
+      """
+      controlPlaneRef: {name: healthy}
+      """
+    Then the provisioner "beside" has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"

@@ -136,10 +136,14 @@ pub enum Bug {
     /// A child the API server refuses (an invalid spec field) is only logged: the conditions
     /// stay as they were and nothing tells the user why nothing changes.
     ChildRefusalOnlyLogged,
+    /// Passes for a hanging coderd hold every reconcile slot, and each waits out its own
+    /// timeout (no failure shared with the waiters, no bound per coderd): CRs on another control
+    /// plane wait for minutes.
+    HangingCoderdStarvesOthers,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 39] = [
+    pub const ALL: [Bug; 40] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -179,6 +183,7 @@ impl Bug {
         Bug::ReplacementAnnouncedAfterDelete,
         Bug::UnstoredKeyLeftInCoderd,
         Bug::ChildRefusalOnlyLogged,
+        Bug::HangingCoderdStarvesOthers,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -229,6 +234,7 @@ impl Bug {
             Bug::ReplacementAnnouncedAfterDelete => "replacement-announced-after-delete",
             Bug::UnstoredKeyLeftInCoderd => "unstored-key-left-in-coderd",
             Bug::ChildRefusalOnlyLogged => "child-refusal-only-logged",
+            Bug::HangingCoderdStarvesOthers => "hanging-coderd-starves-others",
         }
     }
 

@@ -92,6 +92,69 @@ pub async fn patch_control_plane_status(
     Ok(())
 }
 
+/// A second control plane beside the fixture, Ready, with an operator token of its own (another
+/// owner in the fake coderd): faults scoped to the scenario's token do not reach it.
+#[given(expr = "a second Ready control plane {string} with its own operator token")]
+async fn a_second_ready_control_plane(
+    world: &mut ProvisionerWorld,
+    name: String,
+) -> anyhow::Result<()> {
+    if world.env.existing_control_plane.is_some() {
+        bail!("a second control plane needs the suite's own fixture (not --control-plane)");
+    }
+    let token = world
+        .admin()?
+        .add_user(
+            &format!("conf-{}-{name}", world.id),
+            fake_coderd::UserRole::Owner,
+        )
+        .await
+        .context("creating the second control plane's coderd owner")?;
+    world.saw_secret(token.as_bytes());
+    let secret_name = format!("{name}-operator-token");
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret_name, "namespace": world.namespace},
+        "type": "Opaque",
+        "stringData": {"token": token},
+    });
+    let secrets: Api<Secret> = world.api();
+    secrets
+        .patch(
+            &secret_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .context("writing the second operator token Secret")?;
+    let control_plane = json!({
+        "apiVersion": "coder.com/v1alpha1",
+        "kind": "CoderControlPlane",
+        "metadata": {"name": name, "namespace": world.namespace},
+        "spec": {},
+    });
+    let api = world.control_planes();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&control_plane),
+    )
+    .await
+    .context("creating the second CoderControlPlane")?;
+    let status = json!({"status": {
+        "phase": "Ready",
+        "url": world.env.coderd.url,
+        "operatorAccessReady": true,
+        "operatorTokenSecretRef": {"name": secret_name, "key": "token"},
+        "externalProvisionerDaemonsEntitlement": "entitled",
+        "entitlementsLastChecked": now_rfc3339(),
+    }});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .context("writing the second CoderControlPlane's status")?;
+    Ok(())
+}
+
 #[given("a Ready control plane with operator access")]
 async fn a_ready_control_plane(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     ready_control_plane(world, None).await
