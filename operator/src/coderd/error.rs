@@ -37,6 +37,43 @@ fn retry_after_suffix(retry_after: &Option<Duration>) -> String {
 }
 
 impl CoderdError {
+    /// The same error with `secret` replaced by `<redacted>` in its text (e.g. a key that was
+    /// part of the request's URL, which transport errors quote).
+    pub fn redacted(self, secret: &str) -> Self {
+        if secret.is_empty() {
+            return self;
+        }
+        let scrub = |text: String| text.replace(secret, "<redacted>");
+        match self {
+            Self::NotFound { message } => Self::NotFound {
+                message: scrub(message),
+            },
+            Self::Unauthorized { message } => Self::Unauthorized {
+                message: scrub(message),
+            },
+            Self::Forbidden { message } => Self::Forbidden {
+                message: scrub(message),
+            },
+            Self::Conflict { message } => Self::Conflict {
+                message: scrub(message),
+            },
+            Self::Api { status, message } => Self::Api {
+                status,
+                message: scrub(message),
+            },
+            Self::Unreachable { detail } => Self::Unreachable {
+                detail: scrub(detail),
+            },
+            Self::InvalidResponse { detail } => Self::InvalidResponse {
+                detail: scrub(detail),
+            },
+            Self::InvalidConfiguration { detail } => Self::InvalidConfiguration {
+                detail: scrub(detail),
+            },
+            other @ (Self::RateLimited { .. } | Self::Timeout) => other,
+        }
+    }
+
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Self::RateLimited { .. })
     }

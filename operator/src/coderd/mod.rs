@@ -40,10 +40,13 @@ pub mod routes {
     pub const PROVISIONER_KEY: &str =
         "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
     pub const ENTITLEMENTS: &str = "/api/v2/entitlements";
+    /// A daemon's own key, authenticated by [`super::DAEMON_KEY_HEADER`].
+    pub const DAEMON_KEY: &str = "/api/v2/provisionerkeys/{provisionerkey}";
 }
 
 pub const SESSION_TOKEN_HEADER: &str = "Coder-Session-Token";
 pub const BYPASS_RATELIMIT_HEADER: &str = "X-Coder-Bypass-Ratelimit";
+pub const DAEMON_KEY_HEADER: &str = "Coder-Provisioner-Daemon-Key";
 
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -207,12 +210,32 @@ impl CoderdClient {
         self.list_keys_with(org_id, Bypass::No).await
     }
 
-    /// The list that follows a create (R-KEY-23): same as [`Self::list_keys`] with the bypass header.
-    pub async fn list_keys_after_create(
+    /// `GET /api/v2/provisionerkeys/{key}` authenticated by the key itself, as the daemon and
+    /// `coder provisioner start` fetch it: the record of exactly the key this plaintext is. A new
+    /// key's id is learned here, not from a list by name, which may already show someone else's
+    /// key of that name. No session token is sent; the key never appears in an error.
+    pub async fn key_by_plaintext(
         &self,
-        org_id: &str,
-    ) -> Result<Vec<ProvisionerKey>, CoderdError> {
-        self.list_keys_with(org_id, Bypass::WithFallback).await
+        plaintext: &SecretString,
+    ) -> Result<ProvisionerKey, CoderdError> {
+        let secret = plaintext.expose();
+        let mut key_header =
+            HeaderValue::from_str(secret).map_err(|_| CoderdError::InvalidResponse {
+                detail: "the created key cannot be sent in an HTTP header".to_owned(),
+            })?;
+        key_header.set_sensitive(true);
+        let url = self.url(&["provisionerkeys", secret]);
+        let request = self
+            .inner
+            .http
+            .get(url)
+            .header(DAEMON_KEY_HEADER, key_header);
+        let answer = self
+            .execute(routes::DAEMON_KEY, request)
+            .await
+            .map_err(|e| e.redacted(secret))?;
+        let body = expect(answer, StatusCode::OK, plaintext).map_err(|e| e.redacted(secret))?;
+        self.decode(body).map_err(|e| e.redacted(secret))
     }
 
     async fn list_keys_with(

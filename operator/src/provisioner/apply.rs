@@ -148,17 +148,21 @@ where
     )
 }
 
-/// Applies the whole status through the `/status` subresource.
+/// Applies the whole status through the `/status` subresource, on the condition that the CR is
+/// still at `resource_version` (optimistic concurrency: a write computed from an older copy
+/// fails with 409 Conflict instead of overwriting what it never saw).
 pub async fn apply_status(
     client: &Client,
     field_manager: &str,
     cr: &CoderProvisioner,
     status: &CoderProvisionerStatus,
+    resource_version: Option<&str>,
 ) -> kube::Result<CoderProvisioner> {
     let api = api_for(client, cr);
     let patch = serde_json::json!({
         "apiVersion": "coder.com/v1alpha1",
         "kind": "CoderProvisioner",
+        "metadata": {"resourceVersion": resource_version},
         "status": status,
     });
     let name = cr.metadata.name.clone().unwrap_or_default();

@@ -22,6 +22,19 @@ pub struct Observed {
     pub deployment: Option<Deployment>,
 }
 
+/// The CR as the API server has it now, not the watch cache's copy (which can predate this
+/// operator's own last status write); `None` when it is gone.
+pub async fn live_provisioner(
+    client: &Client,
+    cached: &CoderProvisioner,
+) -> kube::Result<Option<CoderProvisioner>> {
+    let namespace = cached.metadata.namespace.as_deref().unwrap_or_default();
+    let name = cached.metadata.name.as_deref().unwrap_or_default();
+    Api::<CoderProvisioner>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+}
+
 pub async fn control_plane(
     client: &Client,
     namespace: &str,

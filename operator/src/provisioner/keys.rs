@@ -321,17 +321,9 @@ pub async fn establish(
             name: desired.key_name.clone(),
         })
         .await;
-    let created = client
-        .list_keys_after_create(&organization.id)
-        .await?
-        .into_iter()
-        .find(|key| key.name.eq_ignore_ascii_case(&desired.key_name))
-        .ok_or_else(|| CoderdError::InvalidResponse {
-            detail: format!(
-                "key {:?} was created but is missing from the key list",
-                desired.key_name
-            ),
-        })?;
+    // The new key's own record (its id), fetched with the key itself: a list by name could
+    // show another key of that name created meanwhile by someone else.
+    let created = client.key_by_plaintext(&plaintext).await?;
     let record = KeyRecord {
         organization_id: organization.id,
         organization_name: desired.organization_name.clone(),
@@ -574,13 +566,14 @@ mod tests {
         fn key_requests(fake: &FakeCoderd) -> Vec<String> {
             fake.journal()
                 .into_iter()
-                .filter(|entry| {
-                    matches!(
-                        entry.route.as_deref(),
-                        Some(routes::PROVISIONER_KEYS | routes::PROVISIONER_KEY)
-                    )
+                .filter_map(|entry| match entry.route.as_deref() {
+                    Some(routes::PROVISIONER_KEYS | routes::PROVISIONER_KEY) => {
+                        Some(format!("{} {}", entry.method, entry.status))
+                    }
+                    // The new key's own record, fetched with the key.
+                    Some(routes::DAEMON_KEY) => Some(format!("OWN {}", entry.status)),
+                    _ => None,
                 })
-                .map(|entry| format!("{} {}", entry.method, entry.status))
                 .collect()
         }
 
@@ -605,11 +598,11 @@ mod tests {
         }
 
         #[tokio::test]
-        async fn a_first_key_is_created_then_listed_once() {
+        async fn a_first_key_is_created_then_fetched_with_itself() {
             let (fake, client) = fake().await;
             let desired = desired_at(&fake);
             let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
-            assert_eq!(key_requests(&fake), ["POST 201", "GET 200"]);
+            assert_eq!(key_requests(&fake), ["POST 201", "OWN 200"]);
             let stored = fake.keys("default").expect("keys");
             assert_eq!(stored.len(), 1);
             assert_eq!(established.record.key_id, stored[0].id);
@@ -631,7 +624,7 @@ mod tests {
             let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
             assert_eq!(
                 key_requests(&fake),
-                ["POST 409", "GET 200", "DELETE 204", "POST 201", "GET 200"]
+                ["POST 409", "GET 200", "DELETE 204", "POST 201", "OWN 200"]
             );
             let stored = fake.keys("default").expect("keys");
             assert_eq!(stored.len(), 1);
@@ -666,7 +659,7 @@ mod tests {
             let (_, events) = run(&client, &desired, cause, Some(&recorded)).await;
             assert_eq!(
                 key_requests(&fake),
-                ["GET 200", "DELETE 204", "POST 201", "GET 200"]
+                ["GET 200", "DELETE 204", "POST 201", "OWN 200"]
             );
             let names: Vec<String> = fake
                 .keys("default")

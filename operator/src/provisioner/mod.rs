@@ -2,7 +2,9 @@
 //! `dereference` (read) → `gates` (pure checks of D-1) → `keys` (coderd key lifecycle) →
 //! `children` (pure objects) → `apply` (server-side apply) → `status` (pure, written once per change).
 //! Shared between passes: `entitlement_cache` (one entitlements request per coderd and window)
-//! and `own_writes` (the statuses written but not yet seen back through the watch).
+//! and `coderd_slots` (a bound on the reconcile slots one coderd's passes hold). Each pass reads
+//! its CR from the API server and writes its status conditionally on that read's
+//! resourceVersion, so nothing is decided from a stale copy.
 pub mod apply;
 pub mod backoff;
 pub mod children;
@@ -13,7 +15,6 @@ pub mod entitlement_cache;
 pub mod gates;
 pub mod keys;
 pub mod names;
-pub mod own_writes;
 pub mod status;
 
 #[cfg(test)]
@@ -44,7 +45,6 @@ use self::entitlement_cache::EntitlementCache;
 use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
 use self::names::Names;
-use self::own_writes::StatusLedger;
 use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
@@ -71,7 +71,6 @@ pub struct Context {
     pub entitlements: EntitlementCache,
     /// Reconcile slots per coderd, so that a hanging one does not starve the others.
     pub coderd_slots: CoderdSlots,
-    pub own_writes: StatusLedger,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,10 +177,14 @@ pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>)
 struct StatusWriter<'a> {
     ctx: &'a Context,
     cr: &'a CoderProvisioner,
-    /// resourceVersion of the CR as of the last write (the pass's copy before the first one).
+    /// resourceVersion of the CR as of the pass's read or its last write: each write is
+    /// conditional on it.
     base_version: Option<String>,
     current: Option<CoderProvisionerStatus>,
 }
+
+/// Attempts at a status write that meets writes of others (labels, annotations) in between.
+const STATUS_WRITE_ATTEMPTS: usize = 10;
 
 impl StatusWriter<'_> {
     async fn write(
@@ -196,38 +199,70 @@ impl StatusWriter<'_> {
             deployment,
             Timestamp::now(),
         );
-        if status::status_changed(self.current.as_ref(), &next) {
-            let written =
-                apply::apply_status(&self.ctx.client, &self.ctx.field_manager, self.cr, &next)
-                    .await?;
-            let written_version = written.metadata.resource_version;
-            self.ctx.own_writes.record(
-                self.cr,
-                self.base_version.as_deref(),
-                &next,
-                written_version.as_deref(),
-            );
-            self.base_version = written_version;
-            self.current = Some(next);
+        if !status::status_changed(self.current.as_ref(), &next) {
+            return Ok(());
         }
+        let mut attempt = 1;
+        let written = loop {
+            match apply::apply_status(
+                &self.ctx.client,
+                &self.ctx.field_manager,
+                self.cr,
+                &next,
+                self.base_version.as_deref(),
+            )
+            .await
+            {
+                Err(kube::Error::Api(conflict))
+                    if conflict.is_conflict() && attempt < STATUS_WRITE_ATTEMPTS =>
+                {
+                    // Someone wrote the CR since it was read. A metadata edit changes nothing
+                    // this write decided: write again on the new version. A status someone
+                    // else wrote does: give up, and the next pass decides from it.
+                    let fresh = dereference::live_provisioner(&self.ctx.client, self.cr)
+                        .await?
+                        .ok_or(kube::Error::Api(conflict))?;
+                    if fresh.status != self.current {
+                        warn!(provisioner = %object_key(self.cr), "the status was written by someone else during this pass");
+                        return Err(kube::Error::Api(conflict_of(&fresh)));
+                    }
+                    self.base_version = fresh.metadata.resource_version;
+                    attempt += 1;
+                }
+                outcome => break outcome?,
+            }
+        };
+        self.base_version = written.metadata.resource_version;
+        self.current = Some(next);
         Ok(())
     }
 }
 
+/// The 409 reported when another writer changed the status during a pass.
+fn conflict_of(fresh: &CoderProvisioner) -> Box<kube::core::Status> {
+    let message = format!(
+        "the status of {} changed during this pass (resourceVersion {})",
+        object_key(fresh),
+        fresh.metadata.resource_version.as_deref().unwrap_or("?")
+    );
+    kube::core::Status::failure(&message, "Conflict")
+        .with_code(409)
+        .boxed()
+}
+
 /// One full pass for a live CR. The status is written at the end whatever the outcome.
-async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
-    // A cached copy from before this operator's last status write: continue from that write.
-    let caught_up;
-    let cr = match ctx.own_writes.newer_status(cr) {
-        Some(status) => {
-            caught_up = CoderProvisioner {
-                status: Some(status),
-                ..cr.clone()
-            };
-            &caught_up
-        }
-        None => cr,
+async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
+    // Every decision is made from the API server's copy: the watch cache can predate this
+    // operator's own last status write (a key recorded moments ago), and a key decided from it
+    // would be a second key.
+    let Some(live) = dereference::live_provisioner(&ctx.client, cached).await? else {
+        return Ok(Action::await_change());
     };
+    if live.metadata.deletion_timestamp.is_some() || live.metadata.uid != cached.metadata.uid {
+        // Its deletion, or the creation of its namesake, starts a pass of its own.
+        return Ok(Action::await_change());
+    }
+    let cr = &live;
     let names = Names::for_provisioner(cr);
     let observed = dereference::observe(&ctx.client, cr, &names).await?;
     let mut report = PassReport::default();
@@ -613,7 +648,6 @@ impl keys::KeyEventSink for KeyEventPublisher<'_> {
 /// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
 async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Error> {
     let key = object_key(cr);
-    ctx.own_writes.forget(cr);
     ctx.failures.reset(&key);
     ctx.rate_limits.reset(&key);
     ctx.key_hold_off.clear(&key);

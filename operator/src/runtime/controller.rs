@@ -39,7 +39,6 @@ use crate::provisioner::credentials::credential_refs;
 use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
-use crate::provisioner::own_writes::StatusLedger;
 use crate::provisioner::{Context, error_policy, reconcile};
 use crate::runtime::metrics::Metrics;
 use crate::seeded::{self, Bug};
@@ -189,7 +188,6 @@ pub async fn run(
         entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
         // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
         coderd_slots: CoderdSlots::new(usize::from(settings.max_concurrent_reconciles) / 2),
-        own_writes: StatusLedger::default(),
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
