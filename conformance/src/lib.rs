@@ -7,6 +7,7 @@
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
 //! contract's rules to scenarios and seeded variants.
 pub mod assets;
+pub mod attribution;
 pub mod bench;
 pub mod cli;
 pub mod cluster;
