@@ -85,16 +85,23 @@ Feature: The provisioner Deployment
       """
       resources: {requests: {cpu: "-1"}}
       """
+    # checks: R-ST-5
     Then the provisioner has condition "DeploymentReady" "False" with reason "NoReplicasReady"
+    # checks: R-ST-5
     And the DeploymentReady condition's message mentions "cpu"
+    # checks: none
     And the provisioner status records its provisioner key
+    # checks: R-KEY-8
     And coderd sees no provisioner key requests from now on during the observation window
     When the provisioner spec is changed to:
       """
       resources: {requests: {cpu: 100m}}
       """
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-8
     And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-8
     And coderd saw no DELETE on "provisionerkey"
 
   @R-POD-16 @extended

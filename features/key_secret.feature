@@ -75,10 +75,16 @@ Feature: The provisioner key Secret
     Given a Ready control plane with operator access
     And the namespace refuses new Secrets
     When the sample provisioner is applied
+    # checks: R-KEY-18
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    # checks: R-KEY-8
     And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
     When the namespace accepts new Secrets again
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-8
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: none
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-KEY-8
     And coderd answered no POST on "provisionerkeys" with status 409
