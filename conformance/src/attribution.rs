@@ -654,4 +654,13 @@ Feature: f
             BTreeMap::from([(8, (5, vec!["R-A-1".to_owned(), "D-2".to_owned()]))])
         );
     }
+
+    /// The lint over the suite's own feature files.
+    #[test]
+    fn the_suites_features_say_which_step_checks_which_rule() {
+        let attribution = Attribution::embedded().unwrap();
+        assert!(attribution.scenarios().len() > 100);
+        let problems = attribution.problems();
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 }
