@@ -655,6 +655,43 @@ Feature: f
         );
     }
 
+    /// Every scenario cucumber runs (each Examples row of an outline) finds its steps, under the
+    /// key the report gives its result.
+    #[test]
+    fn every_expanded_scenario_of_the_suite_finds_its_steps() {
+        use cucumber::feature::Ext as _;
+        let attribution = Attribution::embedded().unwrap();
+        let mut rows = 0;
+        for (name, bytes) in crate::assets::folder(crate::assets::FEATURES_DIR) {
+            if !name.ends_with(".feature") {
+                continue;
+            }
+            let text = std::str::from_utf8(bytes).unwrap();
+            let mut feature =
+                gherkin::Feature::parse(text, gherkin::GherkinEnv::default()).unwrap();
+            feature.path = Some(name.into());
+            for scenario in &feature.clone().expand_examples().unwrap().scenarios {
+                let result = ScenarioResult {
+                    feature: name.to_owned(),
+                    line: scenario.position.line,
+                    ..failed_at(None, 0, &[])
+                };
+                let found = attribution
+                    .scenario(&result)
+                    .unwrap_or_else(|| panic!("{name}:{} has no steps", result.line));
+                let lines = |steps: &mut dyn Iterator<Item = usize>| steps.collect::<Vec<_>>();
+                assert_eq!(
+                    lines(&mut found.steps.iter().filter(|s| !s.background).map(|s| s.line)),
+                    lines(&mut scenario.steps.iter().map(|s| s.position.line)),
+                    "{name}:{}",
+                    result.line
+                );
+                rows += 1;
+            }
+        }
+        assert!(rows > attribution.scenarios().len(), "{rows}");
+    }
+
     /// The lint over the suite's own feature files.
     #[test]
     fn the_suites_features_say_which_step_checks_which_rule() {
