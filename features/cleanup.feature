@@ -11,11 +11,16 @@ Feature: Clean-up when a provisioner is deleted
   @R-DEL-2 @R-DEL-4 @R-DEL-12 @tutorial @core
   Scenario: Deleting the provisioner deletes its key in coderd
     Given the sample provisioner is Ready
+    # checks: none
     Then the provisioner status records its provisioner key
     When the provisioner is deleted
+    # checks: R-DEL-2, R-DEL-12
     Then the provisioner is gone
+    # checks: R-DEL-2, R-DEL-4
     And the recorded provisioner key no longer exists in coderd
+    # checks: R-DEL-2, R-DEL-4
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-DEL-12
     And the provisioner's children are removed by garbage collection
 
   @R-DEL-3 @R-DEL-10 @tutorial @core
@@ -24,21 +29,28 @@ Feature: Clean-up when a provisioner is deleted
     And the scenario has a second coderd organization
     And a provisioner key named "coderprovisioner-sample" already exists in the second organization
     And the sample provisioner is Ready
+    # checks: none
     Then the provisioner status records its provisioner key
     When the control plane status is changed to:
       """
       externalProvisionerDaemonsEntitlement: not_entitled
       """
+    # checks: none
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
     When the provisioner spec is changed to:
       """
       <spec>
       """
     And the provisioner is deleted
+    # checks: R-DEL-10
     Then the provisioner is gone
+    # checks: R-DEL-3, R-DEL-10
     And the recorded provisioner key no longer exists in coderd
+    # checks: R-DEL-3
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-DEL-3
     And coderd holds exactly 1 provisioner key named "someone-elses-key"
+    # checks: R-DEL-3
     And the second organization holds exactly 1 provisioner key named "coderprovisioner-sample"
 
     Examples:
@@ -52,11 +64,15 @@ Feature: Clean-up when a provisioner is deleted
   @R-DEL-3 @R-DEL-4 @D-5 @core
   Scenario: A key replaced under the recorded name by someone else is not deleted
     Given the sample provisioner is Ready
+    # checks: none
     Then the provisioner status records its provisioner key
     When the recorded provisioner key is replaced in coderd by someone else's key of the same name
     And the provisioner is deleted
+    # checks: R-DEL-4
     Then the provisioner is gone
+    # checks: R-DEL-3, R-DEL-4, D-5
     And coderd saw no DELETE on "provisionerkey"
+    # checks: R-DEL-3, D-5
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
 
   @R-DEL-2 @fault-injection @core

@@ -6,7 +6,9 @@ Feature: The CoderProvisioner CRD and what the API server admits
 
   @R-CRD-1 @R-CRD-2 @core
   Scenario: The CRDs are Established
+    # checks: R-CRD-1, R-CRD-2
     Then the CRD "coderprovisioners.coder.com" is Established
+    # checks: none
     And the CRD "codercontrolplanes.coder.com" is Established
 
   @R-CRD-3 @extended
@@ -41,6 +43,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
       key:
         name: {65 x a}
       """
+    # checks: R-CRD-7, R-CRD-13, D-4
     Then the API server rejects it with a message mentioning:
       | spec.key.name |
       | 64            |
@@ -54,6 +57,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
       key:
         name: {64 x a}
       """
+    # checks: R-CRD-7, D-4
     Then the API server accepts it
 
   @R-CRD-8 @D-4 @core
@@ -64,12 +68,14 @@ Feature: The CoderProvisioner CRD and what the API server admits
         name: codercontrolplane-sample
       replicas: -1
       """
+    # checks: R-CRD-8, D-4
     Then the API server rejects it with a message mentioning:
       | spec.replicas              |
       | greater than or equal to 0 |
 
   @R-CRD-5 @R-CRD-6 @R-CRD-8 @R-CRD-9 @R-CRD-10 @R-CRD-11 @extended
   Scenario: The spec declares its optional fields with their types and limits, and no credential field
+    # checks: R-CRD-5, R-CRD-6, R-CRD-8, R-CRD-9, R-CRD-10
     Then the CRD "coderprovisioners.coder.com" declares these spec fields:
       | field                         | type    | maxLength |
       | controlPlaneRef.name          | string  |           |
@@ -85,6 +91,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
       | resources                     | object  |           |
       | imagePullSecrets              | array   |           |
       | terminationGracePeriodSeconds | integer |           |
+    # checks: R-CRD-11
     And the CRD "coderprovisioners.coder.com" declares no spec field "bootstrap"
 
   @R-CRD-12 @extended

@@ -31,8 +31,11 @@ Feature: Credential Secrets referenced by extraEnv
               name: proxy-credentials
               key: value
       """
+    # checks: R-CRED-1
     Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    # checks: R-CRED-1
     And the provisioner becomes Ready
+    # checks: R-CRED-13, R-POD-13
     And the provisioner container's env is:
       | name                         | value | secret                        |
       | CODER_URL                    | {url} |                               |
@@ -55,8 +58,11 @@ Feature: Credential Secrets referenced by extraEnv
               name: <secret>
               key: value
       """
+    # checks: R-CRED-3, R-CRED-4, R-CRED-5, R-CRED-6, R-CRED-7, R-CRED-15, D-2
     Then the provisioner has condition "CredentialsReady" "False" with reason "<reason>"
+    # checks: R-CRED-9
     And coderd saw no provisioner key requests
+    # checks: none
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
     Examples:
@@ -90,6 +96,7 @@ Feature: Credential Secrets referenced by extraEnv
           valueFrom:
             secretKeyRef: {name: proxy-credentials, key: value}
       """
+    # checks: R-CRED-6, R-CRED-10, D-2
     Then the provisioner has condition "CredentialsReady" "<status>" with reason "<reason>"
 
     Examples: the same origin written another way
@@ -156,6 +163,7 @@ Feature: Credential Secrets referenced by extraEnv
           valueFrom:
             secretKeyRef: {name: <second>, key: value<second optional>}
       """
+    # checks: R-CRED-7, D-2
     Then the provisioner has condition "CredentialsReady" "<status>" with reason "<reason>"
 
     Examples:
@@ -177,7 +185,9 @@ Feature: Credential Secrets referenced by extraEnv
               key: value
               optional: true
       """
+    # checks: R-CRED-7, D-2
     Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    # checks: D-2
     And the provisioner becomes Ready
 
   @R-CRED-11 @extended
@@ -215,6 +225,7 @@ Feature: Credential Secrets referenced by extraEnv
         coder.com/credential-destinations: "{origin}"
       """
     And the sample provisioner is Ready
+    # checks: none
     Then the provisioner pod template is remembered
     When the provisioner spec is changed to:
       """
@@ -226,8 +237,11 @@ Feature: Credential Secrets referenced by extraEnv
               name: not-created-yet
               key: value
       """
+    # checks: none
     Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialSecretNotFound"
+    # checks: R-CRED-8, D-1
     And the provisioner Deployment stays unchanged during the observation window
+    # checks: R-CRED-8
     And the provisioner is still Ready
 
   @R-CRED-12 @R-KEY-15 @D-1 @extended
@@ -248,23 +262,30 @@ Feature: Credential Secrets referenced by extraEnv
               name: proxy-credentials
               key: value
       """
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: none
     And the provisioner pod template is remembered
     When the control plane status is changed to:
       """
       url: "{other origin}"
       """
+    # checks: R-CRED-12
     Then the provisioner has condition "CredentialsReady" "False" with reason "CredentialDestinationMismatch"
+    # checks: R-CRED-12, D-1
     And the provisioner Deployment stays unchanged during the observation window
     When the credential Secret "proxy-credentials" metadata is changed to:
       """
       annotations:
         coder.com/credential-destinations: "{origin}, {other origin}"
       """
+    # checks: R-CRED-12
     Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    # checks: R-CRED-12
     And the provisioner container's env is:
       | name                         | value           | secret                            |
       | CODER_URL                    | {other origin}  |                                   |
       | CODER_PROVISIONER_DAEMON_KEY |                 | {provisioner}-provisioner-key/key |
       | PROXY_PASSWORD               |                 | proxy-credentials/value           |
+    # checks: R-KEY-15
     And coderd saw exactly 2 POST on "provisionerkeys"

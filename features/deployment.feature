@@ -10,7 +10,9 @@ Feature: The provisioner Deployment
   @R-POD-9 @R-POD-10 @PR @core
   Scenario: The daemon runs "coder provisioner start"
     When the sample provisioner is applied
+    # checks: R-POD-9
     Then the provisioner container's command is '["coder"]'
+    # checks: R-POD-10
     And the provisioner container's args are '["provisioner", "start"]'
 
   @R-POD-10 @core
@@ -29,11 +31,13 @@ Feature: The provisioner Deployment
         - name: CODER_VERBOSE
           value: "true"
       """
+    # checks: R-POD-11, R-POD-12, R-POD-13
     Then the provisioner container's env is:
       | name                         | value | secret                            |
       | CODER_URL                    | {url} |                                   |
       | CODER_PROVISIONER_DAEMON_KEY |       | {provisioner}-provisioner-key/key |
       | CODER_VERBOSE                | true  |                                   |
+    # checks: R-POD-14
     And the provisioner container has no env var "CODER_ORGANIZATION"
 
   @R-POD-8 @core
@@ -81,16 +85,23 @@ Feature: The provisioner Deployment
       """
       resources: {requests: {cpu: "-1"}}
       """
+    # checks: R-ST-5
     Then the provisioner has condition "DeploymentReady" "False" with reason "NoReplicasReady"
+    # checks: R-ST-5
     And the DeploymentReady condition's message mentions "cpu"
+    # checks: none
     And the provisioner status records its provisioner key
+    # checks: R-KEY-8
     And coderd sees no provisioner key requests from now on during the observation window
     When the provisioner spec is changed to:
       """
       resources: {requests: {cpu: 100m}}
       """
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-8
     And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-8
     And coderd saw no DELETE on "provisionerkey"
 
   @R-POD-16 @extended
@@ -121,6 +132,7 @@ Feature: The provisioner Deployment
         - name: registry-credentials
       terminationGracePeriodSeconds: 30
       """
+    # checks: R-POD-5, R-POD-6
     Then the provisioner pod spec has:
       """
       imagePullSecrets:
@@ -139,42 +151,59 @@ Feature: The provisioner Deployment
   @R-POD-4 @R-RES-1 @R-RES-3 @core
   Scenario: The pods run as the provisioner's ServiceAccount
     When the sample provisioner is applied
+    # checks: R-POD-4, R-RES-1, R-RES-3
     Then the provisioner pod template uses ServiceAccount "{provisioner}-provisioner"
 
   @R-POD-3 @D-6 @R-KEY-10 @core
   Scenario: A key rotation rolls the pods
     Given the sample provisioner is Ready
+    # checks: none
     Then the provisioner pod template is remembered
     When the provisioner key Secret is deleted
+    # checks: R-POD-3, R-KEY-10, D-6
     Then the provisioner pod template changes
 
   @R-ST-2 @R-ST-3 @R-ST-4 @R-ST-5 @R-ST-6 @R-ST-9 @R-W-2 @core
   Scenario: A healthy provisioner reports every condition True
     When the sample provisioner is applied
+    # checks: R-ST-2, R-ST-3, R-ST-6
     Then the provisioner becomes Ready
+    # checks: R-ST-4
     And the provisioner's status observes its current generation
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "ProvisionerKeySecretReady" "True" with reason "SecretReady"
+    # checks: R-ST-6, R-ST-9
     And the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
+    # checks: R-ST-5, R-ST-6, R-ST-9, R-W-2
     And the provisioner has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
 
   @R-POD-1 @R-POD-5 @R-POD-6 @R-POD-8 @R-POD-10 @R-POD-13 @R-POD-16 @R-KEY-4 @R-ST-4 @core
   Scenario Outline: Changing <field> after Ready updates the Deployment and keeps the key
     Given the sample provisioner is Ready
+    # checks: none
     Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
     When the provisioner spec is changed to:
       """
       <spec>
       """
+    # checks: R-POD-1, R-POD-5, R-POD-6, R-POD-8, R-POD-10, R-POD-13, R-POD-16
     Then the Deployment "provisioner-{provisioner}" has at "<path>":
       """
       <value>
       """
+    # checks: R-ST-4
     And the provisioner's status observes its current generation
+    # checks: R-KEY-4
     And coderd sees no provisioner key requests since the last action during the observation window
+    # checks: R-KEY-4
     And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
 
     Examples:
@@ -204,10 +233,13 @@ Feature: The provisioner Deployment
       """
       replicas: <replicas>
       """
+    # checks: R-ST-1, R-ST-2, R-ST-3
     Then the provisioner status has:
       | field | value   |
       | phase | <phase> |
+    # checks: R-ST-5
     And the provisioner has condition "DeploymentReady" "<status>" with reason "<reason>"
+    # checks: R-ST-1, R-ST-2
     And the provisioner stays in phase "<phase>" during the observation window
 
     Examples:
@@ -231,9 +263,13 @@ Feature: The provisioner Deployment
       """
       tags: {scope: organization, owner: conformance}
       """
+    # checks: R-POD-2
     Then the provisioner Deployment selects its pods by exactly the standard labels
+    # checks: R-POD-7
     And the provisioner pod template has exactly one container, named "provisioner"
+    # checks: R-POD-15
     And the provisioner container has no env var "CODER_PROVISIONERD_TAGS"
+    # checks: R-POD-15
     And the provisioner container's args are '["provisioner", "start"]'
 
   @R-RES-2 @R-RES-4 @R-CRD-13 @D-4 @D-6 @extended
@@ -246,8 +282,11 @@ Feature: The provisioner Deployment
       """
       {}
       """
+    # checks: R-CRD-13, D-4
     Then the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+    # checks: R-CRD-13, D-4
     And the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-two" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+    # checks: R-RES-2, R-RES-4, D-6
     And the children of the two provisioners have distinct names and labels of at most 63 characters
 
   @R-RES-5 @R-W-2 @extended
@@ -257,6 +296,7 @@ Feature: The provisioner Deployment
       """
       <edit>
       """
+    # checks: R-RES-5, R-W-2
     Then the <kind> "provisioner-{provisioner}" has at "<path>":
       """
       <value>

@@ -8,7 +8,9 @@ Feature: The external provisioner entitlement
   Scenario: A recent "entitled" check on the control plane is trusted
     Given a Ready control plane with operator access
     When the sample provisioner is applied
+    # checks: R-ENT-1, R-ENT-4
     Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    # checks: R-ENT-1
     And coderd saw no GET on "entitlements"
 
   @R-ENT-1 @tutorial @core
@@ -30,8 +32,11 @@ Feature: The external provisioner entitlement
       externalProvisionerDaemonsEntitlement: not_entitled
       """
     When the sample provisioner is applied
+    # checks: R-ENT-2
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    # checks: R-ENT-2, R-ENT-9
     And coderd saw no requests
+    # checks: R-ENT-2
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-ENT-3 @R-ENT-4 @core
@@ -39,8 +44,11 @@ Feature: The external provisioner entitlement
     Given a Ready control plane with operator access
     And the control plane's entitlement check is older than two minutes
     When the sample provisioner is applied
+    # checks: R-ENT-4
     Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
+    # checks: R-ENT-3
     And coderd saw at least 1 GET on "entitlements"
+    # checks: R-ENT-4
     And the provisioner becomes Ready
 
   @R-ENT-5 @R-ENT-9 @serial @core
@@ -49,8 +57,11 @@ Feature: The external provisioner entitlement
     And the control plane's entitlement check is older than two minutes
     And coderd reports the external provisioner entitlement as "not_entitled"
     When the sample provisioner is applied
+    # checks: R-ENT-5
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "NotEntitled"
+    # checks: R-ENT-5, R-ENT-9
     And coderd saw no provisioner key requests
+    # checks: R-ENT-5
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-ENT-5 @serial @core
@@ -68,7 +79,9 @@ Feature: The external provisioner entitlement
     And the control plane's entitlement check is older than two minutes
     And coderd answers every GET on "entitlements" with status <status>
     When the sample provisioner is applied
+    # checks: R-ENT-6, R-ENT-7, R-ENT-8
     Then the provisioner has condition "ExternalProvisionersEntitled" "False" with reason "<reason>"
+    # checks: R-ENT-9
     And coderd saw no provisioner key requests
 
     Examples:

@@ -8,14 +8,21 @@ Feature: The provisioner key in coderd
   Scenario: The first reconcile creates exactly one key and stores it
     Given a Ready control plane with operator access
     When the sample provisioner is applied
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-20
     And the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    # checks: R-KEY-3
     And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-3
     And coderd saw no DELETE on "provisionerkey"
+    # checks: R-KEY-2, R-KEY-3
     And coderd holds a provisioner key named "coderprovisioner-sample" with tags:
       | tag   | value        |
       | scope | organization |
+    # checks: R-KEY-5
     And the key in Secret "coderprovisioner-sample-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-KEY-1, R-KEY-6
     And the provisioner status has:
       | field               | value                                   |
       | organizationName    | {organization}                          |
@@ -30,17 +37,28 @@ Feature: The provisioner key in coderd
   Scenario: A lost key Secret replaces the key once
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
+    # checks: none
     Then the provisioner status records its provisioner key
+    # checks: none
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
+    # checks: none
     And the provisioner pod template is remembered
     When the provisioner key Secret is deleted
+    # checks: R-KEY-10
     Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
+    # checks: R-KEY-10, D-5
     And the recorded provisioner key no longer exists in coderd
+    # checks: R-KEY-10
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: R-KEY-10
     And coderd saw exactly 2 POST on "provisionerkeys"
+    # checks: R-KEY-10, D-5
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-KEY-10
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-KEY-10
     And the provisioner pod template changes
+    # checks: none
     And the provisioner becomes Ready
 
   @R-KEY-13 @R-KEY-14 @R-KEY-15 @R-KEY-17 @R-ST-8 @R-POD-3 @extended
@@ -51,26 +69,37 @@ Feature: The provisioner key in coderd
       """
       tags: {scope: organization, team: blue}
       """
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: none
     And the provisioner status records its provisioner key
+    # checks: R-ST-8
     And the provisioner status has:
       | field    | value    |
       | tagsHash | 58d21dbb |
+    # checks: none
     And the provisioner pod template is remembered
     When the provisioner spec is changed to:
       """
       <spec>
       """
+    # checks: R-KEY-13, R-KEY-14, R-KEY-15, R-ST-8
     Then the provisioner status has:
       | field              | value          |
       | provisionerKeyName | <key name>     |
       | organizationName   | <organization> |
       | tagsHash           | <tags hash>    |
+    # checks: R-KEY-13, R-KEY-14, R-KEY-15, R-KEY-17
     And the recorded provisioner key no longer exists in coderd
+    # checks: R-KEY-13, R-KEY-14, R-KEY-15, R-KEY-17
     And coderd saw exactly 2 POST on "provisionerkeys"
+    # checks: R-KEY-13, R-KEY-14, R-KEY-15, R-KEY-17
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-KEY-13, R-KEY-14, R-KEY-15
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "<key name>"
+    # checks: R-POD-3
     And the provisioner pod template changes
+    # checks: none
     And the provisioner becomes Ready
 
     Examples:
@@ -89,16 +118,21 @@ Feature: The provisioner key in coderd
       """
       key: <key>
       """
+    # checks: R-SEC-6
     Then the provisioner status has:
       | field          | value      |
       | secretRef.name | <secret>   |
       | secretRef.key  | <data key> |
+    # checks: R-SEC-1, R-KEY-5
     And the key in Secret "<secret>" under "<data key>" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-POD-12
     And the provisioner container's env is:
       | name                         | value | secret              |
       | CODER_URL                    | {url} |                     |
       | CODER_PROVISIONER_DAEMON_KEY |       | <secret>/<data key> |
+    # checks: none
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: none
     And the provisioner becomes Ready
 
     Examples:
@@ -152,14 +186,18 @@ Feature: The provisioner key in coderd
   Scenario: A rotation removes the recorded key, not another key that took its name
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
+    # checks: none
     Then the provisioner status records its provisioner key
     When the recorded provisioner key is replaced in coderd by someone else's key of the same name
     And the provisioner spec is changed to:
       """
       key: {name: renamed-key}
       """
+    # checks: R-KEY-24
     Then coderd holds exactly 1 provisioner key named "renamed-key"
+    # checks: R-KEY-24, D-5
     And coderd saw no DELETE on "provisionerkey"
+    # checks: R-KEY-24, D-5
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
 
   @R-KEY-21 @D-4 @extended
@@ -170,8 +208,11 @@ Feature: The provisioner key in coderd
       key:
         name: Upper-Case-Key
       """
+    # checks: R-KEY-21
     Then the provisioner has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"
+    # checks: R-KEY-21, D-4
     And coderd holds exactly 1 provisioner key named "upper-case-key"
+    # checks: R-KEY-21
     And coderd saw exactly 1 POST on "provisionerkeys"
 
   # coderd treats only the exact path value "default" as the default organization; any other
@@ -206,10 +247,15 @@ Feature: The provisioner key in coderd
     Given a Ready control plane with operator access
     And a provisioner key named "coderprovisioner-sample" already exists in the scenario's organization
     When the sample provisioner is applied
+    # checks: R-KEY-22
     Then the provisioner becomes Ready
+    # checks: R-KEY-22
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: R-KEY-22
     And coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-KEY-22
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: D-5
     And a Warning Event "ReplacedUnrecordedKey" is recorded for the provisioner
 
   # Events before effects: the Warning names the key before it is deleted, so an operator that

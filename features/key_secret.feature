@@ -7,10 +7,13 @@ Feature: The provisioner key Secret
   Scenario: The operator creates and owns the key Secret
     Given a Ready control plane with operator access
     When the sample provisioner is applied
+    # checks: R-SEC-7
     Then the provisioner has condition "ProvisionerKeySecretReady" "True" with reason "SecretReady"
+    # checks: R-SEC-1, R-SEC-3, R-SEC-4
     And these objects exist, controlled by the provisioner:
       | kind   | name                           |
       | Secret | {provisioner}-provisioner-key |
+    # checks: R-SEC-1, R-SEC-2
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
 
   @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @core
@@ -22,9 +25,13 @@ Feature: The provisioner key Secret
       key:
         secretName: taken-key
       """
+    # checks: R-SEC-8, R-SEC-9, D-3
     Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
+    # checks: R-SEC-10, D-3
     And the Secret "taken-key" is left unchanged
+    # checks: R-SEC-11, D-3
     And coderd saw no provisioner key requests
+    # checks: R-SEC-11
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-SEC-12 @core
@@ -51,10 +58,14 @@ Feature: The provisioner key Secret
       key:
         secretName: taken-key
       """
+    # checks: D-3
     Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
     When the Secret "taken-key" is deleted
+    # checks: R-SEC-13, D-3
     Then the provisioner becomes Ready within 90 seconds
+    # checks: R-SEC-13
     And the Secret "taken-key" holds a provisioner key
+    # checks: R-SEC-13
     And coderd saw exactly 1 POST on "provisionerkeys"
 
   # A key whose Secret cannot be written exists only in coderd: it is deleted again in the same
@@ -64,10 +75,16 @@ Feature: The provisioner key Secret
     Given a Ready control plane with operator access
     And the namespace refuses new Secrets
     When the sample provisioner is applied
+    # checks: R-KEY-18
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    # checks: R-KEY-8
     And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
     When the namespace accepts new Secrets again
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-8
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: none
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-KEY-8
     And coderd answered no POST on "provisionerkeys" with status 409

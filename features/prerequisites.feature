@@ -8,6 +8,7 @@ Feature: Prerequisites on the referenced control plane
   Scenario: The operator puts the key-cleanup finalizer on a new provisioner
     Given a Ready control plane with operator access
     When the sample provisioner is applied
+    # checks: R-PRE-1, R-DEL-1
     Then the provisioner carries the finalizer "coder.com/provisioner-key-cleanup"
 
   @R-PRE-2 @core
@@ -59,6 +60,7 @@ Feature: Prerequisites on the referenced control plane
       operatorAccessReady: false
       """
     When the sample provisioner is applied
+    # checks: D-1
     Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
     And the provisioner has no condition "ExternalProvisionersEntitled"
     And the provisioner has no condition "ProvisionerKeyReady"
@@ -103,9 +105,13 @@ Feature: Prerequisites on the referenced control plane
         key: null
       """
     When the sample provisioner is applied
+    # checks: R-PRE-11
     Then the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
+    # checks: R-PRE-11
     And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
+    # checks: R-PRE-8
     And the provisioner becomes Ready
+    # checks: R-PRE-8, R-PRE-10
     And every provisioner key request carried the operator token
 
   @R-W-1 @extended

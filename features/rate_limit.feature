@@ -9,11 +9,16 @@ Feature: Rate limiting by coderd
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
     When the sample provisioner is applied
+    # checks: R-RL-1
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
+    # checks: R-RL-1
     And the ProvisionerKeyReady condition's message mentions "Coder API rate limited while reconciling provisioner key"
+    # checks: R-RL-4
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
     When coderd answers normally again
+    # checks: R-RL-1
     Then the provisioner becomes Ready
+    # checks: R-RL-4
     And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
 
   # Deleting the old key after a rotation is best effort (R-KEY-16), but a 429 is not a failure
@@ -27,10 +32,14 @@ Feature: Rate limiting by coderd
       """
       key: {name: renamed-key}
       """
+    # checks: R-RL-1
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
     When coderd answers normally again
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-RL-1
     And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
+    # checks: R-KEY-16
     And coderd holds exactly 1 provisioner key named "renamed-key"
 
   @R-RL-2 @extended
@@ -56,5 +65,7 @@ Feature: Rate limiting by coderd
   Scenario: Key requests carry the rate-limit bypass header
     Given a Ready control plane with operator access
     When the sample provisioner is applied
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-23, R-RL-5
     And every POST on "provisionerkeys" carried the rate-limit bypass header

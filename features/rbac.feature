@@ -10,10 +10,13 @@ Feature: RBAC of the provisioner and of the operator
   @R-RBAC-1 @R-RBAC-2 @R-RBAC-3 @R-RES-1 @core
   Scenario: The provisioner's Role, RoleBinding and ServiceAccount
     When the sample provisioner is applied
+    # checks: R-RBAC-1
     Then the Role "provisioner-{provisioner}" has exactly these rules:
       | apiGroups | resources                    | verbs                                           |
       | ""        | pods, persistentvolumeclaims | get, list, watch, create, update, patch, delete |
+    # checks: R-RBAC-2
     And the RoleBinding "provisioner-{provisioner}" binds Role "provisioner-{provisioner}" to ServiceAccount "{provisioner}-provisioner"
+    # checks: R-RBAC-3, R-RES-1
     And these objects exist, controlled by the provisioner:
       | kind           | name                      |
       | ServiceAccount | {provisioner}-provisioner |

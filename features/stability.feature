@@ -9,25 +9,37 @@ Feature: No churn against coderd
     Given a Ready control plane with operator access
     And the namespace refuses new Roles
     When the sample provisioner is applied
+    # checks: R-KEY-7
     Then the provisioner status records its provisioner key
+    # checks: R-KEY-8
     And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-8
     And coderd sees no provisioner key requests from now on during the observation window
     When the provisioner and its control plane receive unrelated updates
+    # checks: R-KEY-8
     Then coderd sees no provisioner key requests since the last action during the observation window
+    # checks: none
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
     When the namespace accepts new Roles again
+    # checks: none
     Then the provisioner becomes Ready
+    # checks: R-KEY-8
     And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-8
     And coderd saw no DELETE on "provisionerkey"
 
   @R-KEY-4 @R-KEY-9 @R-SEC-5 @PR @core
   Scenario: A steady provisioner makes no coderd requests
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
+    # checks: none
     Then the Secret "{provisioner}-provisioner-key" holds a provisioner key
     When the provisioner and its control plane receive unrelated updates
+    # checks: R-KEY-4, R-KEY-9
     Then coderd sees no requests since the last action during the observation window
+    # checks: R-SEC-5
     And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
+    # checks: none
     And the provisioner is still Ready
 
   @R-ST-7 @extended

@@ -15,6 +15,7 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       kubectl get codercontrolplane codercontrolplane-sample -n coder \
         -o jsonpath='{.status.phase}{"\n"}{.status.operatorAccessReady}{"\n"}'
       """
+    # checks: none
     Then the output is:
       """
       Ready
@@ -27,6 +28,7 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       kubectl get codercontrolplane codercontrolplane-sample -n coder \
         -o jsonpath='{.status.externalProvisionerDaemonsEntitlement}{"\n"}'
       """
+    # checks: none
     Then the output is:
       """
       entitled
@@ -37,6 +39,7 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       """
       kubectl apply -f "https://raw.githubusercontent.com/coder/coder-k8s/main/config/samples/coder_v1alpha1_coderprovisioner.yaml"
       """
+    # checks: none
     Then the output is:
       """
       coderprovisioner.coder.com/coderprovisioner-sample created
@@ -48,9 +51,11 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       kubectl get coderprovisioner coderprovisioner-sample -n coder \
         -o jsonpath='{.status.phase}{"\n"}{range .status.conditions[*]}{.type}={.status} {.reason}{"\n"}{end}'
       """
+    # checks: R-PRE-11, R-ENT-1, R-ST-2, R-ST-6, R-CRED-2
     Then running it again eventually prints "Ready" first and includes the lines:
       | CredentialsReady=True |
       | DeploymentReady=True  |
+    # checks: R-RES-1, R-RES-3
     And these objects exist, controlled by the provisioner:
       | kind           | name                                    |
       | Deployment     | provisioner-coderprovisioner-sample     |
@@ -62,6 +67,7 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       """
       kubectl get deployment,role,rolebinding provisioner-coderprovisioner-sample -n coder
       """
+    # checks: R-RES-1
     Then the command succeeds and its output mentions:
       | deployment.apps/provisioner-coderprovisioner-sample                       |
       | role.rbac.authorization.k8s.io/provisioner-coderprovisioner-sample        |
@@ -70,14 +76,17 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       """
       kubectl get sa coderprovisioner-sample-provisioner -n coder
       """
+    # checks: R-RES-1
     Then the command succeeds and its output mentions:
       | coderprovisioner-sample-provisioner |
     When I run:
       """
       kubectl get secret coderprovisioner-sample-provisioner-key -n coder
       """
+    # checks: R-RES-1
     Then the command succeeds and its output mentions:
       | coderprovisioner-sample-provisioner-key |
+    # checks: R-KEY-3
     And the provisioner status records its provisioner key
 
     # 4. Clean up
@@ -85,7 +94,10 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       """
       kubectl delete coderprovisioner coderprovisioner-sample -n coder
       """
+    # checks: none
     Then the command succeeds and its output mentions:
       | coderprovisioner.coder.com "coderprovisioner-sample" deleted |
+    # checks: R-DEL-2
     And the provisioner is gone
+    # checks: R-DEL-2
     And the recorded provisioner key no longer exists in coderd

@@ -1100,10 +1100,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     teardown(&prepared.environment, prepared.owned).await;
 
-    let results = outcomes
+    let mut results = outcomes
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .into_results();
+    // Blames each failure on its failing step's rules (filling `failed_rules`).
+    let coverage = crate::coverage::for_report(&inputs.features, &mut results);
     let report = ConformanceReport {
         schema: SCHEMA.to_owned(),
         implementation: Implementation {
@@ -1137,7 +1139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_string(),
         duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
         summary: model::summarise(&[]),
-        coverage: crate::coverage::for_report(&inputs.features, &results),
+        coverage,
         results,
         digest: String::new(),
     }
@@ -1272,6 +1274,7 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
             .iter()
             .map(|note| format!("Simulated: {note}")),
     );
+    lines.extend(rule_lines(&report.coverage));
     lines.push(format!(
         "Core conformance: {}",
         claim(summary.core_conformant, summary.core.failed, core_left_out)
@@ -1287,12 +1290,58 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
     lines
 }
 
+/// The rules' verdicts: a count of each, the rules without a scenario apart, and each failed
+/// rule with the scenarios that failed on it (nothing for a report without verdicts).
+fn rule_lines(coverage: &[model::RuleCoverage]) -> Vec<String> {
+    use model::RuleVerdict;
+    if coverage.iter().all(|r| r.verdict.is_none()) {
+        return Vec::new();
+    }
+    let (observable, unobservable): (Vec<_>, Vec<_>) =
+        coverage.iter().partition(|r| r.unobservable.is_none());
+    let count = |verdict: RuleVerdict| {
+        observable
+            .iter()
+            .filter(|r| r.verdict == Some(verdict))
+            .count()
+    };
+    let mut lines = vec![format!(
+        "Rules:    {} passed, {} failed, {} not reached, {} not run; {} not observable",
+        count(RuleVerdict::Passed),
+        count(RuleVerdict::Failed),
+        count(RuleVerdict::NotReached),
+        count(RuleVerdict::NotRun),
+        unobservable.len()
+    )];
+    for rule in coverage
+        .iter()
+        .filter(|r| r.verdict == Some(RuleVerdict::Failed))
+    {
+        let at: Vec<String> = rule
+            .scenarios
+            .iter()
+            .filter(|s| s.verdict == Some(RuleVerdict::Failed))
+            .map(|s| format!("{}:{}", s.feature, s.line))
+            .collect();
+        lines.push(format!("  failed {}: {}", rule.rule, at.join(", ")));
+    }
+    lines
+}
+
 fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let report = ConformanceReport::from_yaml(&text)?;
     let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
     let mut problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
+    // The rule verdicts, recomputed from the results with this suite's features and catalogue.
+    if report.coverage.iter().any(|r| r.verdict.is_some()) {
+        problems.extend(crate::coverage::verdict_problems(
+            &report,
+            &crate::coverage::load_rules(&inputs.features)?,
+            &crate::attribution::Attribution::load(&inputs.features)?,
+        ));
+    }
     problems.extend(model::unmet_requirements(
         &report,
         &model::Requirements {
@@ -1481,6 +1530,25 @@ mod tests {
             line(&full, "Extended conformance:"),
             "Extended conformance: yes"
         );
+    }
+
+    #[test]
+    fn the_rules_verdicts_are_counted_and_failed_rules_named() {
+        use model::{Level, Status};
+        let failed = summary_of(vec![ran(Level::Core, Status::Failed)]);
+        assert_eq!(
+            line(&failed, "Rules:"),
+            "Rules:    0 passed, 1 failed, 0 not reached, 0 not run; 0 not observable"
+        );
+        assert_eq!(line(&failed, "  failed "), "  failed R-KEY-4: a.feature:3");
+        let passed = summary_of(vec![ran(Level::Core, Status::Passed)]);
+        assert_eq!(
+            line(&passed, "Rules:"),
+            "Rules:    1 passed, 0 failed, 0 not reached, 0 not run; 0 not observable"
+        );
+        let mut old = crate::report::model::tests::report(vec![ran(Level::Core, Status::Passed)]);
+        old.coverage[0].verdict = None;
+        assert!(!summary_lines(&old).iter().any(|l| l.starts_with("Rules:")));
     }
 
     #[test]

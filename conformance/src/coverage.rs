@@ -17,8 +17,9 @@ use anyhow::Context as _;
 use clap::Args;
 use cucumber::gherkin;
 
+use crate::attribution::Attribution;
 use crate::report::collector::feature_file;
-use crate::report::model::{Level, RuleCoverage, RuleScenario, ScenarioResult};
+use crate::report::model::{Level, RuleCoverage, RuleScenario, RuleVerdict, ScenarioResult};
 use crate::seeded::Variant;
 
 /// The catalogue, in the features folder.
@@ -455,35 +456,103 @@ pub fn is_up_to_date(readme: &str, generated: &str) -> bool {
 
 // ---- the report ----
 
-/// The report's per-rule view: for each catalogue rule its level, the run's results of the
-/// scenarios tagged with it, the variants that break it and why it is unobservable.
+/// The report's per-rule view: for each catalogue rule its level, its verdict, the run's
+/// results of the scenarios tagged with it (or whose failure is attributed to it) with what each
+/// says of the rule, the variants that break it and why it is unobservable. `results` must have
+/// been blamed ([`Attribution::blame`]).
 pub fn report_coverage(
     rules: &[RuleEntry],
     results: &[ScenarioResult],
     variants: &[Variant],
+    attribution: &Attribution,
 ) -> Vec<RuleCoverage> {
     rules
         .iter()
-        .map(|rule| RuleCoverage {
-            rule: rule.id.clone(),
-            level: rule.level,
-            scenarios: results
+        .map(|rule| {
+            let scenarios: Vec<RuleScenario> = results
                 .iter()
-                .filter(|r| r.rules.contains(&rule.id))
+                .filter(|r| r.rules.contains(&rule.id) || r.failed_rules.contains(&rule.id))
                 .map(|r| RuleScenario {
                     feature: r.feature.clone(),
                     line: r.line,
                     status: r.status,
+                    verdict: Some(attribution.verdict(r, &rule.id)),
                 })
-                .collect(),
-            seeded_variants: variants
-                .iter()
-                .filter(|v| v.breaks.contains(&rule.id.as_str()))
-                .map(|v| v.name.to_owned())
-                .collect(),
-            unobservable: rule.unobservable.clone(),
+                .collect();
+            RuleCoverage {
+                rule: rule.id.clone(),
+                level: rule.level,
+                verdict: Some(RuleVerdict::combine(
+                    scenarios.iter().filter_map(|s| s.verdict),
+                )),
+                scenarios,
+                seeded_variants: variants
+                    .iter()
+                    .filter(|v| v.breaks.contains(&rule.id.as_str()))
+                    .map(|v| v.name.to_owned())
+                    .collect(),
+                unobservable: rule.unobservable.clone(),
+            }
         })
         .collect()
+}
+
+/// Where a report's rule verdicts differ from what the suite's features and catalogue make of
+/// its results (`verify-report`; reports from before verdicts existed are not checked).
+pub fn verdict_problems(
+    report: &crate::report::ConformanceReport,
+    rules: &[RuleEntry],
+    attribution: &Attribution,
+) -> Vec<String> {
+    if report.coverage.iter().all(|r| r.verdict.is_none()) {
+        return Vec::new();
+    }
+    let mut results = report.results.clone();
+    let mut problems = Vec::new();
+    for (ours, theirs) in results.iter_mut().zip(&report.results) {
+        ours.failed_rules.retain(|rule| {
+            ours.reason.as_deref().is_some_and(|reason| {
+                crate::report::collector::rules_named_in(reason).contains(rule)
+            })
+        });
+        attribution.blame(std::slice::from_mut(ours));
+        let (mut expected, mut listed) = (ours.failed_rules.clone(), theirs.failed_rules.clone());
+        expected.sort();
+        listed.sort();
+        if expected != listed {
+            problems.push(format!(
+                "{}:{} blames [{}] for its failure; its failing step and findings blame [{}]",
+                theirs.feature,
+                theirs.line,
+                listed.join(", "),
+                expected.join(", ")
+            ));
+        }
+    }
+    let expected = report_coverage(rules, &results, &[], attribution);
+    let by_rule: BTreeMap<&str, &RuleCoverage> =
+        expected.iter().map(|r| (r.rule.as_str(), r)).collect();
+    for rule in &report.coverage {
+        let Some(ours) = by_rule.get(rule.rule.as_str()) else {
+            problems.push(format!("{} is not a rule of this suite", rule.rule));
+            continue;
+        };
+        let verdicts = |c: &RuleCoverage| -> Vec<(String, usize, Option<RuleVerdict>)> {
+            c.scenarios
+                .iter()
+                .map(|s| (s.feature.clone(), s.line, s.verdict))
+                .collect()
+        };
+        if rule.verdict != ours.verdict || verdicts(rule) != verdicts(ours) {
+            problems.push(format!(
+                "the verdict of {} ({}) does not follow from the results ({})",
+                rule.rule,
+                rule.verdict.map_or("none", RuleVerdict::label),
+                ours.verdict.map_or("none", RuleVerdict::label)
+            ));
+        }
+    }
+    problems
 }
 
 // ---- files and the command ----
@@ -516,6 +585,7 @@ pub fn load(features_dir: &Path) -> anyhow::Result<Coverage> {
 pub fn check(features_dir: &Path) -> anyhow::Result<Vec<String>> {
     let coverage = load(features_dir)?;
     let mut problems: Vec<String> = coverage.problems().iter().map(|p| p.to_string()).collect();
+    problems.extend(Attribution::load(features_dir)?.problems());
     let path = features_dir.join(README_FILE);
     let readme =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -533,11 +603,20 @@ pub fn check(features_dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(problems)
 }
 
-/// The report's `coverage` list for a run over `features_dir`; empty (with a warning) when the
-/// folder has no readable catalogue.
-pub fn for_report(features_dir: &Path, results: &[ScenarioResult]) -> Vec<RuleCoverage> {
-    match load_rules(features_dir) {
-        Ok(rules) => report_coverage(&rules, results, crate::seeded::VARIANTS),
+/// The report's `coverage` list for a run over `features_dir`, after blaming each failure on
+/// the rules of its failing step (`results` gain their `failed_rules`); empty (with a warning)
+/// when the folder has no readable catalogue or features.
+pub fn for_report(features_dir: &Path, results: &mut [ScenarioResult]) -> Vec<RuleCoverage> {
+    let loaded = load_rules(features_dir)
+        .and_then(|rules| Attribution::load(features_dir).map(|attribution| (rules, attribution)));
+    match loaded {
+        Ok((rules, attribution)) => {
+            for problem in attribution.problems() {
+                eprintln!("conformance: warning: {problem}");
+            }
+            attribution.blame(results);
+            report_coverage(&rules, results, crate::seeded::VARIANTS, &attribution)
+        }
         Err(error) => {
             eprintln!("conformance: no rule coverage in the report: {error:#}");
             Vec::new()
@@ -861,39 +940,90 @@ mod tests {
             reason: None,
             coderd_calls: None,
             diagnostics: None,
+            failed_step: None,
+            failed_rules: vec![],
         }
     }
 
     #[test]
     fn the_report_lists_each_rules_results_variants_and_reason() {
+        let mut failed = result("b.feature", 7, &["R-KEY-4"], Status::Failed);
+        failed.failed_rules = vec!["R-KEY-4".into()];
         let results = vec![
             result("a.feature", 3, &["R-KEY-4", "D-3"], Status::Passed),
-            result("b.feature", 7, &["R-KEY-4"], Status::Failed),
+            failed,
         ];
-        let coverage = report_coverage(&rules(), &results, VARIANTS);
+        let coverage = report_coverage(&rules(), &results, VARIANTS, &Attribution::default());
         assert_eq!(coverage.len(), 3);
         assert_eq!(coverage[0].rule, "R-KEY-4");
+        assert_eq!(coverage[0].verdict, Some(RuleVerdict::Failed));
         assert_eq!(
             coverage[0].scenarios,
             vec![
                 RuleScenario {
                     feature: "a.feature".into(),
                     line: 3,
-                    status: Status::Passed
+                    status: Status::Passed,
+                    verdict: Some(RuleVerdict::Passed),
                 },
                 RuleScenario {
                     feature: "b.feature".into(),
                     line: 7,
-                    status: Status::Failed
+                    status: Status::Failed,
+                    verdict: Some(RuleVerdict::Failed),
                 },
             ]
         );
+        assert_eq!(coverage[1].verdict, Some(RuleVerdict::NotRun));
+        assert_eq!(coverage[2].verdict, Some(RuleVerdict::Passed));
         assert_eq!(coverage[0].seeded_variants.len(), 2);
         assert_eq!(coverage[1].scenarios, vec![]);
         assert_eq!(coverage[1].unobservable.as_deref(), Some("nothing to see"));
         assert_eq!(coverage[2].rule, "D-3");
         assert_eq!(coverage[2].scenarios.len(), 1);
         assert_eq!(coverage[2].level, Level::Core);
+    }
+
+    #[test]
+    fn verify_recomputes_blame_and_verdicts_from_the_features() {
+        let text = "Feature: f\n  @R-KEY-4 @D-3\n  Scenario: s\n    When x\n    # checks: D-3\n    Then y\n    # checks: R-KEY-4\n    Then z\n";
+        let mut feature =
+            gherkin::Feature::parse(text, gherkin::GherkinEnv::default()).expect("valid gherkin");
+        feature.path = Some(PathBuf::from("a.feature"));
+        let attribution = Attribution::new(
+            &[feature],
+            &BTreeMap::from([("a.feature".to_owned(), text.to_owned())]),
+        );
+        let mut failed = result("a.feature", 3, &["R-KEY-4", "D-3"], Status::Failed);
+        failed.failed_step = Some(6);
+        let mut results = vec![failed];
+        attribution.blame(&mut results);
+        assert_eq!(results[0].failed_rules, ["D-3"]);
+        let mut report = crate::report::model::tests::report(results.clone());
+        report.coverage = report_coverage(&rules(), &results, VARIANTS, &attribution);
+        assert_eq!(report.coverage[0].verdict, Some(RuleVerdict::NotReached));
+        assert_eq!(report.coverage[2].verdict, Some(RuleVerdict::Failed));
+        assert_eq!(
+            verdict_problems(&report, &rules(), &attribution),
+            Vec::<String>::new()
+        );
+        // Blaming the other rule, with a coverage to match, is still caught.
+        results[0].failed_rules = vec!["R-KEY-4".into()];
+        report.coverage = report_coverage(&rules(), &results, VARIANTS, &attribution);
+        report.results = results;
+        let problems = verdict_problems(&report, &rules(), &attribution);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("a.feature:3 blames [R-KEY-4] for its failure; its failing step and findings blame [D-3]")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains(
+                "the verdict of R-KEY-4 (failed) does not follow from the results (not reached)"
+            )),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
 //! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
-//! contract's rules to scenarios and seeded variants.
+//! contract's rules to scenarios and seeded variants; `attribution` says which step checks which
+//! rule, so a failure is blamed on its step's rules.
 pub mod assets;
+pub mod attribution;
 pub mod bench;
 pub mod cli;
 pub mod cluster;

@@ -1,6 +1,6 @@
 //! The rule coverage table in features/README.md is current, and every rule of
-//! features/rules.tsv has a scenario or a reason why it cannot be observed (`coverage --check`,
-//! as a library call).
+//! features/rules.tsv has a scenario or a reason why it cannot be observed, and the scenarios'
+//! `# checks:` markers pass the attribution lint (`coverage --check`, as a library call).
 use conformance::coverage::{self, UPDATE_HINT};
 
 #[test]
@@ -20,8 +20,9 @@ fn every_rule_is_covered_and_the_readme_table_is_current() {
         problems.is_empty(),
         "the rule coverage check failed:\n  {}\n\
          UPDATE: add a scenario tagged with each uncovered rule id under features/, or a reason in \
-         the unobservable column of features/rules.tsv; then regenerate the table in \
-         features/README.md ({UPDATE_HINT})",
+         the unobservable column of features/rules.tsv; mark with `# checks: <rule ids>` (directly \
+         above the step) which step of a scenario with several rules checks which; then regenerate \
+         the table in features/README.md ({UPDATE_HINT})",
         problems.join("\n  ")
     );
 }

@@ -107,6 +107,29 @@ pub fn key(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> Scenario
     (feature_file(feature), scenario.position.line)
 }
 
+/// The rule ids a message names in parentheses, as the after-scenario checks write them:
+/// `secret leak (R-SEC-14): …`.
+pub fn rules_named_in(message: &str) -> Vec<String> {
+    let mut rules: Vec<String> = Vec::new();
+    for piece in message.split('(').skip(1) {
+        if let Some((id, _)) = piece.split_once(')')
+            && crate::coverage::is_rule_id(id)
+            && !rules.iter().any(|r| r == id)
+        {
+            rules.push(id.to_owned());
+        }
+    }
+    rules
+}
+
+/// The tags that name contract rules (`R-KEY-4`, `D-5`, `PR-…`), in order.
+pub fn rule_tags(tags: &[String]) -> Vec<String> {
+    tags.iter()
+        .filter(|t| t.starts_with("R-") || t.starts_with("PR-") || t.starts_with("D-"))
+        .cloned()
+        .collect()
+}
+
 fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioResult {
     let tags: Vec<String> = feature.tags.iter().chain(&scenario.tags).cloned().collect();
     ScenarioResult {
@@ -114,11 +137,7 @@ fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> Scena
         scenario: scenario.name.clone(),
         line: scenario.position.line,
         level: Level::from_tags(&tags),
-        rules: tags
-            .iter()
-            .filter(|t| t.starts_with("R-") || t.starts_with("PR-") || t.starts_with("D-"))
-            .cloned()
-            .collect(),
+        rules: rule_tags(&tags),
         tags,
         status: Status::Passed,
         flaky: false,
@@ -127,6 +146,8 @@ fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> Scena
         reason: None,
         coderd_calls: None,
         diagnostics: None,
+        failed_step: None,
+        failed_rules: Vec::new(),
     }
 }
 
@@ -162,9 +183,11 @@ impl Collector {
                     step.keyword.trim(),
                     step.value
                 );
+                let line = step.position.line;
                 outcomes.annotate(&key, |r| {
                     r.status = Status::Failed;
                     r.reason = Some(reason);
+                    r.failed_step = Some(line);
                 });
             }
             event::Scenario::Step(step, event::Step::Skipped)
@@ -189,9 +212,24 @@ impl Collector {
                     .or_else(|| info.downcast_ref::<&str>().copied())
                     .unwrap_or("no message");
                 let reason = format!("the {kind:?} hook failed: {message}");
+                // The after-hook's findings name the rule each breaks (a leak is R-SEC-14).
+                let named = if matches!(kind, event::HookType::After) {
+                    rules_named_in(message)
+                } else {
+                    Vec::new()
+                };
                 outcomes.annotate(&key, |r| {
                     r.status = Status::Failed;
-                    r.reason = Some(reason);
+                    // A step's failure stays first: the hook's findings come after it.
+                    r.reason = Some(match r.reason.take() {
+                        Some(step) if r.failed_step.is_some() => format!("{step}; {reason}"),
+                        _ => reason,
+                    });
+                    for rule in named {
+                        if !r.failed_rules.contains(&rule) {
+                            r.failed_rules.push(rule);
+                        }
+                    }
                 });
             }
             event::Scenario::Finished => {
@@ -341,6 +379,41 @@ mod tests {
             (results[0].status, results[0].reason.as_deref()),
             (Status::Passed, None)
         );
+    }
+
+    #[tokio::test]
+    async fn the_failing_step_and_the_after_hooks_rules_are_recorded() {
+        let (_, _, step) = feature();
+        let mut collector = Collector::default();
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        send(&mut collector, failed(&step), 0, 0).await;
+        let finding: Arc<dyn std::any::Any + Send> = Arc::new(
+            "after the scenario: secret leak (R-SEC-14): the session token appears in Event e; status.phase is \"X\", not Pending or Ready (R-ST-1)".to_owned(),
+        );
+        send(
+            &mut collector,
+            Scenario::Hook(event::HookType::After, event::Hook::Failed(None, finding)),
+            0,
+            0,
+        )
+        .await;
+        send(&mut collector, Scenario::Finished, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results[0].failed_step, Some(4));
+        assert_eq!(results[0].failed_rules, ["R-SEC-14", "R-ST-1"]);
+        let reason = results[0].reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("step \"Given a step\" failed") && reason.contains("After hook"),
+            "{reason}"
+        );
+    }
+
+    #[rstest::rstest]
+    #[case("secret leak (R-SEC-14): x (R-SEC-14)", &["R-SEC-14"])]
+    #[case("condition type \"X\" is not in the contract (R-ST-9) (a note)", &["R-ST-9"])]
+    #[case("the leak check could not run: (timeout)", &[])]
+    fn rules_named_in_findings(#[case] message: &str, #[case] rules: &[&str]) {
+        assert_eq!(rules_named_in(message), rules);
     }
 
     #[tokio::test]

@@ -4,7 +4,8 @@
 //! and offers no way to attach properties, so this pass rewrites the finished file: each
 //! `<testcase>` whose feature file and line match a result gets a `<properties>` child (as
 //! Jenkins, GitLab and pytest's `record_property` read it) with `rules`, `level` and, for a
-//! failure with a bundle, `diagnostics` (relative to the report folder).
+//! failure, `failed_rules` (the rules it is attributed to), `failed_step` (the failing step's
+//! line) and `diagnostics` (the bundle, relative to the report folder).
 use super::model::{Level, ScenarioResult};
 
 /// `xml` with a `<properties>` element in every test case that matches one of `results`.
@@ -63,6 +64,12 @@ fn properties(result: &ScenarioResult) -> String {
             Level::Extended => "extended",
         };
         list.push(("level", level.to_owned()));
+    }
+    if !result.failed_rules.is_empty() {
+        list.push(("failed_rules", result.failed_rules.join(" ")));
+    }
+    if let Some(line) = result.failed_step {
+        list.push(("failed_step", line.to_string()));
     }
     if let Some(diagnostics) = &result.diagnostics {
         list.push(("diagnostics", diagnostics.clone()));
@@ -145,6 +152,8 @@ mod tests {
             reason: None,
             coderd_calls: None,
             diagnostics: diagnostics.map(str::to_owned),
+            failed_step: None,
+            failed_rules: vec![],
         }
     }
 
@@ -169,13 +178,13 @@ mod tests {
             r#"<testcase name="Scenario: other: /t/features/rbac.feature:20:3" time="0.5"/>"#,
             "</testsuite></testsuites>"
         );
-        let results = [
-            result("crd.feature", 12, Some("diagnostics/crd-12-x")),
-            result("crd.feature", 20, None),
-        ];
+        let mut failed = result("crd.feature", 12, Some("diagnostics/crd-12-x"));
+        failed.failed_rules = vec!["D-5".into()];
+        failed.failed_step = Some(15);
+        let results = [failed, result("crd.feature", 20, None)];
         let annotated = annotate(xml, &results);
         assert!(annotated.contains(
-            r#"time="1.0"><properties><property name="rules" value="R-KEY-4 D-5"/><property name="level" value="core"/><property name="diagnostics" value="diagnostics/crd-12-x"/></properties><failure"#
+            r#"time="1.0"><properties><property name="rules" value="R-KEY-4 D-5"/><property name="level" value="core"/><property name="failed_rules" value="D-5"/><property name="failed_step" value="15"/><property name="diagnostics" value="diagnostics/crd-12-x"/></properties><failure"#
         ), "{annotated}");
         assert!(annotated.contains(
             r#"time="0.5"><properties><property name="rules" value="R-KEY-4 D-5"/><property name="level" value="core"/></properties></testcase>"#

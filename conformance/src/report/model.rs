@@ -62,6 +62,13 @@ pub struct ScenarioResult {
     /// Folder of the diagnostics bundle written for a failure, relative to the report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<String>,
+    /// Line (in the feature file) of the step the scenario failed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<usize>,
+    /// The rules the failure is attributed to: those the failing step checks (its `# checks:`
+    /// marker, see [`crate::attribution`]) and those named by the after-scenario checks' findings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_rules: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -171,12 +178,61 @@ pub struct Summary {
     pub extended_conformant: bool,
 }
 
+/// What a run says of a rule, or of a rule in one scenario (see [`crate::attribution`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuleVerdict {
+    /// Every scenario checking it passed (in one scenario: every step checking it passed).
+    Passed,
+    /// A scenario failed on a step that checks it.
+    Failed,
+    /// A scenario checking it failed or stopped before all its steps checking it ran, and none
+    /// failed on one; or only some of its scenarios ran.
+    NotReached,
+    /// None of its scenarios ran (none selected, none started, or it has none).
+    NotRun,
+}
+
+impl RuleVerdict {
+    /// The rule's verdict from its scenarios' verdicts: failed if any failed, passed if all
+    /// passed, not run if none ran (or there are none), not reached otherwise.
+    pub fn combine(verdicts: impl IntoIterator<Item = RuleVerdict>) -> RuleVerdict {
+        let (mut any, mut all_passed, mut all_not_run) = (false, true, true);
+        for verdict in verdicts {
+            if verdict == RuleVerdict::Failed {
+                return RuleVerdict::Failed;
+            }
+            any = true;
+            all_passed &= verdict == RuleVerdict::Passed;
+            all_not_run &= verdict == RuleVerdict::NotRun;
+        }
+        match (any, all_passed, all_not_run) {
+            (false, _, _) | (true, _, true) => RuleVerdict::NotRun,
+            (true, true, _) => RuleVerdict::Passed,
+            _ => RuleVerdict::NotReached,
+        }
+    }
+
+    /// `passed`, `failed`, `not reached`, `not run`.
+    pub fn label(self) -> &'static str {
+        match self {
+            RuleVerdict::Passed => "passed",
+            RuleVerdict::Failed => "failed",
+            RuleVerdict::NotReached => "not reached",
+            RuleVerdict::NotRun => "not run",
+        }
+    }
+}
+
 /// A scenario of the run that checks a rule, as the rule's coverage lists it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct RuleScenario {
     pub feature: String,
     pub line: usize,
     pub status: Status,
+    /// What the scenario says of this rule (absent in reports of suites before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<RuleVerdict>,
 }
 
 /// One rule of the suite's catalogue (`features/rules.tsv`) and how this run covered it.
@@ -185,7 +241,12 @@ pub struct RuleCoverage {
     /// `R-KEY-4`, `D-3`, …
     pub rule: String,
     pub level: Level,
-    /// This run's results of the scenarios tagged with the rule (empty: none, or unobservable).
+    /// Passed, failed, not reached or not run, from the scenarios' verdicts (absent in reports
+    /// of suites before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<RuleVerdict>,
+    /// This run's results of the scenarios tagged with the rule, and of any other whose
+    /// failure is attributed to it (empty: none, or unobservable).
     pub scenarios: Vec<RuleScenario>,
     /// Seeded variants of the reference operator that break the rule.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -396,6 +457,7 @@ pub fn verify(
             }
         }
     }
+    problems.extend(verdict_problems(report));
     problems.extend(setup_problems(report));
     if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
         problems.push(
@@ -403,6 +465,92 @@ pub fn verify(
         );
     }
     Ok(problems)
+}
+
+/// Whether a scenario's verdict on `rule` agrees with its result: a pass passes every rule, a
+/// scenario that never started runs none, a stopped one reaches none, and a failure fails
+/// exactly the rules it is attributed to (the others passed before it or were not reached).
+fn verdict_agrees(result: &ScenarioResult, rule: &str, verdict: RuleVerdict) -> bool {
+    match result.status {
+        Status::Passed => verdict == RuleVerdict::Passed,
+        Status::Skipped if result.attempts == 0 => verdict == RuleVerdict::NotRun,
+        Status::Skipped => verdict == RuleVerdict::NotReached,
+        Status::Failed if result.failed_rules.iter().any(|r| r == rule) => {
+            verdict == RuleVerdict::Failed
+        }
+        Status::Failed => matches!(verdict, RuleVerdict::Passed | RuleVerdict::NotReached),
+    }
+}
+
+/// The rule verdicts against the results (the checks that need no feature file; `verify-report`
+/// also recomputes them from the features, see [`crate::coverage::verdict_problems`]).
+fn verdict_problems(report: &ConformanceReport) -> Vec<String> {
+    let mut problems = Vec::new();
+    if report.coverage.iter().all(|r| r.verdict.is_none()) {
+        return problems;
+    }
+    let results: BTreeMap<(&str, usize), &ScenarioResult> = report
+        .results
+        .iter()
+        .map(|r| ((r.feature.as_str(), r.line), r))
+        .collect();
+    for rule in &report.coverage {
+        let mut verdicts = Vec::new();
+        for scenario in &rule.scenarios {
+            let Some(verdict) = scenario.verdict else {
+                problems.push(format!(
+                    "the coverage of {} lists {}:{} without its verdict",
+                    rule.rule, scenario.feature, scenario.line
+                ));
+                continue;
+            };
+            verdicts.push(verdict);
+            if let Some(result) = results.get(&(scenario.feature.as_str(), scenario.line))
+                && !verdict_agrees(result, &rule.rule, verdict)
+            {
+                problems.push(format!(
+                    "the coverage of {} says {}:{} {}, which its result does not",
+                    rule.rule,
+                    scenario.feature,
+                    scenario.line,
+                    verdict.label()
+                ));
+            }
+        }
+        let expected = RuleVerdict::combine(verdicts);
+        if rule.verdict != Some(expected) {
+            problems.push(format!(
+                "{} is {}, but its scenarios say {}",
+                rule.rule,
+                rule.verdict.map_or("without a verdict", RuleVerdict::label),
+                expected.label()
+            ));
+        }
+    }
+    let listed: BTreeMap<&str, &RuleCoverage> = report
+        .coverage
+        .iter()
+        .map(|r| (r.rule.as_str(), r))
+        .collect();
+    for result in &report.results {
+        for rule in &result.failed_rules {
+            // A rule outside the catalogue has no coverage entry to say it.
+            let unsaid = listed.get(rule.as_str()).is_some_and(|coverage| {
+                !coverage.scenarios.iter().any(|s| {
+                    s.feature == result.feature
+                        && s.line == result.line
+                        && s.verdict == Some(RuleVerdict::Failed)
+                })
+            });
+            if unsaid {
+                problems.push(format!(
+                    "{}:{} failed on {rule}, which the coverage does not say",
+                    result.feature, result.line
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// sha256 over `sha256  name` lines, sorted by name: the digest of a [`ManifestSet`].
@@ -490,6 +638,22 @@ pub(crate) mod tests {
             reason: (status == Status::Skipped).then(|| "needs fault injection".into()),
             coderd_calls: None,
             diagnostics: None,
+            failed_step: (status == Status::Failed).then_some(5),
+            failed_rules: if status == Status::Failed {
+                vec!["R-KEY-4".into()]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    /// What a result built by [`result`] says of its rule.
+    fn verdict_of(result: &ScenarioResult) -> RuleVerdict {
+        match result.status {
+            Status::Passed => RuleVerdict::Passed,
+            Status::Failed => RuleVerdict::Failed,
+            Status::Skipped if result.attempts == 0 => RuleVerdict::NotRun,
+            Status::Skipped => RuleVerdict::NotReached,
         }
     }
 
@@ -549,12 +713,14 @@ pub(crate) mod tests {
             coverage: vec![RuleCoverage {
                 rule: "R-KEY-4".into(),
                 level: Level::Core,
+                verdict: Some(RuleVerdict::combine(results.iter().map(verdict_of))),
                 scenarios: results
                     .iter()
                     .map(|r| RuleScenario {
                         feature: r.feature.clone(),
                         line: r.line,
                         status: r.status,
+                        verdict: Some(verdict_of(r)),
                     })
                     .collect(),
                 seeded_variants: vec!["key-rotated-on-restart".into()],
@@ -694,6 +860,67 @@ pub(crate) mod tests {
         assert!(
             problems.iter().any(|p| p.contains("coverage of R-KEY-4")),
             "{problems:?}"
+        );
+    }
+
+    #[rstest]
+    #[case::rule_verdict(|r: &mut ConformanceReport| r.coverage[0].verdict = Some(RuleVerdict::Passed), "R-KEY-4 is passed, but its scenarios say failed")]
+    #[case::scenario_verdict(|r: &mut ConformanceReport| r.coverage[0].scenarios[0].verdict = Some(RuleVerdict::NotReached), "says a.feature:3 not reached, which its result does not")]
+    #[case::blame_dropped(|r: &mut ConformanceReport| r.results[0].failed_rules.clear(), "says a.feature:3 failed, which its result does not")]
+    #[case::blame_unsaid(|r: &mut ConformanceReport| r.coverage[0].scenarios.clear(), "a.feature:3 failed on R-KEY-4, which the coverage does not say")]
+    #[case::verdict_missing(|r: &mut ConformanceReport| r.coverage[0].scenarios[0].verdict = None, "lists a.feature:3 without its verdict")]
+    fn verdicts_that_do_not_follow_from_the_results_are_detected(
+        #[case] edit: fn(&mut ConformanceReport),
+        #[case] problem: &str,
+    ) {
+        let mut edited = report(vec![result(Some(Level::Core), Status::Failed)]);
+        assert_eq!(edited.coverage[0].verdict, Some(RuleVerdict::Failed));
+        edit(&mut edited);
+        let problems = verify(&edited.seal().unwrap(), &features()).unwrap();
+        assert!(problems.iter().any(|p| p.contains(problem)), "{problems:?}");
+    }
+
+    #[test]
+    fn verdicts_and_blame_survive_a_yaml_round_trip() {
+        let sealed = report(vec![
+            result(Some(Level::Core), Status::Failed),
+            ScenarioResult {
+                line: 9,
+                ..result(Some(Level::Core), Status::Passed)
+            },
+        ]);
+        let yaml = sealed.to_yaml().unwrap();
+        for text in [
+            "failed_step: 5",
+            "failed_rules:\n  - R-KEY-4",
+            "verdict: failed",
+            "verdict: passed",
+        ] {
+            assert!(yaml.contains(text), "{text:?} in {yaml}");
+        }
+        let reparsed = ConformanceReport::from_yaml(&yaml).unwrap();
+        assert_eq!(reparsed, sealed);
+        assert_eq!(
+            verify(&reparsed, &features()).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_report_from_before_verdicts_still_verifies() {
+        let mut old = report(vec![result(Some(Level::Core), Status::Failed)]);
+        old.coverage[0].verdict = None;
+        old.coverage[0].scenarios[0].verdict = None;
+        old.results[0].failed_step = None;
+        old.results[0].failed_rules.clear();
+        let yaml = old.seal().unwrap().to_yaml().unwrap();
+        for absent in ["verdict", "failed_step", "failed_rules"] {
+            assert!(!yaml.contains(absent), "{absent} in {yaml}");
+        }
+        let reparsed = ConformanceReport::from_yaml(&yaml).unwrap();
+        assert_eq!(
+            verify(&reparsed, &features()).unwrap(),
+            Vec::<String>::new()
         );
     }
 
