@@ -59,3 +59,15 @@ Feature: No churn against coderd
     And the Secret "{provisioner}-provisioner-key" keeps its provisioner key
     And the provisioner is still Ready
     And coderd saw exactly 1 POST on "provisionerkeys"
+
+  # The operator decides from the API server's copy of the CR and writes its status on the
+  # condition that nobody wrote since: other writers on the CR during its creation (label and
+  # annotation controllers) must cost no second key.
+  @R-KEY-4 @core
+  Scenario: Other writers on the provisioner during its creation cost no extra key
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied while someone keeps annotating it
+    Then the provisioner becomes Ready
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    And coderd saw no DELETE on "provisionerkey"
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"

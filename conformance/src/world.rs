@@ -169,6 +169,16 @@ pub struct ProvisionerWorld {
     /// Contract invariants violated by any observation of the CR (R-ST-1, R-ST-9, R-CRD-12),
     /// reported by the after-hook: a value that flickers past a poll still fails the scenario.
     pub violations: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Writers a step left running (other clients editing the CR); stopped with the world.
+    pub background: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for ProvisionerWorld {
+    fn drop(&mut self) {
+        for task in &self.background {
+            task.abort();
+        }
+    }
 }
 
 impl fmt::Debug for ProvisionerWorld {
@@ -231,6 +241,7 @@ impl ProvisionerWorld {
             second_organization: None,
             seen_secrets: Default::default(),
             violations: Default::default(),
+            background: Vec::new(),
         };
         if owns_namespace {
             world.create_namespace().await?;

@@ -75,6 +75,27 @@ async fn apply_sample(
     Ok(())
 }
 
+/// Another client writes the CR's annotations every 50 ms from the moment it exists until the
+/// scenario ends, as label and annotation controllers do: each write moves its resourceVersion.
+#[when("the sample provisioner is applied while someone keeps annotating it")]
+async fn applied_while_annotated(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    apply_sample(world, None, None).await?;
+    let api = world.provisioners();
+    let name = world.provisioner.clone();
+    let writer = tokio::spawn(async move {
+        for n in 0u64.. {
+            let patch = json!({"metadata": {"annotations": {"conformance.coder.com/writer": n.to_string()}}});
+            // Failures (e.g. the CR is being deleted) only skip a write.
+            let _ = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    world.background.push(writer.abort_handle());
+    Ok(())
+}
+
 #[given("the sample provisioner is applied")]
 #[when("the sample provisioner is applied")]
 async fn the_sample_is_applied(world: &mut ProvisionerWorld) -> anyhow::Result<()> {

@@ -233,7 +233,8 @@ impl StatusWriter<'_> {
             }
         };
         self.base_version = written.metadata.resource_version;
-        self.current = Some(next);
+        // The stored form (times at second precision), to compare later reads with.
+        self.current = written.status.or(Some(next));
         Ok(())
     }
 }
