@@ -60,6 +60,7 @@ Feature: Clean-up when a provisioner is deleted
       | tags         | tags: {team: red}                                                                     |
       | Secret       | key: {secretName: another-secret, secretKey: another-key}                             |
       | every field  | {key: {name: someone-elses-key}, organizationName: "{second organization}", tags: {team: red}} |
+      | control plane | controlPlaneRef: {name: no-such-control-plane}                                        |
 
   @R-DEL-3 @R-DEL-4 @D-5 @core
   Scenario: A key replaced under the recorded name by someone else is not deleted

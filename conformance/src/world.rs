@@ -171,6 +171,14 @@ pub struct ProvisionerWorld {
     pub violations: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Writers a step left running (other clients editing the CR); stopped with the world.
     pub background: Vec<tokio::task::AbortHandle>,
+    /// This scenario's journal entries read so far, and the cursor to read on from.
+    journal_seen: tokio::sync::Mutex<JournalSeen>,
+}
+
+#[derive(Default)]
+struct JournalSeen {
+    last_seq: u64,
+    entries: Vec<JournalEntry>,
 }
 
 impl Drop for ProvisionerWorld {
@@ -242,6 +250,7 @@ impl ProvisionerWorld {
             seen_secrets: Default::default(),
             violations: Default::default(),
             background: Vec::new(),
+            journal_seen: Default::default(),
         };
         if owns_namespace {
             world.create_namespace().await?;
@@ -413,19 +422,25 @@ impl ProvisionerWorld {
     }
 
     /// Journal entries made with this scenario's session token.
+    ///
+    /// Read by cursor: each call fetches only the entries recorded since the last one
+    /// (`?since=<seq>`; sequence numbers never go back, not even when the journal is cleared),
+    /// so polls every 200 ms do not fetch every scenario's requests again.
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
         let fingerprint = self.scenario_coderd()?.token_fingerprint.clone();
-        let entries = self
+        let mut seen = self.journal_seen.lock().await;
+        let new = self
             .admin()?
-            .journal()
+            .journal_since(seen.last_seq)
             .await
             .context("reading the fake coderd journal")?;
-        Ok(entries
-            .into_iter()
-            .filter(|entry| {
-                entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str())
-            })
-            .collect())
+        for entry in new {
+            seen.last_seq = seen.last_seq.max(entry.seq);
+            if entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str()) {
+                seen.entries.push(entry);
+            }
+        }
+        Ok(seen.entries.clone())
     }
 
     /// Records the journal position at the start of an action (`When` step).
