@@ -259,7 +259,9 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
     let Some(live) = dereference::live_provisioner(&ctx.client, cached).await? else {
         return Ok(Action::await_change());
     };
-    if live.metadata.deletion_timestamp.is_some() || live.metadata.uid != cached.metadata.uid {
+    let deleted = live.metadata.deletion_timestamp.is_some()
+        && !seeded::active(Bug::DeletedWithoutFinalizerReconciled);
+    if deleted || live.metadata.uid != cached.metadata.uid {
         // Its deletion, or the creation of its namesake, starts a pass of its own.
         return Ok(Action::await_change());
     }
