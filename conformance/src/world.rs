@@ -403,21 +403,26 @@ impl ProvisionerWorld {
 
     /// The operator token Secret the fixture control plane points at.
     pub async fn write_operator_token_secret(&self) -> anyhow::Result<()> {
-        let coderd = self.scenario_coderd()?;
+        let token = self.scenario_coderd()?.token.clone();
+        self.write_token_secret(OPERATOR_TOKEN_SECRET, &token).await
+    }
+
+    /// A Secret `name` holding a session token under `token`, as control planes point at.
+    pub async fn write_token_secret(&self, name: &str, token: &str) -> anyhow::Result<()> {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": OPERATOR_TOKEN_SECRET, "namespace": self.namespace},
+            "metadata": {"name": name, "namespace": self.namespace},
             "type": "Opaque",
-            "stringData": {"token": coderd.token},
+            "stringData": {"token": token},
         });
         let api: Api<Secret> = self.api();
         api.patch(
-            OPERATOR_TOKEN_SECRET,
+            name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&secret),
         )
         .await
-        .context("writing the operator token Secret")?;
+        .with_context(|| format!("writing the token Secret {name}"))?;
         Ok(())
     }
 

@@ -33,10 +33,21 @@ pub async fn ready_control_plane(
     }
     world.create_scenario_coderd(organization).await?;
     world.write_operator_token_secret().await?;
+    create_ready_control_plane(world, CONTROL_PLANE, OPERATOR_TOKEN_SECRET).await
+}
+
+/// A CoderControlPlane `name` whose status (written through /status, as its own operator would)
+/// says Ready, the fake coderd's URL, operator access through `token_secret`, and a fresh
+/// `entitled` check.
+async fn create_ready_control_plane(
+    world: &ProvisionerWorld,
+    name: &str,
+    token_secret: &str,
+) -> anyhow::Result<()> {
     let control_plane = json!({
         "apiVersion": "coder.com/v1alpha1",
         "kind": "CoderControlPlane",
-        "metadata": {"name": CONTROL_PLANE, "namespace": world.namespace},
+        "metadata": {"name": name, "namespace": world.namespace},
         "spec": match &world.env.daemon_image {
             Some(image) => json!({"image": image}),
             None => json!({}),
@@ -44,21 +55,24 @@ pub async fn ready_control_plane(
     });
     let api = world.control_planes();
     api.patch(
-        CONTROL_PLANE,
+        name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&control_plane),
     )
     .await
-    .context("creating the CoderControlPlane")?;
+    .with_context(|| format!("creating the CoderControlPlane {name}"))?;
     let status = json!({"status": {
         "phase": "Ready",
         "url": world.env.coderd.url,
         "operatorAccessReady": true,
-        "operatorTokenSecretRef": {"name": OPERATOR_TOKEN_SECRET, "key": "token"},
+        "operatorTokenSecretRef": {"name": token_secret, "key": "token"},
         "externalProvisionerDaemonsEntitlement": "entitled",
         "entitlementsLastChecked": now_rfc3339(),
     }});
-    patch_control_plane_status(world, &status).await
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("writing the CoderControlPlane {name}'s status"))?;
+    Ok(())
 }
 
 async fn check_existing_control_plane(world: &ProvisionerWorld, name: &str) -> anyhow::Result<()> {
@@ -112,47 +126,8 @@ async fn a_second_ready_control_plane(
         .context("creating the second control plane's coderd owner")?;
     world.saw_secret(token.as_bytes());
     let secret_name = format!("{name}-operator-token");
-    let secret = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": secret_name, "namespace": world.namespace},
-        "type": "Opaque",
-        "stringData": {"token": token},
-    });
-    let secrets: Api<Secret> = world.api();
-    secrets
-        .patch(
-            &secret_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .context("writing the second operator token Secret")?;
-    let control_plane = json!({
-        "apiVersion": "coder.com/v1alpha1",
-        "kind": "CoderControlPlane",
-        "metadata": {"name": name, "namespace": world.namespace},
-        "spec": {},
-    });
-    let api = world.control_planes();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&control_plane),
-    )
-    .await
-    .context("creating the second CoderControlPlane")?;
-    let status = json!({"status": {
-        "phase": "Ready",
-        "url": world.env.coderd.url,
-        "operatorAccessReady": true,
-        "operatorTokenSecretRef": {"name": secret_name, "key": "token"},
-        "externalProvisionerDaemonsEntitlement": "entitled",
-        "entitlementsLastChecked": now_rfc3339(),
-    }});
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .context("writing the second CoderControlPlane's status")?;
-    Ok(())
+    world.write_token_secret(&secret_name, &token).await?;
+    create_ready_control_plane(world, &name, &secret_name).await
 }
 
 #[given("a Ready control plane with operator access")]
