@@ -127,6 +127,13 @@ pub struct StartedOperatorArgs {
     /// with KUBECONFIG of its ServiceAccount, POD_NAMESPACE and WATCH_NAMESPACE in its env.
     #[arg(long)]
     pub operator_cmd: Option<String>,
+    /// The command (through `sh -c`) of one replica of the operator running with leader
+    /// election, for the `@leader-election` scenarios: the suite stops the operator, starts two
+    /// replicas with this command (POD_NAME=conformance-replica-N, which the Lease holder
+    /// identity must contain) and pauses or stops the leader. Built in for the reference
+    /// operator; without it, `--operator-cmd` runs skip those scenarios.
+    #[arg(long)]
+    pub replica_cmd: Option<String>,
     /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built
     /// into this binary).
     #[arg(long)]
@@ -338,6 +345,9 @@ pub struct Selection {
     pub name: Option<Regex>,
     pub real_coderd: bool,
     pub operator_installed: bool,
+    /// The suite can start leader-elected replicas of the operator (it starts the operator
+    /// itself and knows a replica's command).
+    pub replicas: bool,
 }
 
 impl Selection {
@@ -360,6 +370,13 @@ impl Selection {
         if self.operator_installed && has("operator-restart") {
             return Some(
                 "restarts the operator, which --operator installed allows only with --operator-deployment".to_owned(),
+            );
+        }
+        if !self.replicas && has("leader-election") {
+            return Some(
+                "runs two leader-elected replicas of the operator: the suite starts them only for an operator it starts \
+                 itself (not on kind, k3s or --operator installed), and for --operator-cmd only with --replica-cmd"
+                    .to_owned(),
             );
         }
         if self.operator_installed && has("operator-identity") {
@@ -689,6 +706,7 @@ async fn prepare(
     }
 
     let mut operator_command = None;
+    let mut replica_command = None;
     let mut rbac_set = None;
     let (operator, mode) = match (&args.started.operator_cmd, args.operator) {
         (_, OperatorMode::Installed) => match &args.operator_deployment {
@@ -718,6 +736,11 @@ async fn prepare(
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),
                 None => (OperatorCommand::reference().await?, "reference"),
+            };
+            replica_command = match (&args.started.replica_cmd, &args.started.operator_cmd) {
+                (Some(line), _) => Some(OperatorCommand::from_shell(line)?),
+                (None, None) => Some(OperatorCommand::reference_replica().await?),
+                (None, Some(_)) => None,
             };
             let mut spec = OperatorUnderTest::new(command);
             spec.rbac_dir = inputs.rbac.clone();
@@ -758,6 +781,7 @@ async fn prepare(
         kubectl,
         coderd,
         operator,
+        replica_command,
         existing_control_plane,
         daemon_image,
         timeouts,
@@ -943,6 +967,7 @@ async fn after_scenario(
     {
         eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
     }
+    world.stop_replicas().await;
     if world.operator_stopped
         && let Err(error) = world.restart_operator().await
     {
@@ -996,6 +1021,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         real_coderd: args.coderd.is_some(),
         operator_installed: args.operator == OperatorMode::Installed
             && args.operator_deployment.is_none(),
+        replicas: matches!(args.cluster, ClusterTier::Local | ClusterTier::Kubeconfig)
+            && args.operator == OperatorMode::Reference
+            && (args.started.operator_cmd.is_none() || args.started.replica_cmd.is_some()),
     };
     let inputs = args.started.inputs(args.features.as_deref())?;
     let features = parse_features(&inputs.features)?;
@@ -1414,6 +1442,8 @@ mod tests {
     #[case(None, true, false, &["core", "fake-coderd"], Some("fake coderd"))]
     #[case(None, false, true, &["core", "operator-restart"], Some("installed"))]
     #[case(None, false, true, &["core"], None)]
+    #[case(None, false, true, &["extended", "leader-election"], Some("--replica-cmd"))]
+    #[case(None, false, false, &["extended", "leader-election"], None)]
     fn skips_carry_their_reason(
         #[case] expression: Option<&str>,
         #[case] real_coderd: bool,
@@ -1426,6 +1456,7 @@ mod tests {
             name: None,
             real_coderd,
             operator_installed: installed,
+            replicas: !installed,
         };
         let skip = selection.skip_reason(&tags(scenario_tags), "s");
         match reason {

@@ -140,6 +140,9 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "unstored-key-left-in-coderd", breakage: Breakage::Code, breaks: &["R-KEY-18"] },
     Variant { name: "child-refusal-only-logged", breakage: Breakage::Code, breaks: &["R-ST-5"] },
     Variant { name: "hanging-coderd-starves-others", breakage: Breakage::Code, breaks: &["R-ENT-8"] },
+    // Two replicas (leader_election.feature).
+    Variant { name: "paused-leader-unfenced", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
+    Variant { name: "standby-waits-for-expiry", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
     Variant { name: "deleted-without-finalizer-reconciled", breakage: Breakage::Code, breaks: &["R-DEL-11"] },
     Variant { name: "deployment-updated-despite-invalid-credentials", breakage: Breakage::Code, breaks: &["R-CRED-8", "R-CRED-9"] },
     Variant { name: "not-entitled-ignored", breakage: Breakage::Code, breaks: &["R-ENT-2", "R-ENT-5", "R-ENT-9"] },

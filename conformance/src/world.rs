@@ -72,6 +72,8 @@ pub struct Environment {
     pub kubectl: Option<PathBuf>,
     pub coderd: Coderd,
     pub operator: Operator,
+    /// The command of one leader-elected replica, when the suite can start replicas.
+    pub replica_command: Option<crate::implementation::OperatorCommand>,
     pub existing_control_plane: Option<ExistingControlPlane>,
     /// Image the fixture control plane names in `spec.image`, inherited by provisioner pods
     /// (the stub daemon on clusters with kubelets, contract D-8); `None` leaves it unset.
@@ -171,6 +173,8 @@ pub struct ProvisionerWorld {
     pub violations: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Writers a step left running (other clients editing the CR); stopped with the world.
     pub background: Vec<tokio::task::AbortHandle>,
+    /// Leader-elected replicas of the operator a step started (the after-hook stops them).
+    pub replicas: Vec<crate::implementation::OperatorProcess>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
     journal_seen: tokio::sync::Mutex<JournalSeen>,
 }
@@ -250,6 +254,7 @@ impl ProvisionerWorld {
             seen_secrets: Default::default(),
             violations: Default::default(),
             background: Vec::new(),
+            replicas: Vec::new(),
             journal_seen: Default::default(),
         };
         if owns_namespace {
@@ -570,13 +575,67 @@ impl ProvisionerWorld {
         Ok(())
     }
 
-    /// The operator's log (its last `tail` lines, or all of it) when the suite can read it: the
-    /// process it started, or the pods of an in-cluster operator (their current ones only).
-    pub async fn operator_log(&self, tail: Option<usize>) -> Option<String> {
+    /// Stops the operator and starts `count` leader-elected replicas of it in its place
+    /// (named `conformance-replica-a`, `-b`, …); the after-hook stops them and starts the
+    /// operator again.
+    pub async fn start_replicas(&mut self, count: u8) -> anyhow::Result<()> {
+        let command = self.env.replica_command.clone().ok_or_else(|| {
+            anyhow!("the suite knows no command for a leader-elected replica (--replica-cmd)")
+        })?;
+        self.stop_operator().await?;
+        let Operator::Started(process) = &self.env.operator else {
+            bail!("replicas are started only for an operator the suite started itself");
+        };
+        let guard = process.lock().await;
+        let operator = guard
+            .as_ref()
+            .ok_or_else(|| anyhow!("the operator was already stopped"))?;
+        for letter in (b'a'..).take(usize::from(count)) {
+            let name = format!(
+                "{}{}",
+                crate::implementation::REPLICA_NAME_PREFIX,
+                char::from(letter)
+            );
+            self.replicas.push(operator.replica(command.clone(), &name)?);
+        }
+        Ok(())
+    }
+
+    /// Namespace of the operator's ServiceAccount, where its replicas keep their Lease.
+    pub async fn operator_namespace(&self) -> Option<String> {
         match &self.env.operator {
-            Operator::Started(process) => process.lock().await.as_ref().map(|p| match tail {
-                Some(lines) => p.log_tail(lines),
-                None => p.full_log(),
+            Operator::Started(process) => process
+                .lock()
+                .await
+                .as_ref()
+                .map(|p| p.service_account().0.to_owned()),
+            _ => None,
+        }
+    }
+
+    /// Stops the replicas a step started (paused ones included).
+    pub async fn stop_replicas(&mut self) {
+        for mut replica in self.replicas.drain(..) {
+            replica.stop().await;
+        }
+    }
+
+    /// The operator's log (its last `tail` lines, or all of it) when the suite can read it: the
+    /// process it started (and the replicas a step started), or the pods of an in-cluster
+    /// operator (their current ones only).
+    pub async fn operator_log(&self, tail: Option<usize>) -> Option<String> {
+        let read = |p: &crate::implementation::OperatorProcess| match tail {
+            Some(lines) => p.log_tail(lines),
+            None => p.full_log(),
+        };
+        match &self.env.operator {
+            Operator::Started(process) => process.lock().await.as_ref().map(|p| {
+                let mut log = read(p);
+                for replica in &self.replicas {
+                    log.push_str(&format!("\n=== replica {}\n", replica.name()));
+                    log.push_str(&read(replica));
+                }
+                log
             }),
             Operator::InCluster(operator) => {
                 let tail = tail.map(|lines| i64::try_from(lines).unwrap_or(i64::MAX));

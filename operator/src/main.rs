@@ -10,7 +10,7 @@ use clap::{ArgAction, Parser, Subcommand};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use operator::runtime::controller::{self, ControllerSettings, Readiness};
 use operator::runtime::http::{self, ReadinessProbe};
-use operator::runtime::leader::{self, LeaderElectionSettings, LeadershipFlag};
+use operator::runtime::leader::{self, Fence, LeaderElectionSettings, LeadershipFlag};
 use operator::runtime::logging::{self, LogFormat};
 use operator::runtime::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
@@ -178,7 +178,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             election,
             leadership,
             shutdown.clone(),
-            |term| {
+            |term, fence| {
                 let term_readiness = Readiness::default();
                 *lock(&readiness) = term_readiness.clone();
                 controller::run(
@@ -187,6 +187,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     metrics.clone(),
                     term_readiness,
                     term.cancelled_owned(),
+                    fence,
                 )
             },
         )
@@ -199,6 +200,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             metrics,
             only_run,
             shutdown.clone().cancelled_owned(),
+            Fence::default(),
         )
         .await
     };

@@ -140,10 +140,17 @@ pub enum Bug {
     /// timeout (no failure shared with the waiters, no bound per coderd): CRs on another control
     /// plane wait for minutes.
     HangingCoderdStarvesOthers,
+    /// Nothing checks the leadership term before a key step: a leader paused past its lease
+    /// finishes its passes when it wakes, writing the key it created into the Secret after the
+    /// new leader replaced that key (a Ready CR whose key coderd rejects).
+    PausedLeaderUnfenced,
+    /// A standby does not watch the Lease: after the leader released it on shutdown, the
+    /// standby sleeps until the released Lease's old expiry (up to its whole duration).
+    StandbyWaitsForExpiry,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 40] = [
+    pub const ALL: [Bug; 42] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -184,6 +191,8 @@ impl Bug {
         Bug::UnstoredKeyLeftInCoderd,
         Bug::ChildRefusalOnlyLogged,
         Bug::HangingCoderdStarvesOthers,
+        Bug::PausedLeaderUnfenced,
+        Bug::StandbyWaitsForExpiry,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -235,6 +244,8 @@ impl Bug {
             Bug::UnstoredKeyLeftInCoderd => "unstored-key-left-in-coderd",
             Bug::ChildRefusalOnlyLogged => "child-refusal-only-logged",
             Bug::HangingCoderdStarvesOthers => "hanging-coderd-starves-others",
+            Bug::PausedLeaderUnfenced => "paused-leader-unfenced",
+            Bug::StandbyWaitsForExpiry => "standby-waits-for-expiry",
         }
     }
 

@@ -101,9 +101,21 @@ impl ManagedChild {
         self.exit
     }
 
+    /// SIGSTOP to the group: the process stops where it is, its timers and peers do not.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// SIGCONT to the group, after [`Self::pause`].
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
     /// SIGTERM to the group, wait up to `grace`, then SIGKILL and wait for the exit.
     pub async fn stop(&mut self, grace: Duration) {
         self.signal(Signal::SIGTERM);
+        // A paused process handles SIGTERM only once it runs again.
+        self.signal(Signal::SIGCONT);
         let deadline = Instant::now() + grace;
         while self.exit_status().is_none() && Instant::now() < deadline {
             tokio::time::sleep(POLL).await;
@@ -127,6 +139,7 @@ impl ManagedChild {
     /// `stop` for places that cannot await (Drop).
     pub fn stop_blocking(&mut self, grace: Duration) {
         self.signal(Signal::SIGTERM);
+        self.signal(Signal::SIGCONT);
         let deadline = Instant::now() + grace;
         while self.exit_status().is_none() && Instant::now() < deadline {
             std::thread::sleep(POLL);

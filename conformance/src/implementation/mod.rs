@@ -32,6 +32,19 @@ pub const REFERENCE_ARGS: [&str; 6] = [
     "--log-format",
     "text",
 ];
+/// Arguments of one replica of the reference operator when it runs leader-elected (the
+/// `@leader-election` scenarios): its default Lease timing (15 s, renewed 5 s before expiry).
+pub const REFERENCE_REPLICA_ARGS: [&str; 6] = [
+    "run",
+    "--leader-election=true",
+    "--metrics-addr",
+    "127.0.0.1:0",
+    "--log-format",
+    "text",
+];
+/// `POD_NAME` of the suite's replicas is this prefix and a number; an operator's Lease holder
+/// identity contains it (client-go and controller-runtime use the host name, a pod's name).
+pub const REPLICA_NAME_PREFIX: &str = "conformance-replica-";
 /// Environment variable naming the namespace to watch (operator-sdk convention; the reference
 /// operator reads it too).
 pub const WATCH_NAMESPACE_ENV: &str = "WATCH_NAMESPACE";
@@ -71,10 +84,19 @@ impl OperatorCommand {
 
     /// The reference operator with [`REFERENCE_ARGS`], building it first if needed.
     pub async fn reference() -> anyhow::Result<Self> {
+        Self::reference_with(&REFERENCE_ARGS).await
+    }
+
+    /// One leader-elected replica of the reference operator ([`REFERENCE_REPLICA_ARGS`]).
+    pub async fn reference_replica() -> anyhow::Result<Self> {
+        Self::reference_with(&REFERENCE_REPLICA_ARGS).await
+    }
+
+    async fn reference_with(args: &[&str]) -> anyhow::Result<Self> {
         let binary = reference_operator_binary().await?;
         Ok(Self {
             program: binary.display().to_string(),
-            args: REFERENCE_ARGS.iter().map(|a| (*a).to_owned()).collect(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
         })
     }
 
@@ -211,6 +233,40 @@ impl OperatorProcess {
         }
     }
 
+    /// Another process of the same operator: `command` with this one's identity, kubeconfig and
+    /// environment, `POD_NAME=<name>`, logging to `<name>.log` next to this one's log.
+    pub fn replica(&self, command: OperatorCommand, name: &str) -> anyhow::Result<Self> {
+        let mut spec = self.spec.clone();
+        spec.command = command;
+        spec.extra_env.push(("POD_NAME".to_owned(), name.to_owned()));
+        let dir = self.log.parent().unwrap_or(Path::new("."));
+        let mut replica = Self {
+            spec,
+            child: None,
+            scratch: None,
+            kubeconfig: self.kubeconfig.clone(),
+            log: dir.join(format!("{name}.log")),
+            service_account: self.service_account.clone(),
+            starts: 0,
+        };
+        replica.spawn()?;
+        Ok(replica)
+    }
+
+    /// SIGSTOP: the process freezes mid-step, as a paused VM or a long GC would.
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            child.pause();
+        }
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            child.resume();
+        }
+    }
+
     /// SIGKILL at once: a crash, as far as the operator can tell.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -232,6 +288,16 @@ impl OperatorProcess {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(ManagedChild::pid)
+    }
+
+    /// `POD_NAME` of a replica; empty for the operator itself.
+    pub fn name(&self) -> &str {
+        self.spec
+            .extra_env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "POD_NAME")
+            .map_or("", |(_, value)| value.as_str())
     }
 
     /// How many times the process has been started.

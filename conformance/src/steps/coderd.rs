@@ -436,7 +436,47 @@ async fn key_under_authenticates(
     data_key: String,
     name: String,
 ) -> anyhow::Result<()> {
-    let secret = super::children::expand(world, &secret);
+    let key = authenticated_key(world, &secret, &data_key).await?;
+    let actual = key.get("name").and_then(Value::as_str).unwrap_or_default();
+    if actual != name {
+        bail!("the key in Secret {secret} belongs to key {actual:?}, not {name:?}");
+    }
+    Ok(())
+}
+
+/// The key a daemon would run with is the one the status records: after races (two replicas,
+/// a paused leader), a Secret and a record that disagree make the clean-up delete the wrong key.
+#[then(expr = "the provisioner status records the key in Secret {string}")]
+async fn status_records_secret_key(
+    world: &mut ProvisionerWorld,
+    secret: String,
+) -> anyhow::Result<()> {
+    let key = authenticated_key(world, &secret, "key").await?;
+    let id = key
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    world
+        .provisioner_eventually(
+            &format!("status.provisionerKeyID to be {id}, the key in the Secret"),
+            |cr| match cr.pointer("/status/provisionerKeyID").and_then(Value::as_str) {
+                Some(recorded) if recorded == id => Ok(()),
+                recorded => Err(format!("status.provisionerKeyID is {recorded:?}")),
+            },
+        )
+        .await
+}
+
+/// coderd's record of the key in `secret` under `data_key`, fetched as a provisioner daemon
+/// would (`GET /api/v2/provisionerkeys/{key}` with `Coder-Provisioner-Daemon-Key`); an error when
+/// coderd rejects it.
+async fn authenticated_key(
+    world: &ProvisionerWorld,
+    secret: &str,
+    data_key: &str,
+) -> anyhow::Result<Value> {
+    let secret = super::children::expand(world, secret);
     let api: kube::Api<Secret> = world.api();
     let key = wait::eventually(
         &format!("Secret {secret} with a value under {data_key:?}"),
@@ -445,7 +485,7 @@ async fn key_under_authenticates(
             let found = api.get_opt(&secret).await?;
             Ok(found
                 .and_then(|s| s.data)
-                .and_then(|d| d.get(&data_key).map(|v| v.0.clone()))
+                .and_then(|d| d.get(data_key).map(|v| v.0.clone()))
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| format!("no data key {data_key:?}")))
         },
@@ -473,15 +513,10 @@ async fn key_under_authenticates(
     if !status.is_success() {
         bail!("coderd rejected the key in Secret {secret} with {status}");
     }
-    let body: Value = response
+    response
         .json()
         .await
-        .map_err(|_| anyhow!("coderd's key answer is not JSON"))?;
-    let actual = body.get("name").and_then(Value::as_str).unwrap_or_default();
-    if actual != name {
-        bail!("the key in Secret {secret} belongs to key {actual:?}, not {name:?}");
-    }
-    Ok(())
+        .map_err(|_| anyhow!("coderd's key answer is not JSON"))
 }
 
 fn entitlement(value: &str) -> anyhow::Result<Entitlement> {

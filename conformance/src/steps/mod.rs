@@ -4,6 +4,7 @@ pub mod admission;
 pub mod children;
 pub mod coderd;
 pub mod fixture;
+pub mod leadership;
 pub mod provisioner;
 pub mod tutorial;
 

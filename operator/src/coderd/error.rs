@@ -28,6 +28,10 @@ pub enum CoderdError {
     /// The client could not be built (bad base URL, token not usable as a header value).
     #[error("invalid coderd client configuration: {detail}")]
     InvalidConfiguration { detail: String },
+    /// The request was not sent: this replica may no longer change coderd (its leadership
+    /// fence said why).
+    #[error("request not sent: {detail}")]
+    Fenced { detail: String },
 }
 
 fn retry_after_suffix(retry_after: &Option<Duration>) -> String {
@@ -70,7 +74,7 @@ impl CoderdError {
             Self::InvalidConfiguration { detail } => Self::InvalidConfiguration {
                 detail: scrub(detail),
             },
-            other @ (Self::RateLimited { .. } | Self::Timeout) => other,
+            other @ (Self::RateLimited { .. } | Self::Timeout | Self::Fenced { .. }) => other,
         }
     }
 

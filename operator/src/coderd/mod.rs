@@ -53,6 +53,8 @@ pub struct ClientOptions {
     /// Whole-request timeout (connect, send, read the body). coder-k8s uses 30 s.
     pub timeout: Duration,
     pub metrics: Option<Arc<Metrics>>,
+    /// Asked before every request that changes coderd (create, delete).
+    pub write_guard: Option<WriteGuard>,
 }
 
 impl Default for ClientOptions {
@@ -60,7 +62,31 @@ impl Default for ClientOptions {
         Self {
             timeout: Duration::from_secs(30),
             metrics: None,
+            write_guard: None,
         }
+    }
+}
+
+/// A check that must pass before a request that changes coderd is sent (the operator's
+/// leadership fence); its `Err` says why not, and the request fails with [`CoderdError::Fenced`].
+#[derive(Clone)]
+pub struct WriteGuard(
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>,
+);
+
+impl WriteGuard {
+    pub fn new<F, Fut>(check: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    {
+        Self(Arc::new(move || Box::pin(check())))
+    }
+}
+
+impl std::fmt::Debug for WriteGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteGuard")
     }
 }
 
@@ -78,6 +104,7 @@ static ORGANIZATIONS: LazyLock<Mutex<OrganizationCache>> = LazyLock::new(Default
 pub struct Connector {
     http: reqwest::Client,
     metrics: Option<Arc<Metrics>>,
+    write_guard: Option<WriteGuard>,
 }
 
 impl Connector {
@@ -99,6 +126,7 @@ impl Connector {
         Ok(Self {
             http,
             metrics: opts.metrics,
+            write_guard: opts.write_guard,
         })
     }
 
@@ -131,6 +159,7 @@ impl Connector {
                 token: session_token,
                 token_header,
                 metrics: self.metrics.clone(),
+                write_guard: self.write_guard.clone(),
             }),
         })
     }
@@ -151,6 +180,7 @@ struct Inner {
     /// `token` as a header value marked sensitive (never printed by the HTTP stack).
     token_header: HeaderValue,
     metrics: Option<Arc<Metrics>>,
+    write_guard: Option<WriteGuard>,
 }
 
 /// Whether a request carries the rate-limit bypass header.
@@ -371,6 +401,13 @@ impl CoderdClient {
         body: Option<Vec<u8>>,
         bypass: Bypass,
     ) -> Result<Answer, CoderdError> {
+        if method != Method::GET
+            && let Some(WriteGuard(check)) = &self.inner.write_guard
+        {
+            check()
+                .await
+                .map_err(|detail| CoderdError::Fenced { detail })?;
+        }
         let request = |with_bypass: bool| {
             let mut request = self
                 .inner

@@ -38,7 +38,11 @@ fn client_with(
     CoderdClient::new(
         &fake.url(),
         SecretString::new(token),
-        ClientOptions { timeout, metrics },
+        ClientOptions {
+            timeout,
+            metrics,
+            write_guard: None,
+        },
     )
     .expect("valid client")
 }
@@ -406,4 +410,43 @@ async fn a_reset_connection_is_unreachable_not_a_panic() {
         coderd.entitlements().await,
         Err(CoderdError::Unreachable { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_closed_write_guard_keeps_creates_and_deletes_from_coderd() {
+    let fake = fake().await;
+    let open = client(&fake);
+    let org = open.organization("default").await.unwrap();
+    open.create_key(&org.id, "existing", &tags(&[])).await.unwrap();
+    let guarded = CoderdClient::new(
+        &fake.url(),
+        SecretString::new(fake.operator_token()),
+        ClientOptions {
+            write_guard: Some(WriteGuard::new(|| async {
+                Err("the term ended".to_owned())
+            })),
+            ..ClientOptions::default()
+        },
+    )
+    .expect("valid client");
+    let before = fake.journal().len();
+
+    let created = guarded.create_key(&org.id, "new", &tags(&[])).await;
+    let deleted = guarded.delete_key(&org.id, "existing").await;
+    let listed = guarded.list_keys(&org.id).await.expect("reads are not fenced");
+
+    for refused in [created.map(|_| ()), deleted] {
+        assert_eq!(
+            refused.unwrap_err(),
+            CoderdError::Fenced {
+                detail: "the term ended".to_owned()
+            }
+        );
+    }
+    assert_eq!(listed.len(), 1);
+    let sent: Vec<String> = fake.journal()[before..]
+        .iter()
+        .map(|e| e.method.clone())
+        .collect();
+    assert_eq!(sent, ["GET"], "only the list reached coderd");
 }

@@ -544,7 +544,7 @@ mod tests {
             .expect("fake coderd starts");
             let options = ClientOptions {
                 timeout: Duration::from_secs(10),
-                metrics: None,
+                ..ClientOptions::default()
             };
             let client = CoderdClient::new(
                 &fake.url(),

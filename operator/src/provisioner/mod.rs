@@ -35,6 +35,7 @@ use crate::api::{
     CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
 };
 use crate::coderd::{CoderdClient, CoderdError, Connector, SecretString};
+use crate::runtime::leader::{Fence, FenceError};
 use crate::runtime::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
@@ -71,6 +72,9 @@ pub struct Context {
     pub entitlements: EntitlementCache,
     /// Reconcile slots per coderd, so that a hanging one does not starve the others.
     pub coderd_slots: CoderdSlots,
+    /// Asked before writing a key's plaintext or record, and (through the coderd clients)
+    /// before every key request: a replica whose leadership ended must not change keys.
+    pub fence: Fence,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +85,16 @@ pub enum Error {
     Key(#[source] CoderdError),
     #[error(transparent)]
     Finalizer(#[from] Box<finalizer::Error<Error>>),
+    #[error("stopped before changing a provisioner key: {0}")]
+    Fenced(#[from] FenceError),
+}
+
+impl Error {
+    /// A pass stopped by the leadership fence: it writes nothing more, not even its status,
+    /// which is the new leader's to write.
+    fn is_fenced(&self) -> bool {
+        matches!(self, Self::Fenced(_) | Self::Key(CoderdError::Fenced { .. }))
+    }
 }
 
 impl Context {
@@ -191,7 +205,7 @@ impl StatusWriter<'_> {
         &mut self,
         report: &PassReport,
         deployment: Option<&Deployment>,
-    ) -> kube::Result<()> {
+    ) -> Result<(), Error> {
         let next = status::next_status(
             self.current.as_ref(),
             self.cr.metadata.generation,
@@ -201,6 +215,10 @@ impl StatusWriter<'_> {
         );
         if !status::status_changed(self.current.as_ref(), &next) {
             return Ok(());
+        }
+        // A key established in this pass is recorded only while this replica leads.
+        if report.key.is_some() && !seeded::active(Bug::PausedLeaderUnfenced) {
+            self.ctx.fence.check().await?;
         }
         let mut attempt = 1;
         let written = loop {
@@ -224,7 +242,7 @@ impl StatusWriter<'_> {
                         .ok_or(kube::Error::Api(conflict))?;
                     if fresh.status != self.current {
                         warn!(provisioner = %object_key(self.cr), "the status was written by someone else during this pass");
-                        return Err(kube::Error::Api(conflict_of(&fresh)));
+                        return Err(kube::Error::Api(conflict_of(&fresh)).into());
                     }
                     self.base_version = fresh.metadata.resource_version;
                     attempt += 1;
@@ -286,6 +304,13 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
         &mut deployment,
     )
     .await;
+    if let Err(error) = &outcome
+        && error.is_fenced()
+        && !seeded::active(Bug::PausedLeaderUnfenced)
+    {
+        warn!(provisioner = %object_key(cr), %error, "leadership ended during the pass; leaving the rest to the new leader");
+        return outcome.map(|_| Action::await_change());
+    }
     if seeded::active(Bug::KeyStatusNotPersistedEarly) && outcome.is_err() {
         report.key = None;
     }
@@ -506,6 +531,9 @@ async fn run_pipeline(
                 Err(error) => return Err(key_failed(report, error)),
             };
             let secret = children::key_secret(&inputs, established.plaintext.expose());
+            if !seeded::active(Bug::PausedLeaderUnfenced) {
+                ctx.fence.check().await?;
+            }
             if let Err(error) = apply::apply(&ctx.client, &ctx.field_manager, &secret).await {
                 let fate = forget_unstored_key(&client, &established.record).await;
                 report.set(ConditionUpdate::failed(
@@ -693,6 +721,11 @@ async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Er
             info!(provisioner = %object_key(cr), "recorded provisioner key is already gone")
         }
         Err(why) => {
+            // A replica whose leadership ended keeps the finalizer: the clean-up is the new
+            // leader's (its delete would be the one that counts).
+            if !seeded::active(Bug::PausedLeaderUnfenced) {
+                ctx.fence.check().await?;
+            }
             let note =
                 format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
             ctx.event(

@@ -32,7 +32,7 @@ use tracing::{info, warn};
 use crate::api::{
     CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY,
 };
-use crate::coderd::{ClientOptions, Connector};
+use crate::coderd::{ClientOptions, Connector, WriteGuard};
 use crate::provisioner::backoff::{AttemptCounters, HoldOff};
 use crate::provisioner::coderd_slots::CoderdSlots;
 use crate::provisioner::credentials::credential_refs;
@@ -40,6 +40,7 @@ use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
 use crate::provisioner::{Context, error_policy, reconcile};
+use crate::runtime::leader::Fence;
 use crate::runtime::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
@@ -133,13 +134,15 @@ fn referencing_secret(
 }
 
 /// Runs the controller until `shutdown` resolves (then finishes running reconciles and returns).
-/// `readiness` turns ready once the CoderProvisioner cache is filled (for `/readyz`).
+/// `readiness` turns ready once the CoderProvisioner cache is filled (for `/readyz`); `fence`
+/// guards every key change of this run (see [`Fence`]).
 pub async fn run(
     client: Client,
     settings: ControllerSettings,
     metrics: Arc<Metrics>,
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    fence: Fence,
 ) -> anyhow::Result<()> {
     let namespace = settings.namespace.as_deref();
     let provisioners: Api<CoderProvisioner> = api(&client, namespace);
@@ -180,6 +183,13 @@ pub async fn run(
         coderd: Connector::new(ClientOptions {
             timeout: settings.coderd_timeout,
             metrics: Some(metrics.clone()),
+            write_guard: (!seeded::active(Bug::PausedLeaderUnfenced)).then(|| {
+                let fence = fence.clone();
+                WriteGuard::new(move || {
+                    let fence = fence.clone();
+                    async move { fence.check().await.map_err(|error| error.to_string()) }
+                })
+            }),
         })?,
         metrics,
         rate_limits: AttemptCounters::default(),
@@ -188,6 +198,7 @@ pub async fn run(
         entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
         // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
         coderd_slots: CoderdSlots::new(usize::from(settings.max_concurrent_reconciles) / 2),
+        fence,
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();

@@ -3,15 +3,28 @@
 //! Only the holder of the Lease runs the controller. When the Lease is lost, the controller is
 //! stopped (its shutdown token is cancelled and it is awaited) and the process goes back to
 //! standby, competing for the Lease again; it does not exit, so losing a lease never looks like a
-//! crash. On shutdown the Lease is released so a standby replica takes over without waiting for
-//! it to expire.
+//! crash. On shutdown the Lease is released, and a standby that sees the release (it watches the
+//! Lease) competes for it at once instead of waiting for its expiry.
+//!
+//! A term is fenced ([`Fence`]): a leader that was paused (SIGSTOP, a frozen VM, a long GC) can
+//! wake after its Lease expired and a standby took over, with passes in flight. Every step that
+//! creates, replaces or deletes a provisioner key, or writes a key's plaintext or record, asks the
+//! fence first, so such a pass stops instead of overwriting the new leader's key.
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::runtime::watcher;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio_util::sync::CancellationToken;
+
+use crate::seeded::{self, Bug};
 
 #[derive(Clone, Debug)]
 pub struct LeaderElectionSettings {
@@ -39,9 +52,141 @@ impl LeadershipFlag {
     }
 }
 
+/// Why a fenced step may not run.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    #[error("this replica's leadership term has ended")]
+    TermEnded,
+    #[error("the Lease {lease} is held by {holder}, not by this replica")]
+    HeldByOther { lease: String, holder: String },
+    #[error("this replica's hold on the Lease {lease} has expired")]
+    Expired { lease: String },
+    #[error("reading the Lease {lease} to prove leadership failed: {source}")]
+    Unreadable {
+        lease: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Asked before every step that changes a provisioner key or writes its plaintext or record.
+/// Without leader election (one replica) every check passes.
+#[derive(Clone, Debug, Default)]
+pub struct Fence(Option<Arc<LeaseFence>>);
+
+#[derive(Debug)]
+struct LeaseFence {
+    api: Api<Lease>,
+    lease: String,
+    identity: String,
+    /// Cancelled when the lease manager reports the term over.
+    term: CancellationToken,
+    /// Until when the last read of the Lease proves this replica holds it. Monotonic time keeps
+    /// running while the process is paused, so a process that wakes after that reads again.
+    proven_until: Mutex<Option<Instant>>,
+}
+
+/// Margin kept off a proof, for the time between reading the Lease and the step it allows.
+const PROOF_MARGIN: Duration = Duration::from_secs(1);
+
+impl Fence {
+    /// The fence of one leadership term.
+    fn for_term(settings: &LeaderElectionSettings, api: Api<Lease>, term: CancellationToken) -> Self {
+        Self(Some(Arc::new(LeaseFence {
+            api,
+            lease: settings.lease_name.clone(),
+            identity: settings.identity.clone(),
+            term,
+            proven_until: Mutex::new(None),
+        })))
+    }
+
+    /// `Ok` when this replica may still change keys: it holds the Lease and its hold has not
+    /// expired. Reads the Lease unless an earlier read proves that for a while yet.
+    pub async fn check(&self) -> Result<(), FenceError> {
+        let Some(fence) = &self.0 else {
+            return Ok(());
+        };
+        if fence.term.is_cancelled() {
+            return Err(FenceError::TermEnded);
+        }
+        if fence.proof().is_some_and(|until| Instant::now() < until) {
+            return Ok(());
+        }
+        let read_at = Instant::now();
+        let lease = fence
+            .api
+            .get(&fence.lease)
+            .await
+            .map_err(|source| FenceError::Unreadable {
+                lease: fence.lease.clone(),
+                source,
+            })?;
+        let held_for = remaining_hold(
+            &fence.lease,
+            lease.spec.as_ref(),
+            &fence.identity,
+            Timestamp::now(),
+        )?;
+        if fence.term.is_cancelled() {
+            return Err(FenceError::TermEnded);
+        }
+        *fence.proof() = held_for
+            .checked_sub(PROOF_MARGIN)
+            .map(|valid| read_at + valid);
+        Ok(())
+    }
+}
+
+impl LeaseFence {
+    fn proof(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.proven_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How long `identity`'s hold on the Lease lasts from `now`, or why it holds none.
+fn remaining_hold(
+    lease: &str,
+    spec: Option<&LeaseSpec>,
+    identity: &str,
+    now: Timestamp,
+) -> Result<Duration, FenceError> {
+    let spec = spec.cloned().unwrap_or_default();
+    match spec.holder_identity.as_deref() {
+        Some(holder) if holder == identity => {}
+        holder => {
+            return Err(FenceError::HeldByOther {
+                lease: lease.to_owned(),
+                holder: holder.unwrap_or("nobody").to_owned(),
+            });
+        }
+    }
+    let expired = || FenceError::Expired {
+        lease: lease.to_owned(),
+    };
+    let (Some(renewed), Some(seconds)) = (spec.renew_time, spec.lease_duration_seconds) else {
+        return Err(expired());
+    };
+    let expiry = renewed.0 + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    let left = now.duration_until(expiry);
+    if left.is_negative() || left.is_zero() {
+        return Err(expired());
+    }
+    Duration::try_from(left).map_err(|_| expired())
+}
+
+/// True when `event` shows the Lease free: released by its holder (no holder identity).
+fn released(event: Option<Result<Option<Lease>, watcher::Error>>) -> bool {
+    matches!(event, Some(Ok(Some(lease)))
+        if lease.spec.as_ref().is_none_or(|spec| spec.holder_identity.as_deref().is_none_or(str::is_empty)))
+}
+
 /// Competes for the Lease until `shutdown` is cancelled and runs `lead` for every term of
 /// leadership. `lead` receives a token that is cancelled when the term ends (lease lost or
-/// shutdown) and must return once it is. An error from `lead` ends the election with that error.
+/// shutdown), which it must return once it is, and the term's [`Fence`]. An error from `lead`
+/// ends the election with that error.
 pub async fn run_with_leader_election<F, Fut>(
     client: kube::Client,
     settings: LeaderElectionSettings,
@@ -50,33 +195,88 @@ pub async fn run_with_leader_election<F, Fut>(
     mut lead: F,
 ) -> anyhow::Result<()>
 where
-    F: FnMut(CancellationToken) -> Fut,
+    F: FnMut(CancellationToken, Fence) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let manager = LeaseManagerBuilder::new(client, settings.lease_name.as_str())
-        .with_namespace(settings.namespace.as_str())
-        .with_identity(settings.identity.as_str())
-        .with_duration(settings.lease_duration_secs)
-        .with_grace(settings.renew_grace_secs)
-        .build()
-        .await
-        .with_context(|| {
-            format!(
-                "preparing Lease {}/{}",
-                settings.namespace, settings.lease_name
-            )
-        })?;
-    tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity,
-        "waiting for leadership");
-    let (mut leading, lease_task) = manager.watch().await;
+    let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
+    // While standing by, a release wakes this replica: the lease manager alone would sleep
+    // until the released Lease's old expiry.
+    let mut lease_events = watcher::watch_object(api.clone(), &settings.lease_name).boxed();
+    loop {
+        let manager = LeaseManagerBuilder::new(client.clone(), settings.lease_name.as_str())
+            .with_namespace(settings.namespace.as_str())
+            .with_identity(settings.identity.as_str())
+            .with_duration(settings.lease_duration_secs)
+            .with_grace(settings.renew_grace_secs)
+            .build()
+            .await
+            .with_context(|| {
+                format!(
+                    "preparing Lease {}/{}",
+                    settings.namespace, settings.lease_name
+                )
+            })?;
+        tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity,
+            "waiting for leadership");
+        let (leading, lease_task) = manager.watch().await;
+        let ended = compete(
+            &settings,
+            &api,
+            &flag,
+            &shutdown,
+            &mut lead,
+            leading,
+            &mut lease_events,
+        )
+        .await;
+        // Dropping the receiver (done by `compete`) makes the lease task release the Lease (if
+        // held) and finish.
+        match lease_task.await {
+            Ok(Ok(_)) => tracing::debug!(lease = %settings.lease_name, "lease manager stopped"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "releasing the lease failed; it will expire on its own")
+            }
+            Err(e) => tracing::warn!(error = %e, "the lease task panicked"),
+        }
+        match ended {
+            Some(outcome) => {
+                tracing::info!(lease = %settings.lease_name, "left the leader election");
+                break outcome;
+            }
+            None => tracing::info!(lease = %settings.lease_name, "the Lease was released; competing for it now"),
+        }
+    }
+}
 
-    let result = loop {
+/// One lease manager's life: stands by, leads each term it wins. `None` when the Lease was seen
+/// released while standing by (the caller starts a fresh manager, which competes at once);
+/// `Some` when the election is over.
+async fn compete<F, Fut>(
+    settings: &LeaderElectionSettings,
+    api: &Api<Lease>,
+    flag: &LeadershipFlag,
+    shutdown: &CancellationToken,
+    lead: &mut F,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    lease_events: &mut (impl Stream<Item = Result<Option<Lease>, watcher::Error>> + Unpin),
+) -> Option<anyhow::Result<()>>
+where
+    F: FnMut(CancellationToken, Fence) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break Ok(()),
+            _ = shutdown.cancelled() => return Some(Ok(())),
             changed = leading.changed() => {
                 if changed.is_err() {
-                    break Err(anyhow::anyhow!("the lease manager stopped unexpectedly"));
+                    return Some(Err(anyhow::anyhow!("the lease manager stopped unexpectedly")));
                 }
+            }
+            event = lease_events.next(), if !seeded::active(Bug::StandbyWaitsForExpiry) => {
+                if released(event) {
+                    return None;
+                }
+                continue;
             }
         }
         if !*leading.borrow_and_update() {
@@ -85,7 +285,8 @@ where
         tracing::info!(identity = %settings.identity, "acquired the lease; starting the controller");
         flag.set(true);
         let term = shutdown.child_token();
-        let mut controller = tokio::spawn(lead(term.clone()));
+        let fence = Fence::for_term(settings, api.clone(), term.clone());
+        let mut controller = tokio::spawn(lead(term.clone(), fence));
         let finished = loop {
             tokio::select! {
                 joined = &mut controller => break Some(joined),
@@ -107,28 +308,86 @@ where
             .context("the controller task panicked")
             .and_then(|run| run);
         if outcome.is_err() || shutdown.is_cancelled() {
-            break outcome;
+            return Some(outcome);
         }
         if leading.has_changed().is_err() {
-            break Err(anyhow::anyhow!("the lease manager stopped unexpectedly"));
+            return Some(Err(anyhow::anyhow!("the lease manager stopped unexpectedly")));
         }
         if *leading.borrow() {
             // The controller ended on its own while still leading: nothing would restart it.
-            break Err(anyhow::anyhow!(
+            return Some(Err(anyhow::anyhow!(
                 "the controller stopped while this process still held the lease"
-            ));
+            )));
         }
         tracing::info!("back to standby");
-    };
-
-    // Dropping the receiver makes the lease task release the Lease and finish.
-    drop(leading);
-    match lease_task.await {
-        Ok(Ok(_)) => tracing::info!(lease = %settings.lease_name, "released the lease"),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "releasing the lease failed; it will expire on its own")
-        }
-        Err(e) => tracing::warn!(error = %e, "the lease task panicked"),
     }
-    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn spec(holder: Option<&str>, renewed_secs_ago: i64, duration: i32) -> LeaseSpec {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        LeaseSpec {
+            holder_identity: holder.map(str::to_owned),
+            renew_time: Some(MicroTime(
+                now - k8s_openapi::jiff::SignedDuration::from_secs(renewed_secs_ago),
+            )),
+            lease_duration_seconds: Some(duration),
+            ..LeaseSpec::default()
+        }
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_000_000).unwrap()
+    }
+
+    #[test]
+    fn the_holder_holds_until_renewal_plus_duration() {
+        let left = remaining_hold("l", Some(&spec(Some("me"), 5, 15)), "me", now()).unwrap();
+        assert_eq!(left, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn another_holder_or_none_is_no_hold() {
+        let error = remaining_hold("l", Some(&spec(Some("you"), 0, 15)), "me", now()).unwrap_err();
+        assert!(matches!(&error, FenceError::HeldByOther { holder, .. } if holder == "you"), "{error}");
+        let released = remaining_hold("l", Some(&spec(None, 0, 15)), "me", now()).unwrap_err();
+        assert!(matches!(&released, FenceError::HeldByOther { holder, .. } if holder == "nobody"));
+        assert!(remaining_hold("l", None, "me", now()).is_err());
+    }
+
+    #[test]
+    fn an_expired_hold_of_ones_own_is_no_hold() {
+        // A leader that wakes after a pause finds its own name on a Lease nobody renewed.
+        for renewed_secs_ago in [15, 16, 300] {
+            let error =
+                remaining_hold("l", Some(&spec(Some("me"), renewed_secs_ago, 15)), "me", now())
+                    .unwrap_err();
+            assert!(matches!(error, FenceError::Expired { .. }), "{error}");
+        }
+        let mut never_renewed = spec(Some("me"), 0, 15);
+        never_renewed.renew_time = None;
+        assert!(remaining_hold("l", Some(&never_renewed), "me", now()).is_err());
+    }
+
+    #[tokio::test]
+    async fn without_leader_election_every_check_passes() {
+        Fence::default().check().await.unwrap();
+    }
+
+    #[test]
+    fn a_lease_without_holder_is_released() {
+        let lease = |holder: Option<&str>| Lease {
+            spec: Some(spec(holder, 0, 15)),
+            ..Lease::default()
+        };
+        assert!(released(Some(Ok(Some(lease(None))))));
+        assert!(released(Some(Ok(Some(lease(Some("")))))));
+        assert!(!released(Some(Ok(Some(lease(Some("leader")))))));
+        assert!(!released(Some(Ok(None))));
+        assert!(!released(None));
+    }
 }
