@@ -596,7 +596,8 @@ impl ProvisionerWorld {
                 crate::implementation::REPLICA_NAME_PREFIX,
                 char::from(letter)
             );
-            self.replicas.push(operator.replica(command.clone(), &name)?);
+            self.replicas
+                .push(operator.replica(command.clone(), &name)?);
         }
         Ok(())
     }

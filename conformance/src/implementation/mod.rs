@@ -238,7 +238,8 @@ impl OperatorProcess {
     pub fn replica(&self, command: OperatorCommand, name: &str) -> anyhow::Result<Self> {
         let mut spec = self.spec.clone();
         spec.command = command;
-        spec.extra_env.push(("POD_NAME".to_owned(), name.to_owned()));
+        spec.extra_env
+            .push(("POD_NAME".to_owned(), name.to_owned()));
         let dir = self.log.parent().unwrap_or(Path::new("."));
         let mut replica = Self {
             spec,

@@ -460,7 +460,10 @@ async fn status_records_secret_key(
     world
         .provisioner_eventually(
             &format!("status.provisionerKeyID to be {id}, the key in the Secret"),
-            |cr| match cr.pointer("/status/provisionerKeyID").and_then(Value::as_str) {
+            |cr| match cr
+                .pointer("/status/provisionerKeyID")
+                .and_then(Value::as_str)
+            {
                 Some(recorded) if recorded == id => Ok(()),
                 recorded => Err(format!("status.provisionerKeyID is {recorded:?}")),
             },

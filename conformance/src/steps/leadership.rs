@@ -32,7 +32,10 @@ async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String
             .and_then(|spec| spec.holder_identity)
             .unwrap_or_default();
         if let Some(replica) = replicas.iter().find(|name| holder.contains(name.as_str())) {
-            return Ok(Some((replica.clone(), lease.metadata.name.unwrap_or_default())));
+            return Ok(Some((
+                replica.clone(),
+                lease.metadata.name.unwrap_or_default(),
+            )));
         }
     }
     Ok(None)
@@ -96,7 +99,11 @@ async fn pause_leader_mid_request(
             let seen = world.journal().await?.iter().any(|entry| {
                 entry.method.eq_ignore_ascii_case(&method) && entry.route.as_deref() == Some(route)
             });
-            Ok(if seen { Ok(()) } else { Err("not yet".to_owned()) })
+            Ok(if seen {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            })
         },
     )
     .await?;

@@ -417,7 +417,9 @@ async fn a_closed_write_guard_keeps_creates_and_deletes_from_coderd() {
     let fake = fake().await;
     let open = client(&fake);
     let org = open.organization("default").await.unwrap();
-    open.create_key(&org.id, "existing", &tags(&[])).await.unwrap();
+    open.create_key(&org.id, "existing", &tags(&[]))
+        .await
+        .unwrap();
     let guarded = CoderdClient::new(
         &fake.url(),
         SecretString::new(fake.operator_token()),
@@ -433,7 +435,10 @@ async fn a_closed_write_guard_keeps_creates_and_deletes_from_coderd() {
 
     let created = guarded.create_key(&org.id, "new", &tags(&[])).await;
     let deleted = guarded.delete_key(&org.id, "existing").await;
-    let listed = guarded.list_keys(&org.id).await.expect("reads are not fenced");
+    let listed = guarded
+        .list_keys(&org.id)
+        .await
+        .expect("reads are not fenced");
 
     for refused in [created.map(|_| ()), deleted] {
         assert_eq!(

@@ -93,7 +93,10 @@ impl Error {
     /// A pass stopped by the leadership fence: it writes nothing more, not even its status,
     /// which is the new leader's to write.
     fn is_fenced(&self) -> bool {
-        matches!(self, Self::Fenced(_) | Self::Key(CoderdError::Fenced { .. }))
+        matches!(
+            self,
+            Self::Fenced(_) | Self::Key(CoderdError::Fenced { .. })
+        )
     }
 }
 

@@ -91,7 +91,11 @@ const PROOF_MARGIN: Duration = Duration::from_secs(1);
 
 impl Fence {
     /// The fence of one leadership term.
-    fn for_term(settings: &LeaderElectionSettings, api: Api<Lease>, term: CancellationToken) -> Self {
+    fn for_term(
+        settings: &LeaderElectionSettings,
+        api: Api<Lease>,
+        term: CancellationToken,
+    ) -> Self {
         Self(Some(Arc::new(LeaseFence {
             api,
             lease: settings.lease_name.clone(),
@@ -243,7 +247,9 @@ where
                 tracing::info!(lease = %settings.lease_name, "left the leader election");
                 break outcome;
             }
-            None => tracing::info!(lease = %settings.lease_name, "the Lease was released; competing for it now"),
+            None => {
+                tracing::info!(lease = %settings.lease_name, "the Lease was released; competing for it now")
+            }
         }
     }
 }
@@ -311,7 +317,9 @@ where
             return Some(outcome);
         }
         if leading.has_changed().is_err() {
-            return Some(Err(anyhow::anyhow!("the lease manager stopped unexpectedly")));
+            return Some(Err(anyhow::anyhow!(
+                "the lease manager stopped unexpectedly"
+            )));
         }
         if *leading.borrow() {
             // The controller ended on its own while still leading: nothing would restart it.
@@ -353,7 +361,10 @@ mod tests {
     #[test]
     fn another_holder_or_none_is_no_hold() {
         let error = remaining_hold("l", Some(&spec(Some("you"), 0, 15)), "me", now()).unwrap_err();
-        assert!(matches!(&error, FenceError::HeldByOther { holder, .. } if holder == "you"), "{error}");
+        assert!(
+            matches!(&error, FenceError::HeldByOther { holder, .. } if holder == "you"),
+            "{error}"
+        );
         let released = remaining_hold("l", Some(&spec(None, 0, 15)), "me", now()).unwrap_err();
         assert!(matches!(&released, FenceError::HeldByOther { holder, .. } if holder == "nobody"));
         assert!(remaining_hold("l", None, "me", now()).is_err());
@@ -363,9 +374,13 @@ mod tests {
     fn an_expired_hold_of_ones_own_is_no_hold() {
         // A leader that wakes after a pause finds its own name on a Lease nobody renewed.
         for renewed_secs_ago in [15, 16, 300] {
-            let error =
-                remaining_hold("l", Some(&spec(Some("me"), renewed_secs_ago, 15)), "me", now())
-                    .unwrap_err();
+            let error = remaining_hold(
+                "l",
+                Some(&spec(Some("me"), renewed_secs_ago, 15)),
+                "me",
+                now(),
+            )
+            .unwrap_err();
             assert!(matches!(error, FenceError::Expired { .. }), "{error}");
         }
         let mut never_renewed = spec(Some("me"), 0, 15);
