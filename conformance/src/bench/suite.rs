@@ -124,9 +124,8 @@ mod tests {
             rbac: None,
         };
         let started = StartedOperatorArgs {
-            operator_cmd: None,
             operator_rbac: Some(PathBuf::from("/rbac")),
-            crds: None,
+            ..StartedOperatorArgs::default()
         };
         let args = suite_args(Path::new("/out/naive/suite-report"), &contender, &started);
         assert_eq!(

@@ -236,17 +236,18 @@ where
         // Dropping the receiver (done by `compete`) makes the lease task release the Lease (if
         // held) and finish.
         match lease_task.await {
-            Ok(Ok(_)) => tracing::debug!(lease = %settings.lease_name, "lease manager stopped"),
+            // Said only when leaving: a manager replaced while standing by held nothing.
+            Ok(Ok(_)) if ended.is_some() => {
+                tracing::info!(lease = %settings.lease_name, "released the lease")
+            }
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "releasing the lease failed; it will expire on its own")
             }
             Err(e) => tracing::warn!(error = %e, "the lease task panicked"),
         }
         match ended {
-            Some(outcome) => {
-                tracing::info!(lease = %settings.lease_name, "left the leader election");
-                break outcome;
-            }
+            Some(outcome) => break outcome,
             None => {
                 tracing::info!(lease = %settings.lease_name, "the Lease was released; competing for it now")
             }
