@@ -81,6 +81,9 @@ pub struct Environment {
     pub repo_root: PathBuf,
     pub report_dir: PathBuf,
     pub keep_on_failure: bool,
+    /// The API server's audit log of ServiceAccount requests, when the suite started the API
+    /// server (local tier); `None` elsewhere.
+    pub audit_log: Option<PathBuf>,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
