@@ -573,6 +573,27 @@ impl ProvisionerWorld {
         Ok(())
     }
 
+    /// Namespace and name of the operator's ServiceAccount, known when the suite started the
+    /// operator or was given its Deployment.
+    pub async fn operator_service_account(&self) -> anyhow::Result<(String, String)> {
+        match &self.env.operator {
+            Operator::Started(process) => {
+                let process = process.lock().await;
+                let process = process
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("the operator was already stopped"))?;
+                let (namespace, name) = process.service_account();
+                Ok((namespace.to_owned(), name.to_owned()))
+            }
+            Operator::InCluster(operator) => {
+                Ok((operator.namespace.clone(), operator.service_account.clone()))
+            }
+            Operator::Installed => {
+                bail!("the operator's identity is unknown with --operator installed")
+            }
+        }
+    }
+
     /// The operator's log (its last `tail` lines, or all of it) when the suite can read it: the
     /// process it started, or the pods of an in-cluster operator (their current ones only).
     pub async fn operator_log(&self, tail: Option<usize>) -> Option<String> {

@@ -140,10 +140,13 @@ pub enum Bug {
     /// timeout (no failure shared with the waiters, no bound per coderd): CRs on another control
     /// plane wait for minutes.
     HangingCoderdStarvesOthers,
+    /// Every event of a CR starts a pass, other writers' label and annotation edits included:
+    /// no trigger predicate and no debounce, as `Controller::new` does it (R-W-4).
+    MetadataEditsReconciled,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 40] = [
+    pub const ALL: [Bug; 41] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -184,6 +187,7 @@ impl Bug {
         Bug::UnstoredKeyLeftInCoderd,
         Bug::ChildRefusalOnlyLogged,
         Bug::HangingCoderdStarvesOthers,
+        Bug::MetadataEditsReconciled,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -235,6 +239,7 @@ impl Bug {
             Bug::UnstoredKeyLeftInCoderd => "unstored-key-left-in-coderd",
             Bug::ChildRefusalOnlyLogged => "child-refusal-only-logged",
             Bug::HangingCoderdStarvesOthers => "hanging-coderd-starves-others",
+            Bug::MetadataEditsReconciled => "metadata-edits-reconciled",
         }
     }
 

@@ -187,10 +187,22 @@ pub async fn run(
     let events = watcher(provisioners, watcher::Config::default())
         .reflect(writer)
         .applied_objects();
-    let triggers = events.predicate_filter(trigger_predicate(), Default::default());
+    // The seeded variant starts a pass on every event, as `Controller::new` does.
+    let every_event = seeded::active(Bug::MetadataEditsReconciled);
+    let triggers = if every_event {
+        events.left_stream()
+    } else {
+        events
+            .predicate_filter(trigger_predicate(), Default::default())
+            .right_stream()
+    };
     let config = controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles)
-        .debounce(DEBOUNCE);
+        .debounce(if every_event {
+            Duration::ZERO
+        } else {
+            DEBOUNCE
+        });
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
     tokio::spawn(async move {
