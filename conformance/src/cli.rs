@@ -348,6 +348,8 @@ pub struct Selection {
     /// The suite can start leader-elected replicas of the operator (it starts the operator
     /// itself and knows a replica's command).
     pub replicas: bool,
+    /// The suite reads the API server's audit log (only when it started the API server).
+    pub audit_log: bool,
 }
 
 impl Selection {
@@ -382,6 +384,11 @@ impl Selection {
         if self.operator_installed && has("operator-identity") {
             return Some(
                 "needs the operator's ServiceAccount, unknown with --operator installed without --operator-deployment".to_owned(),
+            );
+        }
+        if !self.audit_log && has("api-audit") {
+            return Some(
+                "counts the operator's API requests in the API server's audit log, which the suite reads only on the local tier (where it starts kube-apiserver)".to_owned(),
             );
         }
         None
@@ -788,6 +795,9 @@ async fn prepare(
         repo_root: inputs.bundle.root().to_path_buf(),
         report_dir: report_dir.to_path_buf(),
         keep_on_failure: args.keep_on_failure,
+        audit_log: control_plane
+            .as_ref()
+            .map(LocalControlPlane::audit_log_path),
     });
     Ok(Prepared {
         environment,
@@ -1024,6 +1034,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         replicas: matches!(args.cluster, ClusterTier::Local | ClusterTier::Kubeconfig)
             && args.operator == OperatorMode::Reference
             && (args.started.operator_cmd.is_none() || args.started.replica_cmd.is_some()),
+        audit_log: args.cluster == ClusterTier::Local,
     };
     let inputs = args.started.inputs(args.features.as_deref())?;
     let features = parse_features(&inputs.features)?;
@@ -1437,17 +1448,20 @@ mod tests {
     }
 
     #[rstest]
-    #[case(Some("@core"), false, false, &["core"], None)]
-    #[case(Some("@core"), false, false, &["extended"], Some("--tags"))]
-    #[case(None, true, false, &["core", "fake-coderd"], Some("fake coderd"))]
-    #[case(None, false, true, &["core", "operator-restart"], Some("installed"))]
-    #[case(None, false, true, &["core"], None)]
-    #[case(None, false, true, &["extended", "leader-election"], Some("--replica-cmd"))]
-    #[case(None, false, false, &["extended", "leader-election"], None)]
+    #[case(Some("@core"), false, false, true, &["core"], None)]
+    #[case(Some("@core"), false, false, true, &["extended"], Some("--tags"))]
+    #[case(None, true, false, true, &["core", "fake-coderd"], Some("fake coderd"))]
+    #[case(None, false, true, true, &["core", "operator-restart"], Some("installed"))]
+    #[case(None, false, true, true, &["core"], None)]
+    #[case(None, false, false, false, &["extended", "api-audit"], Some("audit log"))]
+    #[case(None, false, false, true, &["extended", "api-audit"], None)]
+    #[case(None, false, true, true, &["extended", "leader-election"], Some("--replica-cmd"))]
+    #[case(None, false, false, true, &["extended", "leader-election"], None)]
     fn skips_carry_their_reason(
         #[case] expression: Option<&str>,
         #[case] real_coderd: bool,
         #[case] installed: bool,
+        #[case] audit_log: bool,
         #[case] scenario_tags: &[&str],
         #[case] reason: Option<&str>,
     ) {
@@ -1457,6 +1471,7 @@ mod tests {
             real_coderd,
             operator_installed: installed,
             replicas: !installed,
+            audit_log,
         };
         let skip = selection.skip_reason(&tags(scenario_tags), "s");
         match reason {

@@ -150,6 +150,7 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "status-rewritten-every-reconcile", breakage: Breakage::Code, breaks: &["R-ST-7"] },
     Variant { name: "key-rotated-on-restart", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
     Variant { name: "tags-ignored-on-drift", breakage: Breakage::Code, breaks: &["R-KEY-13"] },
+    Variant { name: "metadata-edits-reconciled", breakage: Breakage::Code, breaks: &["R-W-4"] },
     // Rate limiting.
     Variant { name: "rate-limit-retried-without-backoff", breakage: Breakage::Code, breaks: &["R-RL-2"] },
     Variant { name: "backoff-not-reset-after-success", breakage: Breakage::Code, breaks: &["R-RL-3"] },

@@ -83,6 +83,9 @@ pub struct Environment {
     pub repo_root: PathBuf,
     pub report_dir: PathBuf,
     pub keep_on_failure: bool,
+    /// The API server's audit log of ServiceAccount requests, when the suite started the API
+    /// server (local tier); `None` elsewhere.
+    pub audit_log: Option<PathBuf>,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
@@ -602,15 +605,24 @@ impl ProvisionerWorld {
         Ok(())
     }
 
-    /// Namespace of the operator's ServiceAccount, where its replicas keep their Lease.
-    pub async fn operator_namespace(&self) -> Option<String> {
+    /// Namespace and name of the operator's ServiceAccount, known when the suite started the
+    /// operator or was given its Deployment.
+    pub async fn operator_service_account(&self) -> anyhow::Result<(String, String)> {
         match &self.env.operator {
-            Operator::Started(process) => process
-                .lock()
-                .await
-                .as_ref()
-                .map(|p| p.service_account().0.to_owned()),
-            _ => None,
+            Operator::Started(process) => {
+                let process = process.lock().await;
+                let process = process
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("the operator was already stopped"))?;
+                let (namespace, name) = process.service_account();
+                Ok((namespace.to_owned(), name.to_owned()))
+            }
+            Operator::InCluster(operator) => {
+                Ok((operator.namespace.clone(), operator.service_account.clone()))
+            }
+            Operator::Installed => {
+                bail!("the operator's identity is unknown with --operator installed")
+            }
         }
     }
 

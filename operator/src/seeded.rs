@@ -141,16 +141,19 @@ pub enum Bug {
     /// plane wait for minutes.
     HangingCoderdStarvesOthers,
     /// Nothing checks the leadership term before a key step: a leader paused past its lease
-    /// finishes its passes when it wakes, writing the key it created into the Secret after the
-    /// new leader replaced that key (a Ready CR whose key coderd rejects).
+    /// finishes its pass when it wakes, and its key requests replace the key the new leader made
+    /// (a Secret and a key record that can disagree).
     PausedLeaderUnfenced,
     /// A standby does not watch the Lease: after the leader released it on shutdown, the
     /// standby sleeps until the released Lease's old expiry (up to its whole duration).
     StandbyWaitsForExpiry,
+    /// Every event of a CR starts a pass, other writers' label and annotation edits included:
+    /// no trigger predicate and no debounce, as `Controller::new` does it (R-W-4).
+    MetadataEditsReconciled,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 42] = [
+    pub const ALL: [Bug; 43] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -193,6 +196,7 @@ impl Bug {
         Bug::HangingCoderdStarvesOthers,
         Bug::PausedLeaderUnfenced,
         Bug::StandbyWaitsForExpiry,
+        Bug::MetadataEditsReconciled,
     ];
 
     /// The value of [`ENV_VAR`] that selects this bug.
@@ -246,6 +250,7 @@ impl Bug {
             Bug::HangingCoderdStarvesOthers => "hanging-coderd-starves-others",
             Bug::PausedLeaderUnfenced => "paused-leader-unfenced",
             Bug::StandbyWaitsForExpiry => "standby-waits-for-expiry",
+            Bug::MetadataEditsReconciled => "metadata-edits-reconciled",
         }
     }
 

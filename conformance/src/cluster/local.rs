@@ -2,6 +2,8 @@
 //! default, kube-controller-manager running only the garbage-collector and namespace controllers
 //! so owner-reference cleanup and namespace deletion behave as in a real cluster. There are no
 //! kubelets: nothing runs pods (see [`crate::kubelet`] for the readiness stand-in, contract D-8).
+//! kube-apiserver writes an audit log of the requests made with ServiceAccount tokens, so the
+//! suite can count the requests the operator under test makes ([`AUDIT_LOG`]).
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,6 +27,23 @@ pub const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller
 
 /// Service range handed to kube-apiserver; [`pki::SERVICE_IP`] is its first address.
 const SERVICE_RANGE: &str = "10.0.0.0/24";
+
+/// The audit log in the scratch folder: one JSON line per completed request made with a
+/// ServiceAccount token, at level Metadata (who, verb, object; never a body).
+pub const AUDIT_LOG: &str = "audit.log";
+
+/// Only ServiceAccounts are audited. The operator's is not known when the API server starts (its
+/// RBAC is applied later), and nothing else here authenticates as one: no kubelets run pods,
+/// and the suite and kube-controller-manager use client certificates. One event per request
+/// (at its end), so a line is a request.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"#;
 const POLL: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Debug)]
@@ -171,6 +190,11 @@ impl LocalControlPlane {
         &self.dir
     }
 
+    /// The API server's audit log of ServiceAccount requests (see [`AUDIT_LOG`]).
+    pub fn audit_log_path(&self) -> PathBuf {
+        self.dir.join(AUDIT_LOG)
+    }
+
     /// Time from creating the scratch folder to `/readyz` ok (binaries already resolved).
     pub fn startup_duration(&self) -> Duration {
         self.startup
@@ -236,6 +260,7 @@ impl LocalControlPlane {
             ("apiserver.key", serving.key_pem.as_str()),
             ("sa.key", sa_private.as_str()),
             ("sa.pub", sa_public.as_str()),
+            ("audit-policy.yaml", AUDIT_POLICY),
         ];
         for (name, contents) in files {
             kubeconfig::write_private(&self.dir.join(name), contents)?;
@@ -295,6 +320,11 @@ impl LocalControlPlane {
             // Saves CPU on small machines; a single client population needs no fairness.
             "--enable-priority-and-fairness=false".to_owned(),
             "--profiling=false".to_owned(),
+            format!("--audit-policy-file={}", file("audit-policy.yaml")),
+            format!("--audit-log-path={}", file(AUDIT_LOG)),
+            // Written as each request ends, not batched for seconds: a step that reads the log
+            // right after the requests it counts finds them there.
+            "--audit-log-mode=blocking".to_owned(),
         ];
         self.spawn("kube-apiserver", &args)
     }

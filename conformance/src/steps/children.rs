@@ -903,22 +903,7 @@ async fn operator_may_grant(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
     };
-    let (namespace, name) = match &world.env.operator {
-        crate::world::Operator::Started(process) => {
-            let process = process.lock().await;
-            let process = process
-                .as_ref()
-                .ok_or_else(|| anyhow!("the operator was already stopped"))?;
-            let (namespace, name) = process.service_account();
-            (namespace.to_owned(), name.to_owned())
-        }
-        crate::world::Operator::InCluster(operator) => {
-            (operator.namespace.clone(), operator.service_account.clone())
-        }
-        crate::world::Operator::Installed => {
-            bail!("the operator's identity is unknown with --operator installed")
-        }
-    };
+    let (namespace, name) = world.operator_service_account().await?;
     let user = format!("system:serviceaccount:{namespace}:{name}");
     let api: Api<SubjectAccessReview> = Api::all(world.client());
     let mut denied = Vec::new();

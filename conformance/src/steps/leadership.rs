@@ -20,8 +20,8 @@ const PAUSED: &str = "paused replica";
 
 /// The replica holding a Lease in the operator's namespace, by name, with the Lease's name.
 async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, String)>> {
-    let namespace = world
-        .operator_namespace()
+    let (namespace, _) = world
+        .operator_service_account()
         .await
         .context("the operator's namespace is unknown")?;
     let leases: Api<Lease> = Api::namespaced(world.client(), &namespace);

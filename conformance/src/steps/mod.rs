@@ -1,6 +1,7 @@
 //! Step definitions, grouped as the feature files use them. Helpers shared by several groups
 //! (reading conditions, parsing docstrings, naming coderd routes) live here and are pure.
 pub mod admission;
+pub mod audit;
 pub mod children;
 pub mod coderd;
 pub mod fixture;

@@ -75,16 +75,18 @@ async fn apply_sample(
     Ok(())
 }
 
-/// Another client writes the CR's annotations every 50 ms from the moment it exists until the
-/// scenario ends, as label and annotation controllers do: each write moves its resourceVersion.
-#[when("the sample provisioner is applied while someone keeps annotating it")]
-async fn applied_while_annotated(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    apply_sample(world, None, None).await?;
+/// The annotation the background writer of [`keep_annotating`] rewrites: its value is the
+/// number of writes before the current one (0, 1, 2, …).
+pub const WRITER_ANNOTATION: &str = "conformance.coder.com/writer";
+
+/// Another client writes the CR's annotations every 50 ms from now until the scenario ends, as
+/// label and annotation controllers do: each write moves its resourceVersion.
+fn keep_annotating(world: &mut ProvisionerWorld) {
     let api = world.provisioners();
     let name = world.provisioner.clone();
     let writer = tokio::spawn(async move {
         for n in 0u64.. {
-            let patch = json!({"metadata": {"annotations": {"conformance.coder.com/writer": n.to_string()}}});
+            let patch = json!({"metadata": {"annotations": {WRITER_ANNOTATION: n.to_string()}}});
             // Failures (e.g. the CR is being deleted) only skip a write.
             let _ = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -93,6 +95,19 @@ async fn applied_while_annotated(world: &mut ProvisionerWorld) -> anyhow::Result
         }
     });
     world.background.push(writer.abort_handle());
+}
+
+#[when("the sample provisioner is applied while someone keeps annotating it")]
+async fn applied_while_annotated(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    apply_sample(world, None, None).await?;
+    keep_annotating(world);
+    Ok(())
+}
+
+#[when("someone keeps annotating the provisioner")]
+async fn someone_keeps_annotating(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    keep_annotating(world);
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! The kube-runtime `Controller` for CoderProvisioner: watches, triggers and readiness.
 //!
 //! Triggers (contract §13):
-//! * the CR itself;
+//! * the CR itself, when something a pass reads of it changes ([`trigger_predicate`]): other
+//!   writers' labels and annotations start no pass;
 //! * owned children (Deployment, Secret, ServiceAccount, Role, RoleBinding), selected by the
 //!   `app.kubernetes.io/managed-by` label the operator puts on them and mapped by ownerReference;
 //! * CoderControlPlanes, mapped through the controller's own CR store to every provisioner in
@@ -23,8 +24,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
@@ -46,6 +47,16 @@ use crate::seeded::{self, Bug};
 
 /// Name under which the operator reports Events and applies objects by default.
 pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
+
+/// Trailing-edge debounce of reconcile requests: triggers for one CR closer together than this
+/// start one pass. It merges the watch events that trail a pass's own writes (children, status;
+/// tens of milliseconds apart on a local API server, more under load) into one follow-up pass.
+/// Kept short because kube-runtime adds it to every request, requeues included: R-RL-2 wants the
+/// first 429 retry within 3 s of a nominal 2 s ±20 %, so 2.4 s + this + a pass must fit; and a
+/// stream of triggers for one CR spaced closer than this postpones its pass until a gap. The
+/// CR's own metadata edits never reach the scheduler ([`trigger_predicate`]); a child rewritten
+/// by someone else more than five times a second, without a pause, would hold its CR back.
+const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Set once the controller's CR cache is filled; cheap to clone (for `/readyz`).
 #[derive(Clone, Debug, Default)]
@@ -93,6 +104,29 @@ where
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     }
+}
+
+/// What a pass reads of its own CR, as a kube-runtime predicate: an event whose hash equals the
+/// last one seen for that CR (kube-runtime keys it by namespace, name and uid, so a re-created
+/// namesake always passes) starts no pass. It covers the spec (through `metadata.generation`),
+/// the finalizers, the deletion mark and the status, so that a status edited by someone else is
+/// corrected; the operator's own status writes, made only on change, cost one extra pass each.
+/// Labels, annotations, managedFields and ownerReferences of the CR are never read by a pass.
+fn trigger_predicate() -> impl Predicate<CoderProvisioner> {
+    predicates::generation
+        .combine(predicates::finalizers)
+        .combine(|cr: &CoderProvisioner| {
+            Some(hash(&cr.metadata.deletion_timestamp.as_ref().map(|t| t.0)))
+        })
+        .combine(|cr: &CoderProvisioner| {
+            // The stored form: the status has no `Hash`, and equal statuses serialize equally.
+            Some(hash(&serde_json::to_vec(&cr.status).unwrap_or_default()))
+        })
+}
+
+fn hash(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
 }
 
 /// Provisioners in the store that reference the control plane `control_plane`.
@@ -149,9 +183,30 @@ pub async fn run(
     let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let credentials = watcher::Config::default().labels(&format!("{CREDENTIAL_LABEL}=true"));
 
-    let controller = Controller::new(provisioners, watcher::Config::default())
-        .with_config(controller::Config::default().concurrency(settings.max_concurrent_reconciles));
-    let store = controller.store();
+    // The store sees every event (the mappers and readiness read it); only the triggers are
+    // filtered. Watch errors pass the filter to the controller's own trigger backoff, as with
+    // `Controller::new`.
+    let (store, writer) = reflector::store();
+    let events = watcher(provisioners, watcher::Config::default())
+        .reflect(writer)
+        .applied_objects();
+    // The seeded variant starts a pass on every event, as `Controller::new` does.
+    let every_event = seeded::active(Bug::MetadataEditsReconciled);
+    let triggers = if every_event {
+        events.left_stream()
+    } else {
+        events
+            .predicate_filter(trigger_predicate(), Default::default())
+            .right_stream()
+    };
+    let config = controller::Config::default()
+        .concurrency(settings.max_concurrent_reconciles)
+        .debounce(if every_event {
+            Duration::ZERO
+        } else {
+            DEBOUNCE
+        });
+    let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
     tokio::spawn(async move {
         // The store's readiness signal wakes only one waiter (the controller's own runner also
@@ -256,7 +311,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::runtime::watcher::Event;
 
     fn provisioner(
@@ -324,6 +379,79 @@ mod tests {
         secret.metadata.name = Some("proxy".into());
         secret.metadata.namespace = Some("coder".into());
         assert_eq!(names(referencing_secret(&store, &secret)), ["coder/a"]);
+    }
+
+    /// A Ready-looking CR as a watch delivers it: uid, generation, finalizer, status.
+    fn watched() -> CoderProvisioner {
+        let mut cr = provisioner("coder", "a", "cp", None);
+        cr.metadata.uid = Some("uid-1".into());
+        cr.metadata.generation = Some(1);
+        cr.metadata.resource_version = Some("100".into());
+        cr.metadata.finalizers = Some(vec!["coder.com/provisioner-key-cleanup".into()]);
+        cr.status = Some(serde_json::from_value(serde_json::json!({"phase": "Ready"})).unwrap());
+        cr
+    }
+
+    /// Whether `edit`, applied to [`watched`] after a first event of it, starts a pass, through
+    /// the filter the controller uses.
+    fn triggers(edit: Edit) -> bool {
+        let before = watched();
+        let mut after = before.clone();
+        after.metadata.resource_version = Some("101".into());
+        edit(&mut after);
+        let events = futures::stream::iter([Ok(before), Ok(after)])
+            .predicate_filter(trigger_predicate(), Default::default());
+        let passed: Vec<_> = futures::executor::block_on(events.collect());
+        passed.len() == 2
+    }
+
+    type Edit = fn(&mut CoderProvisioner);
+
+    #[test]
+    fn edits_a_pass_reads_start_a_pass() {
+        let edits: [(&str, Edit); 7] = [
+            ("spec", |cr| cr.metadata.generation = Some(2)),
+            ("finalizer removed", |cr| cr.metadata.finalizers = None),
+            ("finalizer added", |cr| {
+                cr.finalizers_mut().push("other".into());
+            }),
+            ("deletion mark", |cr| {
+                let time = "2026-01-01T00:00:00Z".parse().expect("timestamp");
+                cr.metadata.deletion_timestamp = Some(Time(time));
+            }),
+            ("status by someone else", |cr| {
+                cr.status.get_or_insert_default().phase = Some("Pending".into());
+            }),
+            ("status removed", |cr| cr.status = None),
+            ("re-created namesake", |cr| {
+                cr.metadata.uid = Some("uid-2".into())
+            }),
+        ];
+        for (name, edit) in edits {
+            assert!(triggers(edit), "{name} must start a pass");
+        }
+    }
+
+    #[test]
+    fn edits_no_pass_reads_start_none() {
+        let edits: [(&str, Edit); 5] = [
+            ("annotation", |cr| {
+                cr.annotations_mut().insert("writer".into(), "1".into());
+            }),
+            ("label", |cr| {
+                cr.labels_mut().insert("team".into(), "a".into());
+            }),
+            ("resourceVersion alone", |_| {}),
+            ("managedFields", |cr| {
+                cr.metadata.managed_fields = Some(vec![Default::default()]);
+            }),
+            ("ownerReferences", |cr| {
+                cr.metadata.owner_references = Some(vec![Default::default()]);
+            }),
+        ];
+        for (name, edit) in edits {
+            assert!(!triggers(edit), "{name} must not start a pass");
+        }
     }
 
     #[test]

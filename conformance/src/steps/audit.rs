@@ -1,0 +1,200 @@
+//! Steps that count the operator's own Kubernetes API requests, read from the API server's audit
+//! log. Only the local tier writes one (the suite starts kube-apiserver there); scenarios tagged
+//! `@api-audit` are reported skipped elsewhere.
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, anyhow, bail};
+use cucumber::then;
+use serde_json::Value;
+
+use super::provisioner::WRITER_ANNOTATION;
+use super::str_at;
+use crate::wait;
+use crate::world::ProvisionerWorld;
+
+/// R-W-4: the requests the operator's ServiceAccount made in the scenario's namespace while the
+/// background writer ("someone keeps annotating the provisioner") rewrote the CR's annotation
+/// `writes` more times: the audit log's events that ended in that window.
+///
+/// Why a bound like 25 for 100 writes: a pass costs an operator several requests (this one
+/// reads its CR, the control plane, the token Secret and its children: five or more), so one
+/// that starts a pass per foreign write makes hundreds, and one that merges the writes that
+/// arrive during a pass still makes a hundred or more at 20 writes a second. One that ignores
+/// them makes none, or those of a few passes already due when the window opened (the follow-up
+/// of its own last status write, say).
+#[then(
+    expr = "the operator makes at most {int} API requests in the namespace while the provisioner is annotated {int} more times"
+)]
+async fn requests_while_annotated(
+    world: &mut ProvisionerWorld,
+    most: usize,
+    writes: u64,
+) -> anyhow::Result<()> {
+    let log = world
+        .env
+        .audit_log
+        .clone()
+        .ok_or_else(|| anyhow!("no audit log: the suite reads one only on the local tier"))?;
+    let (namespace, name) = world.operator_service_account().await?;
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let first = writes_so_far(world).await?;
+    let opened = std::fs::metadata(&log)
+        .with_context(|| format!("reading {}", log.display()))?
+        .len();
+    let world = &*world;
+    wait::eventually(
+        &format!("{writes} more writes of the annotation {WRITER_ANNOTATION}"),
+        world.timeouts(),
+        || async {
+            let now = writes_so_far(world).await?;
+            Ok(if now >= first + writes {
+                Ok(())
+            } else {
+                Err(format!("{} of {writes} written", now - first))
+            })
+        },
+    )
+    .await?;
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let (before, during) = split_at_line(&text, usize::try_from(opened)?);
+    if requests_by(before, &user, &world.namespace)?.is_empty() {
+        bail!(
+            "the audit log {} holds no request of {user} in namespace {} before the window, \
+             though the operator made the provisioner Ready: it cannot count the operator's requests",
+            log.display(),
+            world.namespace
+        );
+    }
+    let requests = requests_by(during, &user, &world.namespace)?;
+    let total: usize = requests.values().sum();
+    if total > most {
+        let listed = requests
+            .iter()
+            .map(|(what, n)| format!("{what} ×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        bail!(
+            "{user} made {total} API requests in namespace {} while the annotation was rewritten \
+             {writes} times (at most {most} expected): {listed}",
+            world.namespace
+        );
+    }
+    Ok(())
+}
+
+/// The writer's count, from the annotation's current value (the writer may not have written yet).
+async fn writes_so_far(world: &ProvisionerWorld) -> anyhow::Result<u64> {
+    let cr = world
+        .provisioner_json()
+        .await?
+        .ok_or_else(|| anyhow!("the CoderProvisioner does not exist"))?;
+    let pointer = format!(
+        "/metadata/annotations/{}",
+        WRITER_ANNOTATION.replace('/', "~1")
+    );
+    Ok(str_at(&cr, &pointer)
+        .map(str::parse::<u64>)
+        .transpose()
+        .with_context(|| format!("the annotation {WRITER_ANNOTATION}"))?
+        .map_or(0, |n| n + 1))
+}
+
+/// `text` cut at the start of the line holding byte `at`: a line being written when the window
+/// opened belongs to the window.
+fn split_at_line(text: &str, at: usize) -> (&str, &str) {
+    let at = at.min(text.len());
+    let cut = text.as_bytes()[..at]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    text.split_at(cut)
+}
+
+/// The audit events of `user` on objects in `namespace`, counted by verb and resource. The last
+/// line is ignored when it has no line break yet (still being written).
+fn requests_by(
+    events: &str,
+    user: &str,
+    namespace: &str,
+) -> anyhow::Result<BTreeMap<String, usize>> {
+    let complete = match events.rfind('\n') {
+        Some(end) => &events[..end],
+        None => "",
+    };
+    let mut counted = BTreeMap::new();
+    for line in complete.lines().filter(|l| l.contains(namespace)) {
+        let event: Value = serde_json::from_str(line)
+            .with_context(|| format!("an audit log line is not a JSON event: {line}"))?;
+        if str_at(&event, "/user/username") != Some(user)
+            || str_at(&event, "/objectRef/namespace") != Some(namespace)
+        {
+            continue;
+        }
+        let resource = match (
+            str_at(&event, "/objectRef/resource"),
+            str_at(&event, "/objectRef/subresource"),
+        ) {
+            (Some(resource), Some(sub)) => format!("{resource}/{sub}"),
+            (resource, _) => resource.unwrap_or("?").to_owned(),
+        };
+        let verb = str_at(&event, "/verb").unwrap_or("?");
+        *counted.entry(format!("{verb} {resource}")).or_default() += 1;
+    }
+    Ok(counted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(user: &str, namespace: &str, verb: &str, resource: &str) -> String {
+        serde_json::json!({
+            "kind": "Event", "stage": "ResponseComplete", "verb": verb,
+            "user": {"username": user},
+            "objectRef": {"namespace": namespace, "resource": resource},
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn only_the_users_requests_in_the_namespace_count() {
+        let operator = "system:serviceaccount:ops:operator";
+        let log = [
+            event(operator, "s1", "get", "coderprovisioners"),
+            event(operator, "s1", "get", "coderprovisioners"),
+            event(operator, "s1", "patch", "deployments"),
+            event(operator, "s2", "get", "coderprovisioners"),
+            event("system:serviceaccount:s1:other", "s1", "get", "secrets"),
+        ]
+        .join("\n")
+            + "\n";
+        let counted = requests_by(&log, operator, "s1").unwrap();
+        assert_eq!(
+            counted,
+            BTreeMap::from([
+                ("get coderprovisioners".to_owned(), 2),
+                ("patch deployments".to_owned(), 1)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_line_still_being_written_is_left_out_and_a_broken_one_is_an_error() {
+        let operator = "u";
+        let whole = event(operator, "s1", "get", "secrets");
+        let partial = format!("{whole}\n{}", &whole[..20]);
+        assert_eq!(requests_by(&partial, operator, "s1").unwrap().len(), 1);
+        let broken = format!("{{\"s1\": \n{whole}\n");
+        assert!(requests_by(&broken, operator, "s1").is_err());
+    }
+
+    #[test]
+    fn the_window_starts_at_the_line_being_written_when_it_opened() {
+        let text = "one\ntwo\nthree\n";
+        assert_eq!(split_at_line(text, 4), ("one\n", "two\nthree\n"));
+        assert_eq!(split_at_line(text, 6), ("one\n", "two\nthree\n"));
+        assert_eq!(split_at_line(text, 0), ("", text));
+        assert_eq!(split_at_line(text, 99), (text, ""));
+    }
+}
