@@ -140,7 +140,11 @@ async fn sees_nothing_new(
         })?,
         _ => world.journal().await?.len(),
     };
-    let window = world.timeouts().hold_window;
+    let window = if baseline == "from now on" {
+        world.new_observation_window()
+    } else {
+        world.observation_window()
+    };
     wait::stays(
         &format!("no new {kind}"),
         world.timeouts(),
