@@ -16,7 +16,7 @@ Feature: The provisioner key Secret
     # checks: R-SEC-1, R-SEC-2
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
 
-  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @core
+  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @slow @core
   Scenario: A Secret the provisioner does not own is refused and left unchanged
     Given a Ready control plane with operator access
     And a Secret "taken-key" that the provisioner does not own
@@ -49,7 +49,7 @@ Feature: The provisioner key Secret
     And coderd saw exactly 1 POST on "provisionerkeys"
     And the provisioner is still Ready
 
-  @R-SEC-13 @D-3 @core
+  @R-SEC-13 @D-3 @slow @core
   Scenario: The provisioner proceeds once the refused Secret is gone
     Given a Ready control plane with operator access
     And a Secret "taken-key" that the provisioner does not own
