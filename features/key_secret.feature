@@ -16,7 +16,7 @@ Feature: The provisioner key Secret
     # checks: R-SEC-1, R-SEC-2
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
 
-  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @slow @core
+  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @core
   Scenario: A Secret the provisioner does not own is refused and left unchanged
     Given a Ready control plane with operator access
     And a Secret "taken-key" that the provisioner does not own
