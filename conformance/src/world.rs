@@ -126,6 +126,8 @@ pub struct ScenarioCoderd {
     pub organization: String,
     /// Empty when the scenario uses an organization it did not create (the tutorial's `default`).
     pub organization_id: String,
+    /// The owner user's name.
+    pub user: String,
     /// The user's session token; written only to the operator token Secret, never printed.
     token: String,
     pub token_fingerprint: String,
@@ -391,14 +393,16 @@ impl ProvisionerWorld {
                 (created.name, created.id.to_string())
             }
         };
+        let user = format!("conf-{}", self.id);
         let token = admin
-            .add_user(&format!("conf-{}", self.id), fake_coderd::UserRole::Owner)
+            .add_user(&user, fake_coderd::UserRole::Owner)
             .await
             .context("creating the scenario's coderd owner user")?;
         let token_fingerprint = fake_coderd::fingerprint(&token);
         self.coderd = Some(ScenarioCoderd {
             organization,
             organization_id,
+            user,
             token,
             token_fingerprint,
         });
