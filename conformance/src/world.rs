@@ -456,7 +456,8 @@ impl ProvisionerWorld {
         Ok(seen.entries.clone())
     }
 
-    /// Records the journal position at the start of an action (`When` step).
+    /// Records the journal position at the start of an action (`When` step) and ends the
+    /// observation window of the action before.
     pub async fn mark_action(&mut self) -> anyhow::Result<()> {
         self.window_end = None;
         if self.coderd.is_some() && self.env.coderd.admin.is_some() {
