@@ -51,7 +51,7 @@ Feature: The external provisioner entitlement
     # checks: R-ENT-4
     And the provisioner becomes Ready
 
-  @R-ENT-5 @R-ENT-9 @serial @core
+  @R-ENT-5 @R-ENT-9 @core
   Scenario: coderd reporting "not_entitled" blocks the provisioner
     Given a Ready control plane with operator access
     And the control plane's entitlement check is older than two minutes
@@ -64,7 +64,7 @@ Feature: The external provisioner entitlement
     # checks: R-ENT-5
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
-  @R-ENT-5 @serial @core
+  @R-ENT-5 @core
   Scenario: coderd omitting the feature counts as not entitled
     Given a Ready control plane with operator access
     And the control plane's entitlement check is older than two minutes
@@ -94,7 +94,7 @@ Feature: The external provisioner entitlement
       | 502    | EntitlementsQueryFailed |
       | 503    | EntitlementsQueryFailed |
 
-  @R-ENT-4 @serial @core
+  @R-ENT-4 @core
   Scenario: coderd reporting "grace_period" lets the provisioner proceed
     Given a Ready control plane with operator access
     And the control plane's entitlement check is older than two minutes

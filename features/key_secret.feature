@@ -49,7 +49,7 @@ Feature: The provisioner key Secret
     And coderd saw exactly 1 POST on "provisionerkeys"
     And the provisioner is still Ready
 
-  @R-SEC-13 @D-3 @core
+  @R-SEC-13 @D-3 @slow @core
   Scenario: The provisioner proceeds once the refused Secret is gone
     Given a Ready control plane with operator access
     And a Secret "taken-key" that the provisioner does not own

@@ -4,7 +4,7 @@ Feature: Rate limiting by coderd
   (about 2 s, then 4 s, doubling each time) and retries, and marks its key requests with the
   owner's bypass header. A success starts the backoff over.
 
-  @R-RL-1 @R-RL-4 @extended
+  @R-RL-1 @R-RL-4 @slow @extended
   Scenario: A rate-limited key request is reported and retried later
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
@@ -42,14 +42,14 @@ Feature: Rate limiting by coderd
     # checks: R-KEY-16
     And coderd holds exactly 1 provisioner key named "renamed-key"
 
-  @R-RL-2 @extended
+  @R-RL-2 @slow @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
     When the sample provisioner is applied
     Then coderd sees 5 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
 
-  @R-RL-3 @extended
+  @R-RL-3 @slow @extended
   Scenario: A success starts the backoff over
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429

@@ -4,7 +4,7 @@ Feature: No churn against coderd
   or rotate the key, until coderd rate-limited the operator. A provisioner whose key is in
   place makes no key request, whatever happens after it and however often it is reconciled.
 
-  @R-KEY-7 @R-KEY-8 @PR @core
+  @R-KEY-7 @R-KEY-8 @PR @slow @core
   Scenario: Retries after a refused Role make no further key requests
     Given a Ready control plane with operator access
     And the namespace refuses new Roles

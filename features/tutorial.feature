@@ -1,9 +1,9 @@
-@tutorial @serial @fake-coderd
+@tutorial @fake-coderd
 Feature: Deploy an External Provisioner, as the tutorial tells it
   The tutorial's kubectl commands run verbatim with a real kubectl and the admin kubeconfig,
   and their output is compared with the tutorial's "Expected output". The one substitution:
   the sample's GitHub URL is mapped to config/samples/coder_v1alpha1_coderprovisioner.yaml
-  of this repository. The tutorial uses the namespace "coder", so this runs alone (@serial).
+  of this repository. The tutorial uses the namespace "coder", which no other scenario uses.
 
   @R-PRE-11 @R-ENT-1 @R-KEY-3 @R-RES-1 @R-RES-3 @R-ST-2 @R-ST-6 @R-CRED-2 @R-DEL-2 @core
   Scenario: The tutorial from its prerequisites to its clean-up

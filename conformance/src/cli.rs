@@ -187,9 +187,9 @@ pub struct RunArgs {
     /// Stop at the first failing scenario.
     #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
-    /// Scenarios run at the same time (`@serial` ones always run alone). Default: 8 on the local
-    /// tier (no kubelets; the whole suite measured 141 s on 2 cores, against 195 s at 4), 4 on
-    /// clusters that also run the operator, the fake coderd and provisioner pods.
+    /// Scenarios run at the same time (`@serial` ones always run alone). Default: 12 on the local
+    /// tier (no kubelets; most of a scenario is waiting, so 12 fill 2 cores where 8 left them
+    /// idle), 4 on clusters that also run the operator, the fake coderd and provisioner pods.
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
@@ -269,7 +269,7 @@ impl RunArgs {
     /// `--concurrency`, or the tier's default (see the flag).
     pub fn concurrency(&self) -> usize {
         let default = match self.cluster {
-            ClusterTier::Local => 8,
+            ClusterTier::Local => 12,
             ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,
         };
         self.concurrency.unwrap_or(default).max(1)
@@ -1085,7 +1085,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         selected
     };
     let hook_outcomes = outcomes.clone();
-    let mut cucumber = ProvisionerWorld::cucumber()
+    let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
+        .with_parser(crate::schedule::SlowFirst::default())
         .max_concurrent_scenarios(args.concurrency())
         .retries(args.retry)
         .before(|feature, rule, scenario, world| {
@@ -1419,7 +1420,7 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case(&[], 8)]
+    #[case(&[], 12)]
     #[case(&["--cluster", "kind"], 4)]
     #[case(&["--cluster", "kubeconfig"], 4)]
     #[case(&["--concurrency", "2"], 2)]

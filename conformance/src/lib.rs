@@ -3,7 +3,7 @@
 //! Infrastructure: `cluster` (control-plane binaries, the local control plane, other tiers),
 //! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
-//! (polling with deadlines), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
+//! (polling with deadlines), `schedule` (which scenarios start first), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
 //! contract's rules to scenarios and seeded variants; `attribution` says which step checks which
 //! rule, so a failure is blamed on its step's rules.
@@ -20,6 +20,7 @@ pub mod implementation;
 pub mod kubelet;
 pub mod manifests;
 pub mod report;
+pub mod schedule;
 pub mod seeded;
 pub mod setup;
 pub mod steps;

@@ -80,6 +80,19 @@ impl Timeouts {
     }
 }
 
+/// A probe error that ends an [`eventually`] wait at once: the awaited state can no longer come
+/// (say, the operator under test exited), so waiting out the deadline would only hide why.
+#[derive(Debug)]
+pub struct Hopeless(pub String);
+
+impl std::fmt::Display for Hopeless {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Hopeless {}
+
 /// Counts consecutive passing observations (pure, so it is unit-tested without time).
 #[derive(Debug, Default)]
 pub struct Streak {
@@ -96,7 +109,8 @@ impl Streak {
 
 /// Polls `probe` until it reports the expected state `reach_and_hold` times in a row.
 ///
-/// A probe error (e.g. an API hiccup) counts as "not yet" and is reported if the deadline passes.
+/// A probe error (e.g. an API hiccup) counts as "not yet" and is reported if the deadline passes;
+/// a [`Hopeless`] one fails at once.
 pub async fn eventually<T, F, Fut>(
     what: &str,
     timeouts: &Timeouts,
@@ -120,6 +134,9 @@ where
             Ok(Err(why)) => {
                 streak.observe(false);
                 Some(why)
+            }
+            Err(error) if error.is::<Hopeless>() => {
+                bail!("gave up waiting for {what}: {error}")
             }
             Err(error) => {
                 streak.observe(false);
@@ -263,6 +280,19 @@ mod tests {
         .await
         .unwrap_err();
         assert!(error.to_string().contains("still absent"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_hopeless_observation_ends_the_wait_at_once() {
+        let calls = Cell::new(0u32);
+        let error = eventually::<(), _, _>("ready", &fast(), || {
+            calls.set(calls.get() + 1);
+            async { Err(Hopeless("the operator exited".to_owned()).into()) }
+        })
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("operator exited"), "{error}");
+        assert_eq!(calls.get(), 1);
     }
 
     #[tokio::test]

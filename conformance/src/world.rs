@@ -131,6 +131,8 @@ pub struct ScenarioCoderd {
     pub organization: String,
     /// Empty when the scenario uses an organization it did not create (the tutorial's `default`).
     pub organization_id: String,
+    /// The owner user's name.
+    pub user: String,
     /// The user's session token; written only to the operator token Secret, never printed.
     token: String,
     pub token_fingerprint: String,
@@ -153,6 +155,9 @@ pub struct ProvisionerWorld {
     pub remembered: BTreeMap<String, String>,
     /// Journal length at the start of the latest `When` step ("since the last action").
     pub action_mark: Option<usize>,
+    /// End of the observation window opened after the latest action (see
+    /// [`ProvisionerWorld::observation_window`]).
+    window_end: Option<tokio::time::Instant>,
     /// Set by steps that change the fake coderd's global switches, restored after the scenario.
     pub touched_global_coderd: bool,
     /// Set while a step has stopped the operator; the after-hook starts it again.
@@ -247,6 +252,7 @@ impl ProvisionerWorld {
             provisioner: SAMPLE_PROVISIONER.to_owned(),
             remembered: BTreeMap::new(),
             action_mark: None,
+            window_end: None,
             touched_global_coderd: false,
             operator_stopped: false,
             held: Vec::new(),
@@ -395,14 +401,16 @@ impl ProvisionerWorld {
                 (created.name, created.id.to_string())
             }
         };
+        let user = format!("conf-{}", self.id);
         let token = admin
-            .add_user(&format!("conf-{}", self.id), fake_coderd::UserRole::Owner)
+            .add_user(&user, fake_coderd::UserRole::Owner)
             .await
             .context("creating the scenario's coderd owner user")?;
         let token_fingerprint = fake_coderd::fingerprint(&token);
         self.coderd = Some(ScenarioCoderd {
             organization,
             organization_id,
+            user,
             token,
             token_fingerprint,
         });
@@ -456,12 +464,33 @@ impl ProvisionerWorld {
         Ok(seen.entries.clone())
     }
 
-    /// Records the journal position at the start of an action (`When` step).
+    /// Records the journal position at the start of an action (`When` step) and ends the
+    /// observation window of the action before.
     pub async fn mark_action(&mut self) -> anyhow::Result<()> {
+        self.window_end = None;
         if self.coderd.is_some() && self.env.coderd.admin.is_some() {
             self.action_mark = Some(self.journal().await?.len());
         }
         Ok(())
+    }
+
+    /// What is left of the observation window after the latest action; the first step that
+    /// watches one opens it for the tier's `hold_window`. The steps after it, until the next
+    /// action, watch up to the same end instead of a window each: what they look for leaves a
+    /// lasting trace (a journal entry, an object, a finalizer, a moved resourceVersion or digest),
+    /// so a later step still sees what happened since the window opened.
+    pub fn observation_window(&mut self) -> std::time::Duration {
+        let now = tokio::time::Instant::now();
+        let end = *self
+            .window_end
+            .get_or_insert(now + self.env.timeouts.hold_window);
+        end.saturating_duration_since(now)
+    }
+
+    /// A window opened by the step itself ("from now on"), shared as above.
+    pub fn new_observation_window(&mut self) -> std::time::Duration {
+        self.window_end = None;
+        self.observation_window()
     }
 
     /// The CoderProvisioner as JSON (or `None` when absent).
@@ -528,6 +557,9 @@ impl ProvisionerWorld {
     ) -> anyhow::Result<T> {
         let check = &check;
         wait::eventually(what, self.timeouts(), || async move {
+            if let Some(exit) = self.operator_exit().await {
+                return Err(wait::Hopeless(format!("the operator exited ({exit})")).into());
+            }
             Ok(match self.provisioner_json_named(name).await? {
                 Some(cr) => check(&cr),
                 None => Err(format!("CoderProvisioner {name} does not exist")),
@@ -559,6 +591,14 @@ impl ProvisionerWorld {
     }
 
     /// Stops the operator under test (gracefully) until [`Self::restart_operator`].
+    /// How the operator the suite started ended, if it ended on its own: no CR changes after that.
+    async fn operator_exit(&self) -> Option<std::process::ExitStatus> {
+        match &self.env.operator {
+            Operator::Started(process) => process.lock().await.as_mut()?.exit_status(),
+            Operator::Installed | Operator::InCluster(_) => None,
+        }
+    }
+
     pub async fn stop_operator(&mut self) -> anyhow::Result<()> {
         match &self.env.operator {
             Operator::Started(process) => match process.lock().await.as_mut() {

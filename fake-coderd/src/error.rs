@@ -21,6 +21,8 @@ pub enum Error {
     EmptyUsername,
     #[error("user {0:?} already exists")]
     DuplicateUser(String),
+    #[error("unknown user {0:?}")]
+    UnknownUser(String),
     #[error("session token of user {username:?} is not <10>-<22> shaped: {reason}")]
     MalformedUserToken {
         username: String,

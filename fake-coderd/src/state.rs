@@ -148,6 +148,10 @@ pub struct User {
     /// Organization ids in which the user holds `organization-admin`.
     pub admin_organization_ids: Vec<String>,
     pub created_at: String,
+    /// The entitlement this user's calls see instead of the deployment's (`None`: the
+    /// deployment's). Not coderd behaviour, which has one per deployment: it lets tests that share
+    /// one fake each see their own answer (see [`State::entitlement_seen_by`]).
+    pub entitlement: Option<Entitlement>,
 }
 
 impl User {
@@ -426,6 +430,7 @@ impl State {
             organization_ids,
             admin_organization_ids,
             created_at: created_at.clone(),
+            entitlement: None,
         };
         self.tokens.push(SessionToken {
             id: token_id.to_string(),
@@ -527,6 +532,29 @@ impl State {
             organization_ids: user.organization_ids.clone(),
             roles,
         }
+    }
+
+    /// The entitlement `/entitlements` and the key routes' feature gate apply to a call: the
+    /// caller's own when one was set for it, else the deployment's.
+    pub fn entitlement_seen_by(&self, caller: Option<&User>) -> Entitlement {
+        caller
+            .and_then(|user| user.entitlement)
+            .unwrap_or(self.entitlement)
+    }
+
+    /// Gives one user an entitlement of its own (`None`: the deployment's again).
+    pub fn set_user_entitlement(
+        &mut self,
+        ident: &str,
+        entitlement: Option<Entitlement>,
+    ) -> Result<(), Error> {
+        let user = self
+            .users
+            .iter_mut()
+            .find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
+            .ok_or_else(|| Error::UnknownUser(ident.to_owned()))?;
+        user.entitlement = entitlement;
+        Ok(())
     }
 
     pub fn user_by_name_or_id(&self, ident: &str) -> Option<&User> {

@@ -68,6 +68,15 @@ impl World {
         self.state.entitlement = entitlement;
     }
 
+    /// One user's own entitlement (`None`: the deployment's), see [`State::entitlement_seen_by`].
+    pub fn set_user_entitlement(
+        &mut self,
+        user: &str,
+        entitlement: Option<Entitlement>,
+    ) -> Result<(), Error> {
+        self.state.set_user_entitlement(user, entitlement)
+    }
+
     pub fn set_license(&mut self, has_license: bool) {
         self.state.has_license = has_license;
     }

@@ -940,6 +940,54 @@ async fn scoped_faults_hit_only_their_session_token() {
     );
 }
 
+/// One user's own entitlement: its `/entitlements` and its key requests follow it, every other
+/// caller keeps the deployment's, and `null` gives the user the deployment's again.
+#[tokio::test]
+async fn a_user_entitlement_is_seen_by_that_user_only() {
+    let env = Env::start().await;
+    let admin = AdminClient::new(
+        &format!("{}/__fake/", env.fake.admin_url()),
+        &env.fake.admin_token(),
+    );
+    let mine = env.fake.add_user("mine", UserRole::Owner).expect("user");
+    let theirs = env.fake.operator_token();
+    admin
+        .set_user_entitlement("mine", Some(Entitlement::NotEntitled))
+        .await
+        .expect("set");
+    let seen = |answer: common::Answer| {
+        answer.json()["features"]["external_provisioner_daemons"]["entitlement"].clone()
+    };
+    let entitlements = |token: &str| Request::new("GET", routes::ENTITLEMENTS).token(token);
+    assert_eq!(seen(env.send(entitlements(&mine)).await), "not_entitled");
+    assert_eq!(seen(env.send(entitlements(&theirs)).await), "entitled");
+    assert_eq!(
+        seen(env.send(Request::new("GET", routes::ENTITLEMENTS)).await),
+        "entitled",
+        "no token: the deployment's"
+    );
+    let create = |token: &str| {
+        Request::new("POST", KEYS)
+            .token(token)
+            .body(r#"{"name":"k"}"#)
+    };
+    assert_eq!(env.send(create(&mine)).await.status, 403, "feature gate");
+    assert_eq!(env.send(create(&theirs)).await.status, 201);
+
+    admin
+        .set_user_entitlement("mine", None)
+        .await
+        .expect("unset");
+    assert_eq!(seen(env.send(entitlements(&mine)).await), "entitled");
+    assert!(
+        admin
+            .set_user_entitlement("nobody", Some(Entitlement::Entitled))
+            .await
+            .is_err(),
+        "unknown user"
+    );
+}
+
 /// A fault outlives the coderd listener: after a close and reopen it goes on with the uses it had
 /// left, and one injected while the port is closed fires once it is open again.
 #[tokio::test]

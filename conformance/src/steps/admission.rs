@@ -41,6 +41,7 @@ async fn crd_established(world: &mut ProvisionerWorld, name: String) -> anyhow::
 /// (dry run: admission runs, nothing is stored, no operator is involved).
 #[when("a provisioner is submitted with spec:")]
 async fn submitted(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
+    world.mark_action().await?;
     let spec = docstring_yaml(world, step)?;
     let mut cr = json!({
         "apiVersion": "coder.com/v1alpha1",
@@ -95,6 +96,7 @@ async fn submitted_expanded(world: &mut ProvisionerWorld, step: &Step) -> anyhow
 
 #[when("the sample provisioner is submitted")]
 async fn sample_submitted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
     let cr = super::provisioner::sample(&world.env.repo_root, &world.namespace, None)?;
     let object = serde_json::from_value(cr).context("the sample is not a Kubernetes object")?;
     submit_dry_run(world, &object, "submitting the sample").await

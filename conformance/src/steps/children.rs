@@ -471,7 +471,7 @@ async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 #[then(expr = "no {word} named {string} exists during the observation window")]
 async fn no_object(world: &mut ProvisionerWorld, kind: String, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
-    let window = world.timeouts().hold_window;
+    let window = world.observation_window();
     wait::stays(
         &format!("no {kind} {name}"),
         world.timeouts(),
@@ -784,7 +784,7 @@ async fn template_changes(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 #[then("the provisioner Deployment stays unchanged during the observation window")]
 async fn deployment_unchanged(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let before = remembered(world, "podTemplate")?;
-    let window = world.timeouts().hold_window;
+    let window = world.observation_window();
     let world = &*world;
     wait::stays(
         "the Deployment to keep its pod template",
@@ -999,7 +999,7 @@ async fn foreign_secret(world: &mut ProvisionerWorld, name: String) -> anyhow::R
 async fn secret_unchanged(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
     let before = remembered(world, &format!("secret:{name}"))?;
-    let window = world.timeouts().hold_window;
+    let window = world.observation_window();
     let world = &*world;
     wait::stays(
         &format!("Secret {name} to stay unchanged"),

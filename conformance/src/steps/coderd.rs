@@ -140,7 +140,11 @@ async fn sees_nothing_new(
         })?,
         _ => world.journal().await?.len(),
     };
-    let window = world.timeouts().hold_window;
+    let window = if baseline == "from now on" {
+        world.new_observation_window()
+    } else {
+        world.observation_window()
+    };
     wait::stays(
         &format!("no new {kind}"),
         world.timeouts(),
@@ -534,11 +538,15 @@ fn entitlement(value: &str) -> anyhow::Result<Entitlement> {
     })
 }
 
+/// Reported to the scenario's own user only, so scenarios that ask coderd at the same time keep
+/// theirs (the operator keeps one reading per coderd and token).
 #[given(expr = "coderd reports the external provisioner entitlement as {string}")]
 async fn coderd_entitlement(world: &mut ProvisionerWorld, value: String) -> anyhow::Result<()> {
-    world.touched_global_coderd = true;
-    world.admin()?.set_entitlement(entitlement(&value)?).await?;
-    Ok(())
+    let user = world.scenario_coderd()?.user.clone();
+    world
+        .admin()?
+        .set_user_entitlement(&user, Some(entitlement(&value)?))
+        .await
 }
 
 /// Faults hit only the requests made with the scenario's session token, so other scenarios
@@ -748,7 +756,6 @@ pub async fn restore_global_coderd(world: &ProvisionerWorld) -> anyhow::Result<(
     admin.clear_faults().await?;
     admin.set_unreachable(false).await?;
     admin.set_rate_limit(None).await?;
-    admin.set_entitlement(Entitlement::Entitled).await?;
     Ok(())
 }
 

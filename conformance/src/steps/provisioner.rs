@@ -242,8 +242,9 @@ async fn keeps_only_finalizer(
     finalizer: String,
 ) -> anyhow::Result<()> {
     let what = format!("only the finalizer {finalizer}");
+    let window = world.observation_window();
     world
-        .provisioner_stays(&what, world.timeouts().hold_window, |cr| {
+        .provisioner_stays(&what, window, |cr| {
             let finalizers = cr
                 .pointer("/metadata/finalizers")
                 .cloned()
@@ -337,8 +338,9 @@ async fn status_not_written(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         .cloned()
         .ok_or_else(|| anyhow!("no earlier step remembered the CR's resourceVersion"))?;
     let what = "the CoderProvisioner's resourceVersion to stay unchanged";
+    let window = world.observation_window();
     world
-        .provisioner_stays(what, world.timeouts().hold_window, |cr| {
+        .provisioner_stays(what, window, |cr| {
             let now = str_at(cr, "/metadata/resourceVersion").unwrap_or_default();
             if now == expected {
                 Ok(())
@@ -428,8 +430,10 @@ async fn still_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 #[then(expr = "the provisioner stays in phase {string} during the observation window")]
 async fn stays_in_phase(world: &mut ProvisionerWorld, phase: String) -> anyhow::Result<()> {
     let what = format!("the CoderProvisioner to stay {phase}");
+    // A phase that flickers leaves no trace, so this step watches a whole window of its own.
+    let window = world.new_observation_window();
     world
-        .provisioner_stays(&what, world.timeouts().hold_window, |cr| {
+        .provisioner_stays(&what, window, |cr| {
             let now = str_at(cr, "/status/phase");
             // A CR the operator has not touched yet has no phase: that is not Ready either.
             if now.unwrap_or("Pending") == phase {

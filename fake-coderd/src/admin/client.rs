@@ -116,6 +116,21 @@ impl AdminClient {
         .await
     }
 
+    /// What `/entitlements` and the key routes' feature gate report to one user (by name or id)
+    /// instead of the deployment's entitlement; `None` gives it the deployment's again.
+    pub async fn set_user_entitlement(
+        &self,
+        user: &str,
+        entitlement: Option<Entitlement>,
+    ) -> anyhow::Result<()> {
+        self.command(
+            Method::PUT,
+            &format!("/users/{user}/entitlement"),
+            Some(&entitlement),
+        )
+        .await
+    }
+
     pub async fn set_license(&self, has_license: bool) -> anyhow::Result<()> {
         self.patch_deployment(&DeploymentPatch {
             has_license: Some(has_license),

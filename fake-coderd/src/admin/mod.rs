@@ -198,6 +198,10 @@ async fn route(
                 json_or_400(world.add_user(&user).map(|token| SessionToken { token }))
             })
         }
+        ("PUT", ["users", user, "entitlement"]) => {
+            let entitlement: Option<Entitlement> = parse(body)?;
+            with_world(&|world| done(world.set_user_entitlement(user, entitlement)))
+        }
         ("POST", ["faults"]) => {
             let fault: FaultSpec = parse(body)?;
             done(coderd.inject_fault(fault))

@@ -38,6 +38,7 @@ const OTHER_FEATURES: [&str; 25] = [
 ];
 
 pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
+    let entitlement = state.entitlement_seen_by(user.as_ref().ok());
     if state.entitlements_require_token {
         user?;
     }
@@ -48,13 +49,13 @@ pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiErro
             json!({"entitlement": "not_entitled", "enabled": false}),
         );
     }
-    if let Some(value) = state.entitlement.wire_value() {
+    if let Some(value) = entitlement.wire_value() {
         features.insert(
             FEATURE.to_string(),
-            json!({"entitlement": value, "enabled": state.entitlement.enabled()}),
+            json!({"entitlement": value, "enabled": entitlement.enabled()}),
         );
     }
-    let warnings: Vec<&str> = match state.entitlement {
+    let warnings: Vec<&str> = match entitlement {
         Entitlement::GracePeriod => vec!["Your license expired and is in its grace period."],
         _ => Vec::new(),
     };

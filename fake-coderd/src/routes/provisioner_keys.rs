@@ -19,7 +19,7 @@ fn gated_organization<'s>(
     ident: &str,
 ) -> Result<&'s Organization, ApiError> {
     let org = state.organization_for(caller, ident)?;
-    if !state.entitlement.enabled() {
+    if !state.entitlement_seen_by(Some(caller)).enabled() {
         return Err(ApiError::feature_gate());
     }
     if !caller.may_manage_keys_in(&org.id) {
