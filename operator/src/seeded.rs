@@ -12,14 +12,10 @@
 //! an RBAC folder variant produced by the runner (`conformance::seeded`). The runner also grants
 //! [`Bug::ControlPlaneStatusRewritten`] the write its hook needs, which `config/rbac/` does not.
 
-use k8s_openapi::api::core::v1::EnvVar;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
-use crate::api::{CoderControlPlane, CoderProvisioner, CoderProvisionerStatus};
-use crate::coderd::CoderdClient;
-use crate::provisioner::keys::{DesiredKey, KeyAction, KeyCause, RecordedKey, recorded_key};
-use crate::provisioner::names::Names;
+use crate::api::CoderControlPlane;
 
 /// Names the active variant (kebab-case, see [`Bug::name`]) in a `seeded-bugs` build.
 pub const ENV_VAR: &str = "CODER_OPERATOR_SEEDED_BUG";
@@ -295,15 +291,6 @@ fn selected() -> Option<Bug> {
     })
 }
 
-/// For [`Bug::DaemonWithOrganizationEnv`]: the variable the pre-PR operator injected.
-pub fn organization_env(names: &Names) -> EnvVar {
-    EnvVar {
-        name: "CODER_ORGANIZATION".to_owned(),
-        value: Some(names.organization.clone()),
-        ..Default::default()
-    }
-}
-
 /// For [`Bug::ErrorBodyDecodedStrictly`]: the strict decode, unwrapped as a careless client does.
 pub fn decode_error_body_strictly(body: &[u8]) {
     let _: serde_json::Value =
@@ -311,10 +298,11 @@ pub fn decode_error_body_strictly(body: &[u8]) {
 }
 
 /// For [`Bug::FinalizerKeptWhileCoderdDown`] and [`Bug::RateLimitedCleanupRetried`]: whether a
-/// failed clean-up (`why`, the error's text) keeps the finalizer; the reference never does.
-pub fn failed_cleanup_keeps_finalizer(why: &str) -> bool {
+/// failed clean-up (`rate_limited`: coderd answered 429) keeps the finalizer; the reference
+/// never does.
+pub fn failed_cleanup_keeps_finalizer(rate_limited: bool) -> bool {
     active(Bug::FinalizerKeptWhileCoderdDown)
-        || (active(Bug::RateLimitedCleanupRetried) && why.starts_with("coderd rate limited"))
+        || (active(Bug::RateLimitedCleanupRetried) && rate_limited)
 }
 
 /// For [`Bug::ControlPlaneStatusRewritten`]: sets the control plane's `status.phase` to
@@ -354,132 +342,9 @@ pub fn rewrite_control_plane_status(
     });
 }
 
-/// For [`Bug::CredentialOriginPrefixMatch`]: an entry "matches" when it starts with the control
-/// plane URL, so `http://host:port@evil.test` and `http://host:port/api` pass.
-pub fn destinations_allow_by_prefix(destinations: &str, control_plane_url: &str) -> bool {
-    let prefix = control_plane_url
-        .trim()
-        .trim_end_matches('/')
-        .to_ascii_lowercase();
-    destinations
-        .split(',')
-        .any(|entry| entry.trim().to_ascii_lowercase().starts_with(&prefix))
-}
-
-/// For [`Bug::CleanupWithoutKeyCallsCoderd`]: a "key" made up from the spec when status records
-/// none (organization name instead of id, no key id), so clean-up goes to coderd anyway.
-pub fn key_guessed_from_spec(cr: &CoderProvisioner) -> RecordedKey {
-    RecordedKey {
-        organization_id: Names::for_provisioner(cr).organization,
-        key_id: String::new(),
-        control_plane_url: String::new(),
-    }
-}
-
-/// For [`Bug::CleanupBySpecKeyName`]: deletes whatever key carries the name the spec asks for
-/// now, instead of the key recorded in status.
-pub async fn delete_by_spec_name(
-    client: &CoderdClient,
-    cr: &CoderProvisioner,
-    organization_id: &str,
-) -> Result<Option<String>, String> {
-    let name = Names::for_provisioner(cr).key_name;
-    match client.delete_key(organization_id, &name).await {
-        Ok(()) => Ok(Some(name)),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
-/// For [`Bug::CleanupByRecordedName`]: deletes whatever key carries the name status recorded,
-/// without listing to check that it still has the recorded id.
-pub async fn delete_by_recorded_name(
-    client: &CoderdClient,
-    status: &CoderProvisionerStatus,
-    organization_id: &str,
-) -> Result<Option<String>, String> {
-    let Some(name) = status
-        .provisioner_key_name
-        .clone()
-        .filter(|n| !n.is_empty())
-    else {
-        return Ok(None);
-    };
-    match client.delete_key(organization_id, &name).await {
-        Ok(()) => Ok(Some(name)),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
-/// For [`Bug::DriftRotationByRecordedName`]: retires the recorded key by the name status
-/// recorded (best-effort, no id check) and returns `None`, so the establish step retires nothing
-/// more.
-pub async fn retire_by_recorded_name(
-    client: &CoderdClient,
-    retire: Option<RecordedKey>,
-    status: &CoderProvisionerStatus,
-) -> Option<RecordedKey> {
-    let name = status
-        .provisioner_key_name
-        .as_deref()
-        .filter(|n| !n.is_empty());
-    let (Some(key), Some(name)) = (&retire, name) else {
-        return retire;
-    };
-    let _best_effort = client.delete_key(&key.organization_id, name).await;
-    None
-}
-
-/// For [`Bug::RefusedSecretListsKeys`]: looks the keys up in coderd before the refusal, as if
-/// the key list were prefetched ahead of the ownership check. Failures are ignored.
-pub async fn list_keys_anyway(client: Option<&CoderdClient>, organization: &str) {
-    let Some(client) = client else { return };
-    if let Ok(organization) = client.organization(organization).await {
-        let _ignored = client.list_keys(&organization.id).await;
-    }
-}
-
-/// For [`Bug::CleanupOrganizationFromSpec`]: the organization of clean-up resolved from
-/// `spec.organizationName` (by name) instead of the recorded id.
-pub async fn organization_from_spec(
-    client: &CoderdClient,
-    cr: &CoderProvisioner,
-) -> Result<String, String> {
-    let name = Names::for_provisioner(cr).organization;
-    client
-        .organization(&name)
-        .await
-        .map(|organization| organization.id)
-        .map_err(|error| error.to_string())
-}
-
-/// For [`Bug::KeyRotatedOnRestart`]: the first key decision this process makes for a CR (by its
-/// `namespace/name`) rotates a key that could be reused, as if a key were only trusted when an
-/// in-memory cache, empty after every start, knew it.
-pub fn rotate_on_first_sight(
-    cr: &str,
-    action: KeyAction,
-    status: &CoderProvisionerStatus,
-    desired: &DesiredKey,
-) -> KeyAction {
-    static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let first_sight = SEEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(cr.to_owned());
-    match action {
-        KeyAction::Reuse(_) if first_sight => KeyAction::Establish {
-            cause: KeyCause::BaselineMissing,
-            retire: recorded_key(status, &desired.control_plane_url),
-        },
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coderd::SecretString;
 
     #[test]
     fn names_are_unique_kebab_case_and_round_trip() {
@@ -495,62 +360,6 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), Bug::ALL.len(), "duplicate names");
         assert_eq!(Bug::from_name("no-such-bug"), None);
-    }
-
-    fn desired() -> DesiredKey {
-        DesiredKey {
-            organization_name: "default".into(),
-            key_name: "p".into(),
-            tags: Default::default(),
-            tags_hash: "811c9dc5".into(),
-            control_plane_ref: "cp".into(),
-            control_plane_url: "http://coder.test".into(),
-        }
-    }
-
-    fn recorded() -> CoderProvisionerStatus {
-        CoderProvisionerStatus {
-            organization_id: Some("org-1".into()),
-            provisioner_key_id: Some("key-1".into()),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_the_first_decision_per_provisioner_rotates() {
-        let reuse = || KeyAction::Reuse(SecretString::new("plaintext"));
-        let rotation = KeyAction::Establish {
-            cause: KeyCause::BaselineMissing,
-            retire: recorded_key(&recorded(), "http://coder.test"),
-        };
-        let decide = |cr, action| rotate_on_first_sight(cr, action, &recorded(), &desired());
-        assert_eq!(decide("ns/restarted", reuse()), rotation);
-        assert_eq!(decide("ns/restarted", reuse()), reuse());
-        // A CR whose first decision already creates a key is not rotated afterwards.
-        let initial = KeyAction::Establish {
-            cause: KeyCause::Initial,
-            retire: None,
-        };
-        assert_eq!(decide("ns/new", initial.clone()), initial);
-        assert_eq!(decide("ns/new", reuse()), reuse());
-    }
-
-    #[test]
-    fn the_prefix_bug_accepts_lookalikes_the_reference_refuses() {
-        let cp = "http://127.0.0.1:3000";
-        for lookalike in [
-            "http://127.0.0.1:3000@evil.test",
-            "http://127.0.0.1:3000/api",
-        ] {
-            assert!(destinations_allow_by_prefix(lookalike, cp), "{lookalike}");
-            assert!(!crate::provisioner::credentials::destinations_allow(
-                lookalike, cp
-            ));
-        }
-        assert!(!destinations_allow_by_prefix(
-            "https://coder.example.com",
-            cp
-        ));
     }
 
     /// The runner's table (`conformance::seeded::VARIANTS`) names exactly these code variants.

@@ -1,5 +1,6 @@
 //! The seeded-bug switch (`CODER_OPERATOR_SEEDED_BUG`): without the `seeded-bugs` feature it does
-//! nothing; with it, it breaks exactly the named decision.
+//! nothing; with it, it breaks exactly the named decision of a pure step, through the pass's
+//! [`Policy`].
 //!
 //! This binary holds a single test because it sets a process environment variable, which is
 //! only sound while no other thread reads the environment.
@@ -13,7 +14,8 @@ use operator::provisioner::children::{ChildInputs, key_secret};
 use operator::provisioner::credentials::{CredentialRef, check_credentials, destinations_allow};
 use operator::provisioner::gates::{KeySecretState, entitlement_from_coderd};
 use operator::provisioner::keys::{DesiredKey, KeyAction, decide};
-use operator::provisioner::names::{Names, tags_hash};
+use operator::provisioner::names::Names;
+use operator::provisioner::policy::Policy;
 use operator::provisioner::status::{PassReport, next_status, status_changed};
 use operator::seeded::{Bug, ENV_VAR, active};
 
@@ -49,17 +51,26 @@ fn missing_secret_is_refused() -> bool {
         optional: false,
     }];
     let secrets = [("proxy".to_owned(), None)].into();
-    check_credentials(&refs, &secrets, CONTROL_PLANE).is_err()
+    check_credentials(&refs, &secrets, CONTROL_PLANE, &Policy::current()).is_err()
 }
 
 fn lookalike_is_refused() -> bool {
-    !destinations_allow("http://127.0.0.1:3000@evil.test", CONTROL_PLANE)
+    !destinations_allow(
+        "http://127.0.0.1:3000@evil.test",
+        CONTROL_PLANE,
+        &Policy::current(),
+    )
 }
 
 fn tag_change_rotates() -> bool {
     let usable = KeySecretState::Usable(SecretString::new("plaintext"));
     matches!(
-        decide(&desired("00000000"), &applied(), &usable),
+        decide(
+            &desired("00000000"),
+            &applied(),
+            &usable,
+            &Policy::current()
+        ),
         KeyAction::Establish { .. }
     )
 }
@@ -69,19 +80,15 @@ fn unchanged_status_is_not_written() -> bool {
 }
 
 fn other_port_is_refused() -> bool {
-    !destinations_allow("http://127.0.0.1:4000", CONTROL_PLANE)
-}
-
-fn tag_value_change_changes_the_hash() -> bool {
-    let tags = |value: &str| BTreeMap::from([("scope".to_owned(), value.to_owned())]);
-    tags_hash(&tags("organization")) != tags_hash(&tags("user"))
+    !destinations_allow("http://127.0.0.1:4000", CONTROL_PLANE, &Policy::current())
 }
 
 fn unauthorized_entitlements_are_forbidden() -> bool {
     let error = CoderdError::Unauthorized {
         message: "m".into(),
     };
-    entitlement_from_coderd(Err(&error)).is_err_and(|b| b.condition.reason == reason::FORBIDDEN)
+    entitlement_from_coderd(Err(&error), &Policy::current())
+        .is_err_and(|b| b.condition.reason == reason::FORBIDDEN)
 }
 
 fn no_ready_replica_is_pending() -> bool {
@@ -98,13 +105,13 @@ fn no_ready_replica_is_pending() -> bool {
         &PassReport::default(),
         Some(&deployment),
         Timestamp::UNIX_EPOCH,
+        &Policy::current(),
     );
     status.phase.as_deref() == Some(PHASE_PENDING)
 }
 
-/// The key Secret of a CR asking for `secretKey: custom` holds the key under `custom` and
-/// blocks its owner's deletion.
-fn key_secret_follows_the_spec() -> bool {
+/// The key Secret blocks its owner's deletion.
+fn key_secret_blocks_owner_deletion() -> bool {
     let cr: CoderProvisioner = serde_json::from_value(serde_json::json!({
         "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
@@ -118,27 +125,23 @@ fn key_secret_follows_the_spec() -> bool {
             names: &names,
             control_plane_url: CONTROL_PLANE,
             control_plane_image: None,
+            policy: &Policy::current(),
         },
         "plaintext",
     );
-    let under_custom = secret
-        .data
-        .as_ref()
-        .is_some_and(|d| d.contains_key("custom"));
-    let blocks = secret
+    secret
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .all(|owner| owner.block_owner_deletion == Some(true));
-    under_custom && blocks
+        .all(|owner| owner.block_owner_deletion == Some(true))
 }
 
 /// A reference decision: its name (for the assertion messages) and whether it holds.
 type Decision = (&'static str, fn() -> bool);
 
 /// Every reference decision above.
-fn reference_decisions() -> [Decision; 8] {
+fn reference_decisions() -> [Decision; 7] {
     [
         ("missing secret is refused", missing_secret_is_refused),
         ("tag change rotates", tag_change_rotates),
@@ -148,15 +151,14 @@ fn reference_decisions() -> [Decision; 8] {
         ),
         ("other port is refused", other_port_is_refused),
         (
-            "tag value change changes the hash",
-            tag_value_change_changes_the_hash,
-        ),
-        (
             "401 on entitlements is Forbidden",
             unauthorized_entitlements_are_forbidden,
         ),
         ("no ready replica is Pending", no_ready_replica_is_pending),
-        ("key Secret follows the spec", key_secret_follows_the_spec),
+        (
+            "key Secret blocks owner deletion",
+            key_secret_blocks_owner_deletion,
+        ),
     ]
 }
 

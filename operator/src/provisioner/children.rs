@@ -15,9 +15,9 @@ use crate::api::{
     APP_NAME, CoderProvisioner, KEY_CHECKSUM_ANNOTATION, LABEL_INSTANCE, LABEL_MANAGED_BY,
     LABEL_NAME, MANAGED_BY,
 };
-use crate::seeded::{self, Bug};
 
 use super::names::{Names, fnv_hex};
+use super::policy::Policy;
 
 pub const DEFAULT_IMAGE: &str = "ghcr.io/coder/coder:latest";
 pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 600;
@@ -30,6 +30,7 @@ pub struct ChildInputs<'a> {
     pub names: &'a Names,
     pub control_plane_url: &'a str,
     pub control_plane_image: Option<&'a str>,
+    pub policy: &'a Policy,
 }
 
 /// The three labels every child carries (R-RES-4, D-6).
@@ -67,7 +68,7 @@ fn metadata(inputs: &ChildInputs<'_>, name: &str) -> ObjectMeta {
 /// The key Secret with freshly created key material (R-SEC-1…5).
 pub fn key_secret(inputs: &ChildInputs<'_>, plaintext: &str) -> Secret {
     let mut metadata = metadata(inputs, &inputs.names.key_secret);
-    if seeded::active(Bug::KeySecretWithoutBlockOwnerDeletion) {
+    if inputs.policy.key_secret_without_block_owner_deletion {
         metadata.owner_references = Some(vec![OwnerReference {
             block_owner_deletion: None,
             ..owner_reference(inputs.cr)
@@ -127,6 +128,25 @@ pub fn role_binding(inputs: &ChildInputs<'_>) -> RoleBinding {
     }
 }
 
+/// The objects applied after the key step, in apply order: the Deployment last.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub deployment: Deployment,
+}
+
+/// Every child but the key Secret; `key_value` as for [`deployment`].
+pub fn workload(inputs: &ChildInputs<'_>, key_value: &str) -> Workload {
+    Workload {
+        service_account: service_account(inputs),
+        role: role(inputs),
+        role_binding: role_binding(inputs),
+        deployment: deployment(inputs, key_value),
+    }
+}
+
 fn non_blank(value: Option<&str>) -> Option<&str> {
     value.filter(|v| !v.trim().is_empty())
 }
@@ -161,8 +181,13 @@ fn env(inputs: &ChildInputs<'_>) -> Vec<EnvVar> {
             ..Default::default()
         },
     ];
-    if seeded::active(Bug::DaemonWithOrganizationEnv) {
-        env.push(seeded::organization_env(inputs.names));
+    if inputs.policy.daemon_with_organization_env {
+        // The variable the pre-PR operator injected.
+        env.push(EnvVar {
+            name: "CODER_ORGANIZATION".to_owned(),
+            value: Some(inputs.names.organization.clone()),
+            ..Default::default()
+        });
     }
     env.extend(inputs.cr.spec.extra_env.iter().flatten().cloned());
     env
@@ -178,8 +203,7 @@ pub fn deployment(inputs: &ChildInputs<'_>, key_value: &str) -> Deployment {
     let container = Container {
         name: CONTAINER_NAME.to_owned(),
         image: Some(image(inputs)),
-        command: (!seeded::active(Bug::DaemonWithoutCoderCommand))
-            .then(|| vec!["coder".to_owned()]),
+        command: (!inputs.policy.daemon_without_coder_command).then(|| vec!["coder".to_owned()]),
         args: Some(args),
         env: Some(env(inputs)),
         resources: spec.resources.clone(),
@@ -238,6 +262,7 @@ mod tests {
             names,
             control_plane_url: "http://coder.test",
             control_plane_image: cp_image,
+            policy: &Policy::REFERENCE,
         }
     }
 

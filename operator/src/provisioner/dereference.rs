@@ -1,14 +1,18 @@
-//! Reads everything a CoderProvisioner names (I/O only, no decisions).
+//! Reads everything a pass decides from (I/O only, no decisions): the objects a
+//! CoderProvisioner names, and once the prerequisites passed, the entitlement reading.
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 
 use crate::api::{CoderControlPlane, CoderProvisioner};
+use crate::coderd::{CoderdClient, CoderdError, SecretString};
 
 use super::credentials::{SecretMeta, credential_refs};
-use super::gates::token_secret_ref;
+use super::entitlement_cache::EntitlementCache;
+use super::gates::{self, EntitlementReading, EntitlementSource, token_secret_ref};
 use super::names::Names;
 
 /// The objects one pass works from. Absent objects are `None`; errors other than 404 abort.
@@ -98,4 +102,30 @@ pub async fn observe(
         key_secret,
         deployment,
     })
+}
+
+/// Gate 4's reading: the control plane's own when it is recent, else coderd's answer through the
+/// shared cache (one request per coderd, token and window; R-ENT-1…3).
+pub async fn entitlement(
+    cache: &EntitlementCache,
+    control_plane: &CoderControlPlane,
+    url: &str,
+    token: &SecretString,
+    coderd: Result<&CoderdClient, &CoderdError>,
+    now: Timestamp,
+) -> EntitlementReading {
+    match gates::entitlement_from_control_plane(control_plane, now) {
+        EntitlementSource::Fresh(outcome) => EntitlementReading::ControlPlane(outcome),
+        EntitlementSource::AskCoderd => EntitlementReading::Coderd(match coderd {
+            Ok(client) => {
+                cache
+                    .reading(url, token, || async {
+                        let entitlements = client.entitlements().await?;
+                        Ok(entitlements.external_provisioner_daemons())
+                    })
+                    .await
+            }
+            Err(error) => Err(error.clone()),
+        }),
+    }
 }

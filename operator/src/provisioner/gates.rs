@@ -1,4 +1,5 @@
 //! The ordered prerequisite checks of decision D-1, each yielding a condition (pure).
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -6,7 +7,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{CoderControlPlane, condition, reason};
 use crate::coderd::{CoderdError, EntitlementValue, SecretString};
-use crate::seeded::{self, Bug};
+
+use super::credentials::{self, CredentialRef, SecretMeta};
+use super::policy::Policy;
 
 /// Retry interval while a prerequisite on the control plane is missing (R-PRE-5).
 pub const PREREQUISITE_RETRY: Duration = Duration::from_secs(15);
@@ -212,6 +215,28 @@ pub fn operator_access(
     Ok((SecretString::new(token), condition))
 }
 
+/// Gate 3 (D-2): every Secret named by `spec.extraEnv` is allowed for the control plane origin.
+pub fn credentials(
+    refs: &[CredentialRef],
+    secrets: &BTreeMap<String, Option<SecretMeta>>,
+    control_plane_url: &str,
+    policy: &Policy,
+) -> Result<ConditionUpdate, Blocked> {
+    match credentials::check_credentials(refs, secrets, control_plane_url, policy) {
+        Ok(()) => Ok(ConditionUpdate::ok(
+            condition::CREDENTIALS_READY,
+            reason::CREDENTIALS_VALID,
+            "every Secret named by spec.extraEnv is allowed for the control plane origin",
+        )),
+        Err((reason, message)) => Err(Blocked::new(
+            condition::CREDENTIALS_READY,
+            reason,
+            message,
+            CREDENTIALS_RETRY,
+        )),
+    }
+}
+
 /// How gate 4 learns the entitlement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntitlementSource {
@@ -268,6 +293,7 @@ pub fn entitlement_from_control_plane(
 /// Gate 4, second half: interpret coderd's answer (R-ENT-4…8).
 pub fn entitlement_from_coderd(
     answer: Result<Option<EntitlementValue>, &CoderdError>,
+    policy: &Policy,
 ) -> Result<ConditionUpdate, Blocked> {
     let failed = |reason: &'static str, message: String| {
         Blocked::new(condition::ENTITLED, reason, message, ENTITLEMENT_WINDOW)
@@ -280,7 +306,7 @@ pub fn entitlement_from_coderd(
             "coderd has no entitlements API (not an enterprise build)".to_owned(),
         )),
         Err(error @ CoderdError::Unauthorized { .. })
-            if seeded::active(Bug::EntitlementsUnauthorizedAsQueryFailure) =>
+            if policy.unauthorized_entitlements_as_query_failure =>
         {
             Err(failed(
                 reason::ENTITLEMENTS_QUERY_FAILED,
@@ -297,6 +323,28 @@ pub fn entitlement_from_coderd(
             reason::ENTITLEMENTS_QUERY_FAILED,
             format!("reading entitlements failed: {error}"),
         )),
+    }
+}
+
+/// What gate 4 decides from, read by the pass (`dereference::entitlement`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntitlementReading {
+    /// The control plane's recent check, already interpreted.
+    ControlPlane(Result<ConditionUpdate, Blocked>),
+    /// coderd's answer (or why there was none).
+    Coderd(Result<Option<EntitlementValue>, CoderdError>),
+}
+
+/// Gate 4 (R-ENT-1…9).
+pub fn entitlement(
+    reading: &EntitlementReading,
+    policy: &Policy,
+) -> Result<ConditionUpdate, Blocked> {
+    match reading {
+        EntitlementReading::ControlPlane(outcome) => outcome.clone(),
+        EntitlementReading::Coderd(answer) => {
+            entitlement_from_coderd(answer.as_ref().cloned(), policy)
+        }
     }
 }
 
@@ -317,6 +365,7 @@ pub fn key_secret_ownership(
     data_key: &str,
     secret: Option<&Secret>,
     cr_uid: &str,
+    policy: &Policy,
 ) -> Result<(KeySecretState, ConditionUpdate), Blocked> {
     let ready = || {
         ConditionUpdate::ok(
@@ -328,7 +377,7 @@ pub fn key_secret_ownership(
     let Some(secret) = secret else {
         return Ok((KeySecretState::Absent, ready()));
     };
-    if !is_controlled_by(secret, cr_uid) && !seeded::active(Bug::UnownedKeySecretAdopted) {
+    if !is_controlled_by(secret, cr_uid, policy) && !policy.unowned_key_secret_adopted {
         return Err(Blocked::new(
             condition::KEY_SECRET_READY,
             reason::KEY_SECRET_NOT_OWNED,
@@ -351,7 +400,7 @@ pub fn key_secret_ownership(
 }
 
 /// Whether `object` has a controller ownerReference to the object with `uid`.
-pub fn is_controlled_by(secret: &Secret, uid: &str) -> bool {
+pub fn is_controlled_by(secret: &Secret, uid: &str, policy: &Policy) -> bool {
     secret
         .metadata
         .owner_references
@@ -360,7 +409,7 @@ pub fn is_controlled_by(secret: &Secret, uid: &str) -> bool {
         .any(|owner| {
             owner.controller == Some(true)
                 && (owner.uid == uid
-                    || seeded::active(Bug::KeySecretOfAnotherProvisionerAdopted)
+                    || policy.any_provisioners_key_secret_adopted
                         && owner.kind == "CoderProvisioner")
         })
 }
@@ -537,8 +586,8 @@ mod tests {
         #[case] failure: Option<&str>,
     ) {
         let outcome = match &answer {
-            Ok(value) => entitlement_from_coderd(Ok(value.clone())),
-            Err(error) => entitlement_from_coderd(Err(error)),
+            Ok(value) => entitlement_from_coderd(Ok(value.clone()), &Policy::REFERENCE),
+            Err(error) => entitlement_from_coderd(Err(error), &Policy::REFERENCE),
         };
         assert_eq!(outcome.as_ref().err().map(|b| b.condition.reason), failure);
         if let Err(blocked) = outcome {
@@ -575,7 +624,8 @@ mod tests {
     #[case::unowned(Some(key_secret(None, Some("x"))), Err(()))]
     #[case::owned_by_other_cr(Some(key_secret(Some("uid-2"), Some("x"))), Err(()))]
     fn key_secret_gate(#[case] secret: Option<Secret>, #[case] expected: Result<&str, ()>) {
-        let outcome = key_secret_ownership("s", "key", secret.as_ref(), "uid-1");
+        let outcome =
+            key_secret_ownership("s", "key", secret.as_ref(), "uid-1", &Policy::REFERENCE);
         match (outcome, expected) {
             (Ok((KeySecretState::Absent, _)), Ok("absent"))
             | (Ok((KeySecretState::Empty, _)), Ok("empty"))

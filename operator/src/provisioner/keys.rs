@@ -10,6 +10,7 @@ use crate::coderd::{CoderdClient, CoderdError, ProvisionerKey, SecretString};
 use crate::seeded::{self, Bug};
 
 use super::gates::KeySecretState;
+use super::policy::Policy;
 
 /// The key this reconcile wants in coderd.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +96,11 @@ pub fn recorded_key(status: &CoderProvisionerStatus, fallback_url: &str) -> Opti
 }
 
 /// Settings that differ from the recorded baseline; `None` when the baseline is incomplete.
-fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'static str>> {
+fn drift(
+    desired: &DesiredKey,
+    status: &CoderProvisionerStatus,
+    policy: &Policy,
+) -> Option<Vec<&'static str>> {
     let pairs = [
         (
             "organizationName",
@@ -120,7 +125,7 @@ fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'
     ];
     let mut changed = Vec::new();
     for (field, was, want) in pairs {
-        if was? != want && !(field == "tags" && seeded::active(Bug::TagsIgnoredOnDrift)) {
+        if was? != want && !(field == "tags" && policy.tags_ignored_on_drift) {
             changed.push(field);
         }
     }
@@ -138,9 +143,10 @@ pub fn decide(
     desired: &DesiredKey,
     status: &CoderProvisionerStatus,
     secret: &KeySecretState,
+    policy: &Policy,
 ) -> KeyAction {
     let retire = recorded_key(status, &desired.control_plane_url);
-    let drift = drift(desired, status);
+    let drift = drift(desired, status, policy);
     match (secret, drift) {
         (KeySecretState::Usable(value), Some(changed)) if changed.is_empty() => {
             KeyAction::Reuse(value.clone())
@@ -443,7 +449,10 @@ mod tests {
         #[case] secret: KeySecretState,
         #[case] expected: KeyAction,
     ) {
-        assert_eq!(decide(&desired, &status, &secret), expected);
+        assert_eq!(
+            decide(&desired, &status, &secret, &Policy::REFERENCE),
+            expected
+        );
     }
 
     #[test]

@@ -1,51 +1,71 @@
-//! The CoderProvisioner reconciler as a pipeline:
-//! `dereference` (read) → `gates` (pure checks of D-1) → `keys` (coderd key lifecycle) →
-//! `children` (pure objects) → `apply` (server-side apply) → `status` (pure, written once per change).
+//! The CoderProvisioner reconciler. One pass over a live CR runs these stages, each with typed
+//! inputs and outputs:
+//!
+//! 1. `dereference` (I/O): the CR's objects; once the prerequisites passed, a coderd slot, the
+//!    coderd client and the entitlement reading;
+//! 2. `gates` (pure, D-1): each passes facts on to the next stage or blocks the pass;
+//! 3. `keys`: `decide` (pure) what the key needs, `establish` it in coderd (I/O), store it in
+//!    its Secret and record it in the status at once (R-KEY-7);
+//! 4. `children` (pure): the objects to apply;
+//! 5. `apply` (I/O): server-side apply in a fixed order, the Deployment last;
+//! 6. `status` (pure): the next status, written once per change.
+//!
+//! The pass yields a `PassOutcome`: its report, the Deployment as it left it, and how it ended.
 //! Shared between passes: `entitlement_cache` (one entitlements request per coderd and window)
 //! and `coderd_slots` (a bound on the reconcile slots one coderd's passes hold). Each pass reads
 //! its CR from the API server and writes its status conditionally on that read's
-//! resourceVersion, so nothing is decided from a stale copy.
+//! resourceVersion, so nothing is decided from a stale copy. The pure stages take a [`Policy`]
+//! instead of reading the seeded-bug switch; the other hooks of the seeded variants sit in the
+//! I/O layer (this module, `cleanup`, `keys::establish`, `entitlement_cache`), and the broken
+//! steps they call that need the operator's types in `seeded_steps`.
 pub mod apply;
 pub mod backoff;
 pub mod children;
+mod cleanup;
 pub mod coderd_slots;
+mod context;
 pub mod credentials;
 pub mod dereference;
 pub mod entitlement_cache;
+mod error;
 pub mod gates;
 pub mod keys;
 pub mod names;
+pub mod policy;
+mod seeded_steps;
 pub mod status;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
 use crate::api::{
     CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
 };
-use crate::coderd::{CoderdClient, CoderdError, Connector, SecretString};
-use crate::runtime::leader::{Fence, FenceError};
-use crate::runtime::metrics::Metrics;
+use crate::coderd::{CoderdClient, CoderdError, SecretString};
 use crate::seeded::{self, Bug};
 
-use self::backoff::{AttemptCounters, HoldOff};
-use self::children::ChildInputs;
-use self::coderd_slots::CoderdSlots;
-use self::entitlement_cache::EntitlementCache;
-use self::gates::{Blocked, ConditionUpdate, EntitlementSource};
+pub use self::context::{Context, object_key};
+pub use self::error::{CleanupError, Error, KeyError, StatusError};
+
+use self::children::{ChildInputs, Workload};
+use self::dereference::Observed;
+use self::gates::{Blocked, ConditionUpdate, ControlPlaneView, EntitlementReading, KeySecretState};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
 use self::names::Names;
+use self::policy::Policy;
 use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
@@ -54,86 +74,6 @@ const RESYNC: Duration = Duration::from_secs(300);
 const CODERD_BUSY_RETRY: Duration = Duration::from_secs(2);
 /// Message of R-RL-1.
 pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
-
-/// Shared state of all reconciles.
-pub struct Context {
-    pub client: Client,
-    pub field_manager: String,
-    /// Builds the coderd client of each pass on one shared connection pool.
-    pub coderd: Connector,
-    pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
-    /// Consecutive 429 outcomes per CR (§11).
-    pub rate_limits: AttemptCounters,
-    /// Consecutive reconcile errors per CR (error backoff).
-    pub failures: AttemptCounters,
-    /// Earliest next coderd key call per CR after a 429 or a key failure.
-    pub key_hold_off: HoldOff,
-    pub entitlements: EntitlementCache,
-    /// Reconcile slots per coderd, so that a hanging one does not starve the others.
-    pub coderd_slots: CoderdSlots,
-    /// Asked before writing a key's plaintext or record, and (through the coderd clients)
-    /// before every key request: a replica whose leadership ended must not change keys.
-    pub fence: Fence,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API request failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("provisioner key step failed: {0}")]
-    Key(#[source] CoderdError),
-    #[error(transparent)]
-    Finalizer(#[from] Box<finalizer::Error<Error>>),
-    #[error("stopped before changing a provisioner key: {0}")]
-    Fenced(#[from] FenceError),
-}
-
-impl Error {
-    /// A pass stopped by the leadership fence: it writes nothing more, not even its status,
-    /// which is the new leader's to write.
-    fn is_fenced(&self) -> bool {
-        matches!(
-            self,
-            Self::Fenced(_) | Self::Key(CoderdError::Fenced { .. })
-        )
-    }
-}
-
-impl Context {
-    fn coderd(&self, url: &str, token: &SecretString) -> Result<CoderdClient, CoderdError> {
-        if seeded::active(Bug::SessionTokenLogged) {
-            info!(url, token = token.expose(), "building coderd client");
-        }
-        self.coderd.client(url, token.clone())
-    }
-
-    /// Publishes an Event on the CR; failures only log (events are advisory).
-    async fn event(
-        &self,
-        cr: &CoderProvisioner,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &cr.object_ref(&())).await {
-            warn!(%error, reason, "could not publish event");
-        }
-    }
-}
-
-/// `namespace/name`, the key of per-CR counters.
-pub fn object_key(cr: &CoderProvisioner) -> String {
-    format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
-}
 
 /// Entry point for the controller: finalizer handling, then apply or cleanup.
 pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -149,11 +89,14 @@ pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<A
     let outcome = finalizer(&api, FINALIZER, cr.clone(), |event| async {
         match event {
             finalizer::Event::Apply(cr) => apply_pass(&cr, &ctx).await,
-            finalizer::Event::Cleanup(cr) => cleanup(&cr, &ctx).await,
+            finalizer::Event::Cleanup(cr) => cleanup::cleanup(&cr, &ctx).await,
         }
     })
     .await
     .map_err(|error| Error::Finalizer(Box::new(error)));
+    if let Err(error) = &outcome {
+        ctx.metrics.reconcile_failed(error.metric_label());
+    }
     ctx.metrics
         .reconcile_finished(outcome_label(&outcome), started.elapsed().as_secs_f64());
     outcome
@@ -194,6 +137,7 @@ pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>)
 struct StatusWriter<'a> {
     ctx: &'a Context,
     cr: &'a CoderProvisioner,
+    policy: Policy,
     /// resourceVersion of the CR as of the pass's read or its last write: each write is
     /// conditional on it.
     base_version: Option<String>,
@@ -203,18 +147,29 @@ struct StatusWriter<'a> {
 /// Attempts at a status write that meets writes of others (labels, annotations) in between.
 const STATUS_WRITE_ATTEMPTS: usize = 10;
 
-impl StatusWriter<'_> {
+impl<'a> StatusWriter<'a> {
+    fn new(ctx: &'a Context, cr: &'a CoderProvisioner, policy: Policy) -> Self {
+        Self {
+            ctx,
+            cr,
+            policy,
+            base_version: cr.metadata.resource_version.clone(),
+            current: cr.status.clone(),
+        }
+    }
+
     async fn write(
         &mut self,
         report: &PassReport,
         deployment: Option<&Deployment>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), StatusError> {
         let next = status::next_status(
             self.current.as_ref(),
             self.cr.metadata.generation,
             report,
             deployment,
             Timestamp::now(),
+            &self.policy,
         );
         if !status::status_changed(self.current.as_ref(), &next) {
             return Ok(());
@@ -277,7 +232,10 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
     // Every decision is made from the API server's copy: the watch cache can predate this
     // operator's own last status write (a key recorded moments ago), and a key decided from it
     // would be a second key.
-    let Some(live) = dereference::live_provisioner(&ctx.client, cached).await? else {
+    let live = dereference::live_provisioner(&ctx.client, cached)
+        .await
+        .map_err(Error::Dereference)?;
+    let Some(live) = live else {
         return Ok(Action::await_change());
     };
     let deleted = live.metadata.deletion_timestamp.is_some()
@@ -287,52 +245,38 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let cr = &live;
-    let names = Names::for_provisioner(cr);
-    let observed = dereference::observe(&ctx.client, cr, &names).await?;
-    let mut report = PassReport::default();
-    let mut writer = StatusWriter {
+    let mut names = Names::for_provisioner(cr);
+    if seeded::active(Bug::SecretKeyIgnored) {
+        names.key_secret_data_key = names::DEFAULT_SECRET_KEY.to_owned();
+    }
+    let observed = dereference::observe(&ctx.client, cr, &names)
+        .await
+        .map_err(Error::Dereference)?;
+    let pass = Pass {
         ctx,
         cr,
-        base_version: cr.metadata.resource_version.clone(),
-        current: cr.status.clone(),
+        key: object_key(cr),
+        names,
+        policy: Policy::current(),
+        observed,
     };
-    let mut deployment = observed.deployment.clone();
-    let outcome = run_pipeline(
-        cr,
-        ctx,
-        &names,
-        &observed,
-        &mut report,
-        &mut writer,
-        &mut deployment,
-    )
-    .await;
-    if let Err(error) = &outcome
+    let mut writer = StatusWriter::new(ctx, cr, pass.policy);
+    let PassOutcome {
+        mut report,
+        deployment,
+        step,
+    } = pass.run(&mut writer).await;
+    if let Err(error) = &step
         && error.is_fenced()
         && !seeded::active(Bug::PausedLeaderUnfenced)
     {
-        warn!(provisioner = %object_key(cr), %error, "leadership ended during the pass; leaving the rest to the new leader");
-        return outcome.map(|_| Action::await_change());
+        warn!(provisioner = %pass.key, %error, "leadership ended during the pass; leaving the rest to the new leader");
+        return step.map(|_| Action::await_change());
     }
-    if seeded::active(Bug::KeyStatusNotPersistedEarly) && outcome.is_err() {
+    if seeded::active(Bug::KeyStatusNotPersistedEarly) && step.is_err() {
         report.key = None;
     }
-    // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
-    let mut ends_rate_limits = !matches!(outcome, Ok(Step::RateLimited(_) | Step::HeldOff(_)));
-    if seeded::active(Bug::BackoffNotResetAfterSuccess) && outcome.is_ok() {
-        ends_rate_limits = false;
-    }
-    if ends_rate_limits {
-        ctx.rate_limits.reset(&object_key(cr));
-    }
-    // Error backoff grows until a pass gets past the key step or stops at a gate; a pass that
-    // only waited out a hold-off proves nothing.
-    if matches!(outcome, Ok(Step::Done | Step::Blocked(_))) {
-        ctx.failures.reset(&object_key(cr));
-    }
-    if matches!(outcome, Ok(Step::Done)) {
-        ctx.key_hold_off.clear(&object_key(cr));
-    }
+    pass.settle_counters(&step);
     for failure in status::newly_failed(cr.status.as_ref(), &report) {
         ctx.event(
             cr,
@@ -344,261 +288,424 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
         .await;
     }
     writer.write(&report, deployment.as_ref()).await?;
-    match outcome? {
-        Step::Done => Ok(Action::requeue(RESYNC)),
-        Step::Blocked(delay) | Step::RateLimited(delay) | Step::HeldOff(delay) => {
-            Ok(Action::requeue(delay))
-        }
-    }
+    Ok(step?.action())
 }
 
-/// How the pipeline ended (errors are `Err`).
+/// What one pass learned and did.
+struct PassOutcome {
+    report: PassReport,
+    /// The Deployment as this pass applied it, else as the pass read it.
+    deployment: Option<Deployment>,
+    step: Result<Step, Error>,
+}
+
+/// How a pass ended (errors are `Err`).
 enum Step {
     Done,
     /// A gate did not pass; look again after the delay (no reconcile error, R-PRE-5).
     Blocked(Duration),
     RateLimited(Duration),
-    /// A key call is due but an earlier 429 or failure asks to wait this long first.
+    /// A key call is due (or the coderd's slots are taken) but must wait this long first.
     HeldOff(Duration),
 }
 
-fn blocked(report: &mut PassReport, blocked: Blocked) -> Step {
-    report.set(blocked.condition);
-    Step::Blocked(blocked.retry_after)
+impl Step {
+    fn action(self) -> Action {
+        match self {
+            Step::Done => Action::requeue(RESYNC),
+            Step::Blocked(delay) | Step::RateLimited(delay) | Step::HeldOff(delay) => {
+                Action::requeue(delay)
+            }
+        }
+    }
 }
 
-async fn run_pipeline(
-    cr: &CoderProvisioner,
-    ctx: &Context,
-    names: &Names,
-    observed: &dereference::Observed,
-    report: &mut PassReport,
-    writer: &mut StatusWriter<'_>,
-    deployment: &mut Option<Deployment>,
-) -> Result<Step, Error> {
-    // Gate 1: control plane. Gate 2: operator access.
-    let (control_plane, condition) = match gates::control_plane(
-        &cr.spec.control_plane_ref.name,
-        observed.control_plane.as_ref(),
-    ) {
-        Ok(passed) => passed,
-        Err(failure) => return Ok(blocked(report, failure)),
-    };
-    report.set(condition);
-    let (token, condition) =
-        match gates::operator_access(control_plane.object, observed.token_secret.as_ref()) {
-            Ok(passed) => passed,
-            Err(failure) => return Ok(blocked(report, failure)),
+/// Why the stages ended before the Deployment: a wait, or a failure.
+enum Stop {
+    Wait(Step),
+    Failed(Error),
+}
+
+impl<E: Into<Error>> From<E> for Stop {
+    fn from(error: E) -> Self {
+        Self::Failed(error.into())
+    }
+}
+
+/// Records the gate that blocked the pass.
+fn blocked(report: &mut PassReport, blocked: Blocked) -> Stop {
+    report.set(blocked.condition);
+    Stop::Wait(Step::Blocked(blocked.retry_after))
+}
+
+/// Gates 1–3 passed: where the coderd is and the token to reach it with.
+struct Prerequisites<'o> {
+    control_plane: ControlPlaneView<'o>,
+    token: SecretString,
+}
+
+/// The pass's hold on its coderd, and what it read there for gate 4.
+struct Coderd {
+    /// One of the coderd's reconcile slots, held until the pass ends (`None` only in a seeded
+    /// variant).
+    _slot: Option<OwnedSemaphorePermit>,
+    client: Result<CoderdClient, CoderdError>,
+    /// The operator token, for a client of another coderd (a recorded key may live there).
+    token: SecretString,
+    entitlement: EntitlementReading,
+}
+
+/// Gates 4–5 passed: the key Secret as the key stage finds it.
+struct Cleared {
+    key_secret: KeySecretState,
+    /// `KeySecretReady`, set once the Secret holds the key the pass ends with.
+    key_secret_ready: ConditionUpdate,
+}
+
+/// What one pass works from, fixed for its duration.
+struct Pass<'a> {
+    ctx: &'a Context,
+    /// The CR as the API server had it when the pass began.
+    cr: &'a CoderProvisioner,
+    /// `namespace/name`, the key of the per-CR counters.
+    key: String,
+    names: Names,
+    policy: Policy,
+    observed: Observed,
+}
+
+impl Pass<'_> {
+    async fn run(&self, writer: &mut StatusWriter<'_>) -> PassOutcome {
+        let mut report = PassReport::default();
+        let (deployment, step) = match self.stages(writer, &mut report).await {
+            Ok(applied) => {
+                report.reached_deployment = true;
+                (Some(applied), Ok(Step::Done))
+            }
+            Err(Stop::Wait(step)) => (self.observed.deployment.clone(), Ok(step)),
+            Err(Stop::Failed(error)) => (self.observed.deployment.clone(), Err(error)),
         };
-    report.set(condition);
-
-    // Gate 3: credential Secrets (D-2). While False: no key call, no Deployment change.
-    let refs = credentials::credential_refs(
-        cr.spec.extra_env.as_deref().unwrap_or_default(),
-        &names.key_secret,
-    );
-    match credentials::check_credentials(&refs, &observed.credential_secrets, &control_plane.url) {
-        Ok(()) => report.set(ConditionUpdate::ok(
-            condition::CREDENTIALS_READY,
-            reason::CREDENTIALS_VALID,
-            "every Secret named by spec.extraEnv is allowed for the control plane origin",
-        )),
-        Err((reason, message)) => {
-            let failure = Blocked {
-                condition: ConditionUpdate::failed(condition::CREDENTIALS_READY, reason, message),
-                retry_after: gates::CREDENTIALS_RETRY,
-            };
-            if !seeded::active(Bug::DeploymentUpdatedDespiteInvalidCredentials) {
-                return Ok(blocked(report, failure));
-            }
-            report.set(failure.condition);
+        PassOutcome {
+            report,
+            deployment,
+            step,
         }
     }
 
-    // Gate 4: entitlement. From here on the pass may wait on coderd: it needs one of its
-    // coderd's slots, or gives its reconcile slot back for now.
-    let coderd_slot = ctx.coderd_slots.try_take(&control_plane.url, &token);
-    if coderd_slot.is_none() && !seeded::active(Bug::HangingCoderdStarvesOthers) {
-        return Ok(Step::HeldOff(CODERD_BUSY_RETRY));
-    }
-    let coderd = ctx.coderd(&control_plane.url, &token);
-    let entitlement =
-        match gates::entitlement_from_control_plane(control_plane.object, Timestamp::now()) {
-            EntitlementSource::Fresh(outcome) => outcome,
-            EntitlementSource::AskCoderd => match &coderd {
-                Ok(client) => {
-                    let answer = ctx
-                        .entitlements
-                        .reading(&control_plane.url, &token, || async {
-                            let entitlements = client.entitlements().await?;
-                            Ok(entitlements.external_provisioner_daemons())
-                        })
-                        .await;
-                    gates::entitlement_from_coderd(answer.as_ref().cloned())
-                }
-                Err(error) => gates::entitlement_from_coderd(Err(error)),
-            },
+    /// The stages after the first reads, in order; `report` collects what each found.
+    async fn stages(
+        &self,
+        writer: &mut StatusWriter<'_>,
+        report: &mut PassReport,
+    ) -> Result<Deployment, Stop> {
+        let prerequisites = self.prerequisites(report)?;
+        let coderd = self.reach_coderd(&prerequisites).await?;
+        let cleared = self.clearance(&coderd, report).await?;
+        let inputs = ChildInputs {
+            cr: self.cr,
+            names: &self.names,
+            control_plane_url: &prerequisites.control_plane.url,
+            control_plane_image: prerequisites.control_plane.image.as_deref(),
+            policy: &self.policy,
         };
-    match entitlement {
-        Ok(condition) => report.set(condition),
-        Err(failure)
-            if seeded::active(Bug::NotEntitledIgnored)
-                && failure.condition.reason == reason::NOT_ENTITLED =>
-        {
-            report.set(failure.condition)
-        }
-        Err(failure) => return Ok(blocked(report, failure)),
+        let key_value = self.keys(&inputs, &coderd, cleared, writer, report).await?;
+        let workload = children::workload(&inputs, key_value.expose());
+        self.apply(&workload, report).await
     }
 
-    // Gate 5: the key Secret must be ours or absent (D-3), checked before any key request.
-    let uid = cr.metadata.uid.as_deref().unwrap_or_default();
-    let (secret_state, condition) = match gates::key_secret_ownership(
-        &names.key_secret,
-        &names.key_secret_data_key,
-        observed.key_secret.as_ref(),
-        uid,
-    ) {
-        Ok(passed) => passed,
-        Err(failure) => {
-            if seeded::active(Bug::RefusedSecretListsKeys) {
-                seeded::list_keys_anyway(coderd.as_ref().ok(), &names.organization).await;
+    /// Gates 1–3 (pure): control plane, operator access, credential Secrets (D-2: while they
+    /// are refused, no key call and no Deployment change).
+    fn prerequisites(&self, report: &mut PassReport) -> Result<Prerequisites<'_>, Stop> {
+        let observed = &self.observed;
+        let (control_plane, condition) = gates::control_plane(
+            &self.cr.spec.control_plane_ref.name,
+            observed.control_plane.as_ref(),
+        )
+        .map_err(|failure| blocked(report, failure))?;
+        report.set(condition);
+        let (token, condition) =
+            gates::operator_access(control_plane.object, observed.token_secret.as_ref())
+                .map_err(|failure| blocked(report, failure))?;
+        report.set(condition);
+        let refs = credentials::credential_refs(
+            self.cr.spec.extra_env.as_deref().unwrap_or_default(),
+            &self.names.key_secret,
+        );
+        match gates::credentials(
+            &refs,
+            &observed.credential_secrets,
+            &control_plane.url,
+            &self.policy,
+        ) {
+            Ok(condition) => report.set(condition),
+            Err(failure) if seeded::active(Bug::DeploymentUpdatedDespiteInvalidCredentials) => {
+                report.set(failure.condition)
             }
-            return Ok(blocked(report, failure));
+            Err(failure) => return Err(blocked(report, failure)),
         }
-    };
-
-    // Gate 6: the provisioner key.
-    let inputs = ChildInputs {
-        cr,
-        names,
-        control_plane_url: &control_plane.url,
-        control_plane_image: control_plane.image.as_deref(),
-    };
-    let tags = cr.spec.tags.clone().unwrap_or_default();
-    let desired = DesiredKey {
-        organization_name: names.organization.clone(),
-        key_name: names.key_name.clone(),
-        tags_hash: names::tags_hash(&tags),
-        tags,
-        control_plane_ref: cr.spec.control_plane_ref.name.clone(),
-        control_plane_url: control_plane.url.clone(),
-    };
-    let previous = cr.status.clone().unwrap_or_default();
-    let mut action = keys::decide(&desired, &previous, &secret_state);
-    if seeded::active(Bug::KeyRotatedOnRestart) {
-        action = seeded::rotate_on_first_sight(&object_key(cr), action, &previous, &desired);
+        Ok(Prerequisites {
+            control_plane,
+            token,
+        })
     }
-    let key_value = match action {
-        KeyAction::Reuse(value) => {
-            report.set(condition);
-            value
+
+    /// From here on the pass may wait on coderd: it takes one of its coderd's slots, or gives
+    /// its reconcile slot back for now. Then the reads of gate 4.
+    async fn reach_coderd(&self, prerequisites: &Prerequisites<'_>) -> Result<Coderd, Stop> {
+        let (url, token) = (&prerequisites.control_plane.url, &prerequisites.token);
+        let slot = self.ctx.coderd_slots.try_take(url, token);
+        if slot.is_none() && !seeded::active(Bug::HangingCoderdStarvesOthers) {
+            return Err(Stop::Wait(Step::HeldOff(CODERD_BUSY_RETRY)));
         }
-        KeyAction::Establish { cause, mut retire } => {
-            if let Some(wait) = ctx.key_hold_off.remaining(&object_key(cr), Instant::now()) {
-                return Ok(Step::HeldOff(wait));
-            }
-            let client = coderd.map_err(|error| key_failed(report, error))?;
-            if seeded::active(Bug::DriftRotationByRecordedName)
-                && matches!(cause, keys::KeyCause::Drift(_))
+        let client = self.ctx.coderd(url, token);
+        let entitlement = dereference::entitlement(
+            &self.ctx.entitlements,
+            prerequisites.control_plane.object,
+            url,
+            token,
+            client.as_ref(),
+            Timestamp::now(),
+        )
+        .await;
+        Ok(Coderd {
+            _slot: slot,
+            client,
+            token: token.clone(),
+            entitlement,
+        })
+    }
+
+    /// Gates 4–5 (pure): the entitlement, then the key Secret must be ours or absent (D-3),
+    /// both before any key request.
+    async fn clearance(&self, coderd: &Coderd, report: &mut PassReport) -> Result<Cleared, Stop> {
+        match gates::entitlement(&coderd.entitlement, &self.policy) {
+            Ok(condition) => report.set(condition),
+            Err(failure)
+                if seeded::active(Bug::NotEntitledIgnored)
+                    && failure.condition.reason == reason::NOT_ENTITLED =>
             {
-                retire = seeded::retire_by_recorded_name(&client, retire, &previous).await;
+                report.set(failure.condition)
             }
-            info!(provisioner = %object_key(cr), %cause, "establishing provisioner key");
-            let established = keys::establish(
-                &client,
-                |url| ctx.coderd(url, &token),
-                &desired,
-                &cause,
-                retire.as_ref(),
-                &mut KeyEventPublisher { ctx, cr },
-            )
-            .await;
-            let established = match established {
-                Ok(established) => established,
-                Err(CoderdError::RateLimited { retry_after }) => {
-                    let attempt = ctx.rate_limits.bump(&object_key(cr));
-                    let mut delay =
-                        backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
-                    if seeded::active(Bug::RateLimitRetriedWithoutBackoff) {
-                        delay = Duration::from_millis(100);
-                    }
-                    ctx.key_hold_off
-                        .hold(&object_key(cr), Instant::now() + delay);
-                    report.set(ConditionUpdate::failed(
-                        condition::KEY_READY,
-                        reason::RATE_LIMITED,
-                        RATE_LIMITED_MESSAGE,
-                    ));
-                    return Ok(Step::RateLimited(delay));
+            Err(failure) => return Err(blocked(report, failure)),
+        }
+        let ownership = gates::key_secret_ownership(
+            &self.names.key_secret,
+            &self.names.key_secret_data_key,
+            self.observed.key_secret.as_ref(),
+            self.cr.metadata.uid.as_deref().unwrap_or_default(),
+            &self.policy,
+        );
+        match ownership {
+            Ok((key_secret, key_secret_ready)) => Ok(Cleared {
+                key_secret,
+                key_secret_ready,
+            }),
+            Err(failure) => {
+                if seeded::active(Bug::RefusedSecretListsKeys) {
+                    seeded_steps::list_keys_anyway(
+                        coderd.client.as_ref().ok(),
+                        &self.names.organization,
+                    )
+                    .await;
                 }
-                Err(error) => return Err(key_failed(report, error)),
-            };
-            let secret = children::key_secret(&inputs, established.plaintext.expose());
-            if !seeded::active(Bug::PausedLeaderUnfenced) {
-                ctx.fence.check().await?;
+                Err(blocked(report, failure))
             }
-            if let Err(error) = apply::apply(&ctx.client, &ctx.field_manager, &secret).await {
-                let fate = forget_unstored_key(&client, &established.record).await;
+        }
+    }
+
+    /// The key stage: decide (pure) whether the Secret's key serves; if not, establish a new
+    /// one, store it and record it in the status before anything else can fail (R-KEY-7).
+    /// Returns the key the daemons use.
+    async fn keys(
+        &self,
+        inputs: &ChildInputs<'_>,
+        coderd: &Coderd,
+        cleared: Cleared,
+        writer: &mut StatusWriter<'_>,
+        report: &mut PassReport,
+    ) -> Result<SecretString, Stop> {
+        let tags = self.cr.spec.tags.clone().unwrap_or_default();
+        let hashed: BTreeMap<String, String> = if seeded::active(Bug::TagsHashOverKeysOnly) {
+            tags.keys()
+                .map(|key| (key.clone(), String::new()))
+                .collect()
+        } else {
+            tags.clone()
+        };
+        let desired = DesiredKey {
+            organization_name: self.names.organization.clone(),
+            key_name: self.names.key_name.clone(),
+            tags_hash: names::tags_hash(&hashed),
+            tags,
+            control_plane_ref: self.cr.spec.control_plane_ref.name.clone(),
+            control_plane_url: inputs.control_plane_url.to_owned(),
+        };
+        let previous = self.cr.status.clone().unwrap_or_default();
+        let mut action = keys::decide(&desired, &previous, &cleared.key_secret, &self.policy);
+        if seeded::active(Bug::KeyRotatedOnRestart) {
+            action = seeded_steps::rotate_on_first_sight(&self.key, action, &previous, &desired);
+        }
+        let key_value = match action {
+            KeyAction::Reuse(value) => {
+                report.set(cleared.key_secret_ready);
+                value
+            }
+            KeyAction::Establish { cause, retire } => {
+                if let Some(wait) = self.ctx.key_hold_off.remaining(&self.key, Instant::now()) {
+                    return Err(Stop::Wait(Step::HeldOff(wait)));
+                }
+                let established = self
+                    .establish_key(inputs, coderd, &desired, cause, retire, report)
+                    .await?;
+                report.set(cleared.key_secret_ready);
+                let secret_ref = SecretKeyRef {
+                    name: self.names.key_secret.clone(),
+                    key: Some(self.names.key_secret_data_key.clone()),
+                };
+                report.key = Some((established.record, secret_ref));
+                report.set(key_ready());
+                // R-KEY-7: record the key before anything else can fail, so retries reuse it.
+                if !seeded::active(Bug::KeyStatusNotPersistedEarly) {
+                    writer
+                        .write(report, self.observed.deployment.as_ref())
+                        .await?;
+                }
+                established.plaintext
+            }
+        };
+        report.set(key_ready());
+        Ok(key_value)
+    }
+
+    /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
+    async fn establish_key(
+        &self,
+        inputs: &ChildInputs<'_>,
+        coderd: &Coderd,
+        desired: &DesiredKey,
+        cause: keys::KeyCause,
+        mut retire: Option<keys::RecordedKey>,
+        report: &mut PassReport,
+    ) -> Result<keys::EstablishedKey, Stop> {
+        let client = match &coderd.client {
+            Ok(client) => client,
+            Err(error) => return Err(key_failed(report, error.clone())),
+        };
+        if seeded::active(Bug::DriftRotationByRecordedName)
+            && matches!(cause, keys::KeyCause::Drift(_))
+        {
+            let previous = self.cr.status.clone().unwrap_or_default();
+            retire = seeded_steps::retire_by_recorded_name(client, retire, &previous).await;
+        }
+        info!(provisioner = %self.key, %cause, "establishing provisioner key");
+        let established = keys::establish(
+            client,
+            |url| self.ctx.coderd(url, &coderd.token),
+            desired,
+            &cause,
+            retire.as_ref(),
+            &mut KeyEventPublisher {
+                ctx: self.ctx,
+                cr: self.cr,
+            },
+        )
+        .await;
+        let established = match established {
+            Ok(established) => established,
+            Err(CoderdError::RateLimited { retry_after }) => {
+                let attempt = self.ctx.rate_limits.bump(&self.key);
+                let mut delay =
+                    backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
+                if seeded::active(Bug::RateLimitRetriedWithoutBackoff) {
+                    delay = Duration::from_millis(100);
+                }
+                self.ctx
+                    .key_hold_off
+                    .hold(&self.key, Instant::now() + delay);
                 report.set(ConditionUpdate::failed(
                     condition::KEY_READY,
-                    reason::KEY_FAILED,
-                    format!(
-                        "the provisioner key Secret {:?} could not be written ({error}); {fate}",
-                        names.key_secret
-                    ),
+                    reason::RATE_LIMITED,
+                    RATE_LIMITED_MESSAGE,
                 ));
-                return Err(error.into());
+                return Err(Stop::Wait(Step::RateLimited(delay)));
             }
-            report.set(condition);
-            let secret_ref = SecretKeyRef {
-                name: names.key_secret.clone(),
-                key: Some(names.key_secret_data_key.clone()),
-            };
-            report.key = Some((established.record, secret_ref));
-            report.set(key_ready());
-            // R-KEY-7: record the key before anything else can fail, so retries reuse it.
-            if !seeded::active(Bug::KeyStatusNotPersistedEarly) {
-                writer.write(report, deployment.as_ref()).await?;
-            }
-            established.plaintext
+            Err(error) => return Err(key_failed(report, error)),
+        };
+        let secret = children::key_secret(inputs, established.plaintext.expose());
+        if !seeded::active(Bug::PausedLeaderUnfenced) {
+            self.ctx.fence.check().await.map_err(KeyError::from)?;
         }
-    };
-    report.set(key_ready());
+        if let Err(error) = apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret).await {
+            let fate = forget_unstored_key(client, &established.record).await;
+            report.set(ConditionUpdate::failed(
+                condition::KEY_READY,
+                reason::KEY_FAILED,
+                format!(
+                    "the provisioner key Secret {:?} could not be written ({error}); {fate}",
+                    self.names.key_secret
+                ),
+            ));
+            return Err(KeyError::SecretWrite(error).into());
+        }
+        Ok(established)
+    }
 
-    // Children in fixed order; the Deployment last. Each is written only when the cluster's copy
-    // differs (the Deployment's was read at the start of the pass). A refusal (an invalid spec
-    // field, a missing permission) is reported in the status, not only in the log.
-    let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
-        if !seeded::active(Bug::ChildRefusalOnlyLogged) {
-            report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
+    /// Applies the workload in order, the Deployment last. Each is written only when the
+    /// cluster's copy differs (the Deployment's was read at the start of the pass). A refusal
+    /// (an invalid spec field, a missing permission) is reported in the status, not only in the
+    /// log.
+    async fn apply(
+        &self,
+        workload: &Workload,
+        report: &mut PassReport,
+    ) -> Result<Deployment, Stop> {
+        let (client, field_manager) = (&self.ctx.client, &self.ctx.field_manager);
+        let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
+            if !seeded::active(Bug::ChildRefusalOnlyLogged) {
+                report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
+            }
+            Error::Apply(error)
+        };
+        let names = &self.names;
+        apply::ensure(client, field_manager, &workload.service_account)
+            .await
+            .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
+        apply::ensure(client, field_manager, &workload.role)
+            .await
+            .map_err(|e| refused("Role", &names.workload, e, report))?;
+        apply::ensure(client, field_manager, &workload.role_binding)
+            .await
+            .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
+        let applied = apply::apply_unless_current(
+            client,
+            field_manager,
+            &workload.deployment,
+            self.observed.deployment.as_ref(),
+        )
+        .await
+        .map_err(|e| refused("Deployment", &names.workload, e, report))?;
+        Ok(applied)
+    }
+
+    /// The per-CR counters after a pass.
+    fn settle_counters(&self, step: &Result<Step, Error>) {
+        // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
+        let mut ends_rate_limits = !matches!(step, Ok(Step::RateLimited(_) | Step::HeldOff(_)));
+        if seeded::active(Bug::BackoffNotResetAfterSuccess) && step.is_ok() {
+            ends_rate_limits = false;
         }
-        Error::from(error)
-    };
-    let service_account = children::service_account(&inputs);
-    apply::ensure(&ctx.client, &ctx.field_manager, &service_account)
-        .await
-        .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
-    apply::ensure(&ctx.client, &ctx.field_manager, &children::role(&inputs))
-        .await
-        .map_err(|e| refused("Role", &names.workload, e, report))?;
-    apply::ensure(
-        &ctx.client,
-        &ctx.field_manager,
-        &children::role_binding(&inputs),
-    )
-    .await
-    .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
-    let applied = apply::apply_unless_current(
-        &ctx.client,
-        &ctx.field_manager,
-        &children::deployment(&inputs, key_value.expose()),
-        observed.deployment.as_ref(),
-    )
-    .await
-    .map_err(|e| refused("Deployment", &names.workload, e, report))?;
-    *deployment = Some(applied);
-    report.reached_deployment = true;
-    Ok(Step::Done)
+        if ends_rate_limits {
+            self.ctx.rate_limits.reset(&self.key);
+        }
+        // Error backoff grows until a pass gets past the key step or stops at a gate; a pass
+        // that only waited out a hold-off proves nothing.
+        if matches!(step, Ok(Step::Done | Step::Blocked(_))) {
+            self.ctx.failures.reset(&self.key);
+        }
+        if matches!(step, Ok(Step::Done)) {
+            self.ctx.key_hold_off.clear(&self.key);
+        }
+    }
 }
 
 /// A key created in this pass whose Secret could not be written exists only in coderd: it is
@@ -625,13 +732,13 @@ fn key_ready() -> ConditionUpdate {
     )
 }
 
-fn key_failed(report: &mut PassReport, error: CoderdError) -> Error {
+fn key_failed(report: &mut PassReport, error: CoderdError) -> Stop {
     report.set(ConditionUpdate::failed(
         condition::KEY_READY,
         reason::KEY_FAILED,
         format!("reconciling the provisioner key failed: {error}"),
     ));
-    Error::Key(error)
+    KeyError::Coderd(error).into()
 }
 
 /// Publishes the key step's Events as they happen (see [`keys::KeyEventSink`]).
@@ -679,121 +786,6 @@ impl keys::KeyEventSink for KeyEventPublisher<'_> {
     }
 }
 
-/// Deletion (§12): best-effort removal of the recorded key; never blocks the finalizer.
-async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Error> {
-    let key = object_key(cr);
-    ctx.failures.reset(&key);
-    ctx.rate_limits.reset(&key);
-    ctx.key_hold_off.clear(&key);
-    let status = cr.status.clone().unwrap_or_default();
-    let mut recorded = keys::recorded_key(&status, "");
-    if seeded::active(Bug::CleanupWithoutKeyCallsCoderd) {
-        recorded = recorded.or_else(|| Some(seeded::key_guessed_from_spec(cr)));
-    }
-    let Some(recorded) = recorded else {
-        info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
-        return Ok(Action::await_change());
-    };
-    let key_name = status
-        .provisioner_key_name
-        .clone()
-        .unwrap_or_else(|| "<name>".to_owned());
-    let organization = status
-        .organization_name
-        .clone()
-        .unwrap_or_else(|| recorded.organization_id.clone());
-    let manual = format!("coder provisioner keys delete {key_name} --org {organization}");
-    if seeded::active(Bug::CleanupInBackground) {
-        let (cr, ctx) = (cr.clone(), Arc::clone(ctx));
-        tokio::spawn(async move { delete_recorded_key(&cr, &ctx, &status, &recorded).await });
-        return Ok(Action::await_change());
-    }
-    let outcome = delete_recorded_key(cr, ctx, &status, &recorded).await;
-    match outcome {
-        Ok(Some(name)) => {
-            ctx.event(
-                cr,
-                EventType::Normal,
-                "ProvisionerKeyDeleted",
-                "DeleteKey",
-                format!("deleted provisioner key {name:?} from coderd"),
-            )
-            .await;
-        }
-        Ok(None) => {
-            info!(provisioner = %object_key(cr), "recorded provisioner key is already gone")
-        }
-        Err(why) => {
-            // A replica whose leadership ended keeps the finalizer: the clean-up is the new
-            // leader's (its delete would be the one that counts).
-            if !seeded::active(Bug::PausedLeaderUnfenced) {
-                ctx.fence.check().await?;
-            }
-            let note =
-                format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
-            ctx.event(
-                cr,
-                EventType::Warning,
-                "ProvisionerKeyCleanupFailed",
-                "DeleteKey",
-                note,
-            )
-            .await;
-            if seeded::failed_cleanup_keeps_finalizer(&why) {
-                return Err(Error::Key(CoderdError::Unreachable { detail: why }));
-            }
-        }
-    }
-    Ok(Action::await_change())
-}
-
-/// Deletes the recorded key; `Err` says (without secrets) why it could not.
-async fn delete_recorded_key(
-    cr: &CoderProvisioner,
-    ctx: &Context,
-    status: &CoderProvisionerStatus,
-    recorded: &keys::RecordedKey,
-) -> Result<Option<String>, String> {
-    let namespace = cr.namespace().unwrap_or_default();
-    let control_plane_name = status
-        .control_plane_ref_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| cr.spec.control_plane_ref.name.clone());
-    let control_plane = dereference::control_plane(&ctx.client, &namespace, &control_plane_name)
-        .await
-        .map_err(|e| format!("reading CoderControlPlane {control_plane_name:?} failed: {e}"))?
-        .ok_or_else(|| format!("CoderControlPlane {control_plane_name:?} no longer exists"))?;
-    let token_secret = dereference::token_secret(&ctx.client, &namespace, Some(&control_plane))
-        .await
-        .map_err(|e| format!("reading the operator token Secret failed: {e}"))?;
-    let (token, _) = gates::operator_access(&control_plane, token_secret.as_ref())
-        .map_err(|blocked| blocked.condition.message)?;
-    let url = if recorded.control_plane_url.is_empty() {
-        control_plane
-            .status
-            .as_ref()
-            .and_then(|s| s.url.clone())
-            .unwrap_or_default()
-    } else {
-        recorded.control_plane_url.clone()
-    };
-    let client = ctx.coderd(&url, &token).map_err(|e| e.to_string())?;
-    if seeded::active(Bug::CleanupBySpecKeyName) {
-        return seeded::delete_by_spec_name(&client, cr, &recorded.organization_id).await;
-    }
-    if seeded::active(Bug::CleanupByRecordedName) {
-        return seeded::delete_by_recorded_name(&client, status, &recorded.organization_id).await;
-    }
-    let mut organization_id = recorded.organization_id.clone();
-    if seeded::active(Bug::CleanupOrganizationFromSpec) {
-        organization_id = seeded::organization_from_spec(&client, cr).await?;
-    }
-    keys::delete_by_id(&client, &organization_id, &recorded.key_id)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,7 +795,7 @@ mod tests {
     #[case::resync(Ok(Action::requeue(RESYNC)), "ok")]
     #[case::waits_for_a_change(Ok(Action::await_change()), "ok")]
     #[case::back_early(Ok(Action::requeue(Duration::from_secs(2))), "requeue")]
-    #[case::failed(Err(Error::Key(CoderdError::RateLimited { retry_after: None })), "error")]
+    #[case::failed(Err(Error::Key(KeyError::Coderd(CoderdError::RateLimited { retry_after: None }))), "error")]
     fn each_outcome_has_its_metric_label(
         #[case] outcome: Result<Action, Error>,
         #[case] label: &str,

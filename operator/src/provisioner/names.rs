@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use crate::api::CoderProvisioner;
-use crate::seeded::{self, Bug};
 
 /// Kubernetes object names that are also DNS labels (Deployment, Role, ...) stay within this.
 const MAX_LABEL_NAME: usize = 63;
@@ -39,9 +38,7 @@ pub fn tags_hash(tags: &BTreeMap<String, String>) -> String {
     for (key, value) in tags {
         bytes.extend_from_slice(key.as_bytes());
         bytes.push(0);
-        if !seeded::active(Bug::TagsHashOverKeysOnly) {
-            bytes.extend_from_slice(value.as_bytes());
-        }
+        bytes.extend_from_slice(value.as_bytes());
         bytes.push(0);
     }
     fnv_hex(&bytes)
@@ -131,7 +128,7 @@ impl Names {
         let key = cr.spec.key.as_ref();
         let non_blank =
             |value: Option<&String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let mut names = Self {
+        Self {
             workload: workload_name(&cr_name),
             service_account: service_account_name(&cr_name),
             instance: instance_label(&cr_name),
@@ -143,11 +140,7 @@ impl Names {
             organization: non_blank(cr.spec.organization_name.as_ref())
                 .unwrap_or_else(|| DEFAULT_ORGANIZATION.to_owned()),
             cr: cr_name,
-        };
-        if seeded::active(Bug::SecretKeyIgnored) {
-            names.key_secret_data_key = DEFAULT_SECRET_KEY.to_owned();
         }
-        names
     }
 }
 

@@ -6,10 +6,10 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::{
     CoderProvisionerStatus, PHASE_PENDING, PHASE_READY, SecretKeyRef, condition, reason,
 };
-use crate::seeded::{self, Bug};
 
 use super::gates::ConditionUpdate;
 use super::keys::KeyRecord;
+use super::policy::Policy;
 
 /// What one reconcile pass learned, in gate order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,10 +38,11 @@ pub fn next_status(
     report: &PassReport,
     deployment: Option<&Deployment>,
     now: Timestamp,
+    policy: &Policy,
 ) -> CoderProvisionerStatus {
     let mut status = previous.cloned().unwrap_or_default();
     let mut generation = generation;
-    if seeded::active(Bug::ObservedGenerationFrozen) {
+    if policy.observed_generation_frozen {
         generation = status.observed_generation.or(generation);
     }
     let ready_replicas = deployment.map(|d| {
@@ -51,7 +52,7 @@ pub fn next_status(
             .unwrap_or(0)
     });
     let mut deployment_ready = ready_replicas.is_some_and(|ready| ready >= 1);
-    if seeded::active(Bug::PhaseReadyWhenDeploymentExists) {
+    if policy.phase_ready_when_deployment_exists {
         deployment_ready = ready_replicas.is_some();
     }
     let had_deployment_condition = status
@@ -83,7 +84,7 @@ pub fn next_status(
         updates.push(update);
     }
     for update in &updates {
-        merge_condition(&mut status.conditions, update, generation, now);
+        merge_condition(&mut status.conditions, update, generation, now, policy);
     }
 
     let ready = ready_replicas.unwrap_or(0);
@@ -118,6 +119,7 @@ fn merge_condition(
     update: &ConditionUpdate,
     generation: Option<i64>,
     now: Timestamp,
+    policy: &Policy,
 ) {
     let status = if update.ok { "True" } else { "False" };
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
@@ -125,14 +127,14 @@ fn merge_condition(
         .map(|i| &conditions[i])
         .filter(|c| c.status == status)
         .map_or(Time(now), |c| c.last_transition_time.clone());
-    if seeded::active(Bug::TransitionTimeAlwaysNow) {
+    if policy.transition_time_always_now {
         last_transition_time = Time(now);
     }
     let condition = Condition {
         type_: update.type_.to_owned(),
         status: status.to_owned(),
         reason: update.reason.to_owned(),
-        message: if seeded::active(Bug::StatusRewrittenEveryReconcile) {
+        message: if policy.condition_messages_timestamped {
             format!("{} (as of {now})", update.message)
         } else {
             update.message.clone()
@@ -237,6 +239,7 @@ mod tests {
             &report(vec![failed], false),
             None,
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(status.conditions.len(), 1);
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
@@ -255,6 +258,7 @@ mod tests {
             &report(vec![cp_ready()], true),
             Some(&deployment(Some(1))),
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(status.ready_replicas, Some(1));
@@ -282,6 +286,7 @@ mod tests {
             &report(vec![failed], false),
             Some(&deployment(Some(2))),
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(find(&status, condition::DEPLOYMENT_READY).status, "True");
@@ -303,6 +308,7 @@ mod tests {
             &refused,
             running.as_ref(),
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         let condition = find(&status, condition::DEPLOYMENT_READY);
         assert_eq!(
@@ -328,6 +334,7 @@ mod tests {
             &report(vec![], true),
             Some(&deployment(None)),
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
         assert_eq!(status.ready_replicas, Some(0));
@@ -345,6 +352,7 @@ mod tests {
             &report(vec![cp_ready()], false),
             None,
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         let mut reworded = cp_ready();
         reworded.message = "still ok".into();
@@ -354,6 +362,7 @@ mod tests {
             &report(vec![reworded], false),
             None,
             t("2026-01-01T01:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&second, condition::CONTROL_PLANE_READY).last_transition_time,
@@ -375,6 +384,7 @@ mod tests {
             &report(vec![failed], false),
             None,
             t("2026-01-01T02:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&third, condition::CONTROL_PLANE_READY).last_transition_time,
@@ -391,6 +401,7 @@ mod tests {
             &pass,
             Some(&deployment(Some(1))),
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         let second = next_status(
             Some(&first),
@@ -398,6 +409,7 @@ mod tests {
             &pass,
             Some(&deployment(Some(1))),
             t("2026-01-01T05:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert!(!status_changed(Some(&first), &second));
         assert_eq!(first, second);
@@ -413,6 +425,7 @@ mod tests {
             &report(vec![cp_ready(), key_ready], false),
             None,
             t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
         );
         let failed = ConditionUpdate::failed(
             condition::CONTROL_PLANE_READY,
@@ -425,6 +438,7 @@ mod tests {
             &report(vec![failed], false),
             None,
             t("2026-01-01T01:00:00Z"),
+            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&second, condition::KEY_READY),
@@ -442,7 +456,14 @@ mod tests {
         );
         let pass = report(vec![cp_ready(), refused.clone()], false);
         assert_eq!(newly_failed(None, &pass), vec![&refused]);
-        let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
+        let status = next_status(
+            None,
+            Some(1),
+            &pass,
+            None,
+            t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
+        );
         assert!(newly_failed(Some(&status), &pass).is_empty());
         let other_reason =
             ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
@@ -469,7 +490,14 @@ mod tests {
             key: Some((record, secret_ref.clone())),
             ..Default::default()
         };
-        let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
+        let status = next_status(
+            None,
+            Some(1),
+            &pass,
+            None,
+            t("2026-01-01T00:00:00Z"),
+            &Policy::REFERENCE,
+        );
         assert_eq!(status.organization_id.as_deref(), Some("org-1"));
         assert_eq!(status.provisioner_key_id.as_deref(), Some("key-1"));
         assert_eq!(

@@ -16,6 +16,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CoderdRequestLabels {
     route: String,
     status: String,
@@ -26,6 +31,7 @@ pub struct Metrics {
     registry: Registry,
     reconciles: Family<ResultLabels, Counter>,
     reconcile_duration: Family<ResultLabels, Histogram>,
+    reconcile_errors: Family<StageLabels, Counter>,
     coderd_requests: Family<CoderdRequestLabels, Counter>,
     keys_created: Counter,
     keys_deleted: Counter,
@@ -65,6 +71,13 @@ impl Metrics {
             "Duration of CoderProvisioner reconciles by result",
             reconcile_duration.clone(),
         );
+        let reconcile_errors = Family::<StageLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed CoderProvisioner reconciles by the stage of the pass that failed \
+             (dereference, keys, apply, status, cleanup, finalizer)",
+            reconcile_errors.clone(),
+        );
         let coderd_requests = Family::<CoderdRequestLabels, Counter>::default();
         registry.register(
             "coderd_requests",
@@ -87,6 +100,7 @@ impl Metrics {
             registry,
             reconciles,
             reconcile_duration,
+            reconcile_errors,
             coderd_requests,
             keys_created,
             keys_deleted,
@@ -104,6 +118,14 @@ impl Metrics {
         };
         self.reconciles.get_or_create(&labels).inc();
         self.reconcile_duration.get_or_create(&labels).observe(secs);
+    }
+
+    /// Records one failed reconcile by the stage that failed.
+    pub fn reconcile_failed(&self, stage: &str) {
+        let labels = StageLabels {
+            stage: stage.to_owned(),
+        };
+        self.reconcile_errors.get_or_create(&labels).inc();
     }
 
     /// Records one coderd request; `route` is a route template, `status` a status code or an
@@ -142,6 +164,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.reconcile_finished("ok", 0.02);
         metrics.reconcile_finished("error", 1.5);
+        metrics.reconcile_failed("keys");
         metrics.coderd_request("/api/v2/entitlements", "200");
         metrics.key_created();
         metrics.key_deleted();
@@ -151,6 +174,7 @@ mod tests {
             r#"coder_provisioner_operator_reconciles_total{result="ok"} 1"#,
             r#"coder_provisioner_operator_reconciles_total{result="error"} 1"#,
             r#"coder_provisioner_operator_reconcile_duration_seconds_count{result="error"} 1"#,
+            r#"coder_provisioner_operator_reconcile_errors_total{stage="keys"} 1"#,
             r#"coder_provisioner_operator_coderd_requests_total{route="/api/v2/entitlements",status="200"} 1"#,
             "coder_provisioner_operator_provisioner_keys_created_total 1",
             "coder_provisioner_operator_provisioner_keys_deleted_total 2",
