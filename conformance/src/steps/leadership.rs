@@ -15,8 +15,10 @@ use crate::steps::route_template;
 use crate::wait;
 use crate::world::ProvisionerWorld;
 
-/// Where [`the_leader`] remembers the replica a step paused.
+/// Where a step remembers the replica it paused or stopped.
 const PAUSED: &str = "paused replica";
+/// Where the stop step remembers when it sent SIGTERM (milliseconds since the Unix epoch).
+const STOPPED_AT: &str = "leader stopped at";
 
 /// The replica holding a Lease in the operator's namespace, by name, with the Lease's name.
 async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, String)>> {
@@ -50,7 +52,10 @@ async fn await_leader(
 ) -> anyhow::Result<String> {
     let mut timeouts = *world.timeouts();
     if let Some(deadline) = deadline {
+        // A bound on how soon: the first sight counts, looked for often.
         timeouts.eventually = deadline;
+        timeouts.reach_and_hold = 1;
+        timeouts.interval = Duration::from_millis(100);
     }
     let what = match not {
         Some(name) => format!("a replica other than {name} to hold the Lease"),
@@ -132,30 +137,65 @@ async fn resume_paused(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A graceful stop (SIGTERM), as a rolling update or a drained node does.
-#[when("the leader is stopped")]
+/// A graceful stop (SIGTERM), as a rolling update or a drained node does, just after the leader
+/// renewed its Lease: a standby that only sleeps until the expiry it last read then sleeps for
+/// most of a Lease duration, so a release that is not watched cannot look like a fast hand-over.
+#[when("the leader is stopped right after it renews its Lease")]
 async fn stop_leader(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let leader = await_leader(world, None, None).await?;
     let index = replica_index(world, &leader)?;
+    let renewed_at = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let (namespace, _) = world.operator_service_account().await?;
+    let leases: Api<Lease> = Api::namespaced(world.client(), &namespace);
+    let lease_name = lease_holder(world)
+        .await?
+        .map(|(_, lease)| lease)
+        .ok_or_else(|| anyhow!("the leader's Lease vanished"))?;
+    let first = renewed_at(&leases.get(&lease_name).await?);
+    let mut timeouts = *world.timeouts();
+    timeouts.reach_and_hold = 1;
+    timeouts.interval = Duration::from_millis(50);
+    wait::eventually("the leader to renew its Lease", &timeouts, || async {
+        let now = renewed_at(&leases.get(&lease_name).await?);
+        Ok(if now != first {
+            Ok(())
+        } else {
+            Err(format!("renewTime still {first:?}"))
+        })
+    })
+    .await?;
     world.mark_action().await?;
+    world
+        .remembered
+        .insert(STOPPED_AT.to_owned(), epoch_millis().to_string());
     world.replicas[index].stop().await;
     world.remembered.insert(PAUSED.to_owned(), leader);
     Ok(())
 }
 
-/// A released Lease is taken at once: well before it would have expired (15 s is the usual
-/// lease duration), the standby holds it.
-#[then(expr = "another replica holds the Lease within {int} seconds")]
+fn epoch_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// A released Lease is taken at once: within `seconds` of the leader's SIGTERM, well before the
+/// Lease would have expired, the standby holds it.
+#[then(expr = "another replica holds the Lease within {int} seconds of the stop")]
 async fn another_replica_leads_within(
     world: &mut ProvisionerWorld,
     seconds: u64,
 ) -> anyhow::Result<()> {
     let previous = world.remembered.get(PAUSED).cloned();
-    await_leader(
-        world,
-        previous.as_deref(),
-        Some(Duration::from_secs(seconds)),
-    )
-    .await?;
+    let stopped_at: u128 = world
+        .remembered
+        .get(STOPPED_AT)
+        .and_then(|at| at.parse().ok())
+        .ok_or_else(|| anyhow!("no leader was stopped"))?;
+    let left = (stopped_at + u128::from(seconds) * 1000).saturating_sub(epoch_millis());
+    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+    await_leader(world, previous.as_deref(), Some(left))
+        .await
+        .with_context(|| format!("within {seconds} s of the leader's SIGTERM"))?;
     Ok(())
 }
