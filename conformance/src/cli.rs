@@ -1240,11 +1240,16 @@ fn left_out_by_the_run(result: &model::ScenarioResult) -> bool {
 }
 
 /// The claim for one level. A run that left scenarios out is partial: it neither claims nor
-/// denies conformance unless a scenario it ran failed.
-fn claim(conformant: bool, failed: usize, left_out: usize) -> String {
+/// denies conformance unless a scenario it ran failed. A skip this run could not avoid (the tier
+/// lacks what the scenario needs) denies it, saying so: nothing failed, but nothing proves it.
+fn claim(conformant: bool, failed: usize, skipped: usize, left_out: usize) -> String {
     if conformant {
         "yes".to_owned()
-    } else if failed > 0 || left_out == 0 {
+    } else if failed > 0 {
+        "no".to_owned()
+    } else if left_out == 0 && skipped > 0 {
+        format!("no ({skipped} scenarios skipped, each with its reason above; none failed)")
+    } else if left_out == 0 {
         "no".to_owned()
     } else {
         format!("not claimed (a partial run: {left_out} scenarios not run)")
@@ -1317,13 +1322,19 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
     lines.extend(rule_lines(&report.coverage));
     lines.push(format!(
         "Core conformance: {}",
-        claim(summary.core_conformant, summary.core.failed, core_left_out)
+        claim(
+            summary.core_conformant,
+            summary.core.failed,
+            summary.core.skipped - core_left_out,
+            core_left_out
+        )
     ));
     lines.push(format!(
         "Extended conformance: {}",
         claim(
             summary.extended_conformant,
             summary.core.failed + summary.extended.failed,
+            summary.core.skipped + summary.extended.skipped - core_left_out - extended_left_out,
             core_left_out + extended_left_out
         )
     ));
@@ -1566,7 +1577,10 @@ mod tests {
             ran(Level::Core, Status::Passed),
             skipped(Level::Core, "needs the fake coderd"),
         ]);
-        assert_eq!(line(&gap, "Core conformance:"), "Core conformance: no");
+        assert_eq!(
+            line(&gap, "Core conformance:"),
+            "Core conformance: no (1 scenarios skipped, each with its reason above; none failed)"
+        );
         assert!(line(&gap, "  skipped ").ends_with(": needs the fake coderd"));
         let full = summary_of(vec![
             ran(Level::Core, Status::Passed),

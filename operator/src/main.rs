@@ -8,11 +8,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{ArgAction, Parser, Subcommand};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use operator::fence::Fence;
+use operator::metrics::Metrics;
 use operator::runtime::controller::{self, ControllerSettings, Readiness};
 use operator::runtime::http::{self, ReadinessProbe};
-use operator::runtime::leader::{self, Fence, LeaderElectionSettings, LeadershipFlag};
+use operator::runtime::leader::{self, LeaderElectionSettings, LeadershipFlag};
 use operator::runtime::logging::{self, LogFormat};
-use operator::runtime::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]

@@ -30,7 +30,7 @@ pub use types::{
     ProvisionerKey,
 };
 
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
 /// Route templates, used as metric labels (never the concrete path, which names orgs and keys).

@@ -10,7 +10,7 @@ use fake_coderd::{
 };
 
 use super::*;
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// A fake whose default organization always has the same id. The organization cache is
 /// process-wide and keyed by URL, and a later test's fake may get an earlier one's port; with a

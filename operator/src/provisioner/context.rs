@@ -7,8 +7,8 @@ use tracing::{info, warn};
 
 use crate::api::CoderProvisioner;
 use crate::coderd::{CoderdClient, CoderdError, Connector, SecretString};
-use crate::runtime::leader::Fence;
-use crate::runtime::metrics::Metrics;
+use crate::fence::Fence;
+use crate::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
 use super::backoff::{AttemptCounters, HoldOff};

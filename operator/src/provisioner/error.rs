@@ -3,7 +3,7 @@
 use kube::runtime::finalizer;
 
 use crate::coderd::CoderdError;
-use crate::runtime::leader::FenceError;
+use crate::fence::FenceError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -34,6 +34,8 @@ use crate::api::{
     CREDENTIAL_LABEL, CoderControlPlane, CoderProvisioner, LABEL_MANAGED_BY, MANAGED_BY,
 };
 use crate::coderd::{ClientOptions, Connector, WriteGuard};
+use crate::fence::Fence;
+use crate::metrics::Metrics;
 use crate::provisioner::backoff::{AttemptCounters, HoldOff};
 use crate::provisioner::coderd_slots::CoderdSlots;
 use crate::provisioner::credentials::credential_refs;
@@ -41,8 +43,6 @@ use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
 use crate::provisioner::{Context, error_policy, reconcile};
-use crate::runtime::leader::Fence;
-use crate::runtime::metrics::Metrics;
 use crate::seeded::{self, Bug};
 
 /// Name under which the operator reports Events and applies objects by default.

@@ -9,7 +9,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Answers whether the process is ready: `Ok(what)` or `Err(why not)`, both shown in the body.
 pub type ReadinessProbe = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;

@@ -1,6 +1,5 @@
-//! Process wiring: the controller, leader election, metrics, health endpoints and logging.
+//! Process wiring: the controller, leader election, health and metrics endpoints, logging.
 pub mod controller;
 pub mod http;
 pub mod leader;
 pub mod logging;
-pub mod metrics;
