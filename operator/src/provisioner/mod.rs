@@ -202,6 +202,8 @@ impl<'a> StatusWriter<'a> {
                         warn!(provisioner = %object_key(self.cr), "the status was written by someone else during this pass");
                         return Err(kube::Error::Api(conflict_of(&fresh)).into());
                     }
+                    tracing::debug!(provisioner = %object_key(self.cr), attempt,
+                        "the CR changed since it was read (not its status); writing the status again");
                     self.base_version = fresh.metadata.resource_version;
                     attempt += 1;
                 }
