@@ -83,7 +83,7 @@ async fn answered_none_with(
 }
 
 /// One look at the journal: whether the number of `method` calls on `template` is acceptable.
-async fn count_observation(
+pub(crate) async fn count_observation(
     world: &ProvisionerWorld,
     method: &str,
     template: &str,

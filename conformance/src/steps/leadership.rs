@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
 use crate::implementation::REPLICA_NAME_PREFIX;
+use crate::steps::coderd::count_observation;
 use crate::steps::route_template;
 use crate::wait;
 use crate::world::ProvisionerWorld;
@@ -20,36 +21,33 @@ const PAUSED: &str = "paused replica";
 /// Where the stop step remembers when it sent SIGTERM (milliseconds since the Unix epoch).
 const STOPPED_AT: &str = "leader stopped at";
 
-/// The replica holding a Lease in the operator's namespace, by name, with the Lease's name.
-async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, String)>> {
+/// The replica holding a Lease in the operator's namespace, by name, with that Lease.
+async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, Lease)>> {
     let (namespace, _) = world
         .operator_service_account()
         .await
         .context("the operator's namespace is unknown")?;
     let leases: Api<Lease> = Api::namespaced(world.client(), &namespace);
-    let replicas: Vec<String> = world.replicas.iter().map(|r| r.name().to_owned()).collect();
     for lease in leases.list(&Default::default()).await?.items {
         let holder = lease
             .spec
-            .and_then(|spec| spec.holder_identity)
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.as_deref())
             .unwrap_or_default();
-        if let Some(replica) = replicas.iter().find(|name| holder.contains(name.as_str())) {
-            return Ok(Some((
-                replica.clone(),
-                lease.metadata.name.unwrap_or_default(),
-            )));
+        if let Some(replica) = world.replicas.iter().find(|r| holder.contains(r.name())) {
+            return Ok(Some((replica.name().to_owned(), lease)));
         }
     }
     Ok(None)
 }
 
 /// Waits (with the scenario's deadline, or `deadline`) until a replica other than `not`
-/// holds the Lease, and returns its name.
+/// holds the Lease, and returns its name with the Lease.
 async fn await_leader(
     world: &ProvisionerWorld,
     not: Option<&str>,
     deadline: Option<Duration>,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, Lease)> {
     let mut timeouts = *world.timeouts();
     if let Some(deadline) = deadline {
         // A bound on how soon: the first sight counts, looked for often.
@@ -63,8 +61,11 @@ async fn await_leader(
     };
     wait::eventually(&what, &timeouts, || async {
         Ok(match lease_holder(world).await? {
-            Some((holder, _)) if Some(holder.as_str()) != not => Ok(holder),
-            Some((holder, lease)) => Err(format!("Lease {lease} is held by {holder}")),
+            Some((holder, lease)) if Some(holder.as_str()) != not => Ok((holder, lease)),
+            Some((holder, lease)) => Err(format!(
+                "Lease {} is held by {holder}",
+                lease.metadata.name.unwrap_or_default()
+            )),
             None => Err(format!(
                 "no Lease in the operator's namespace names a replica ({REPLICA_NAME_PREFIX}…)"
             )),
@@ -100,19 +101,10 @@ async fn pause_leader_mid_request(
     wait::eventually(
         &format!("coderd to see a {method} on {route}"),
         world.timeouts(),
-        || async {
-            let seen = world.journal().await?.iter().any(|entry| {
-                entry.method.eq_ignore_ascii_case(&method) && entry.route.as_deref() == Some(route)
-            });
-            Ok(if seen {
-                Ok(())
-            } else {
-                Err("not yet".to_owned())
-            })
-        },
+        || count_observation(world, &method, route, |seen| seen > 0),
     )
     .await?;
-    let leader = await_leader(world, None, None).await?;
+    let (leader, _) = await_leader(world, None, None).await?;
     world.replicas[replica_index(world, &leader)?].pause();
     world.remembered.insert(PAUSED.to_owned(), leader);
     Ok(())
@@ -142,16 +134,15 @@ async fn resume_paused(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 /// most of a Lease duration, so a release that is not watched cannot look like a fast hand-over.
 #[when("the leader is stopped right after it renews its Lease")]
 async fn stop_leader(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let leader = await_leader(world, None, None).await?;
+    let (leader, lease) = await_leader(world, None, None).await?;
     let index = replica_index(world, &leader)?;
     let renewed_at = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
-    let (namespace, _) = world.operator_service_account().await?;
-    let leases: Api<Lease> = Api::namespaced(world.client(), &namespace);
-    let lease_name = lease_holder(world)
-        .await?
-        .map(|(_, lease)| lease)
-        .ok_or_else(|| anyhow!("the leader's Lease vanished"))?;
-    let first = renewed_at(&leases.get(&lease_name).await?);
+    let first = renewed_at(&lease);
+    let lease_name = lease.metadata.name.unwrap_or_default();
+    let leases: Api<Lease> = Api::namespaced(
+        world.client(),
+        lease.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let mut timeouts = *world.timeouts();
     timeouts.reach_and_hold = 1;
     timeouts.interval = Duration::from_millis(50);

@@ -187,6 +187,24 @@ pub fn status_changed(
 mod tests {
     use super::*;
 
+    /// [`next_status`] of the reference operator.
+    fn next(
+        previous: Option<&CoderProvisionerStatus>,
+        generation: Option<i64>,
+        report: &PassReport,
+        deployment: Option<&Deployment>,
+        now: Timestamp,
+    ) -> CoderProvisionerStatus {
+        next_status(
+            previous,
+            generation,
+            report,
+            deployment,
+            now,
+            &Policy::REFERENCE,
+        )
+    }
+
     fn t(rfc3339: &str) -> Timestamp {
         rfc3339.parse().expect("timestamp")
     }
@@ -233,13 +251,12 @@ mod tests {
             reason::CONTROL_PLANE_UNAVAILABLE,
             "missing",
         );
-        let status = next_status(
+        let status = next(
             None,
             Some(1),
             &report(vec![failed], false),
             None,
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(status.conditions.len(), 1);
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
@@ -252,13 +269,12 @@ mod tests {
 
     #[test]
     fn ready_deployment_makes_phase_ready_and_sets_observed_generation() {
-        let status = next_status(
+        let status = next(
             None,
             Some(4),
             &report(vec![cp_ready()], true),
             Some(&deployment(Some(1))),
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(status.ready_replicas, Some(1));
@@ -280,13 +296,12 @@ mod tests {
             reason::CREDENTIAL_LABEL_MISSING,
             "no label",
         );
-        let status = next_status(
+        let status = next(
             None,
             Some(2),
             &report(vec![failed], false),
             Some(&deployment(Some(2))),
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_READY));
         assert_eq!(find(&status, condition::DEPLOYMENT_READY).status, "True");
@@ -302,13 +317,12 @@ mod tests {
     ) {
         let mut refused = report(vec![], false);
         refused.refused = Some("applying Deployment \"p\" failed: invalid cpu".to_owned());
-        let status = next_status(
+        let status = next(
             None,
             Some(3),
             &refused,
             running.as_ref(),
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         let condition = find(&status, condition::DEPLOYMENT_READY);
         assert_eq!(
@@ -328,13 +342,12 @@ mod tests {
 
     #[test]
     fn unready_deployment_is_pending() {
-        let status = next_status(
+        let status = next(
             None,
             Some(1),
             &report(vec![], true),
             Some(&deployment(None)),
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(status.phase.as_deref(), Some(PHASE_PENDING));
         assert_eq!(status.ready_replicas, Some(0));
@@ -346,23 +359,21 @@ mod tests {
 
     #[test]
     fn last_transition_time_is_kept_while_status_is_unchanged_and_moves_on_flip() {
-        let first = next_status(
+        let first = next(
             None,
             Some(1),
             &report(vec![cp_ready()], false),
             None,
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         let mut reworded = cp_ready();
         reworded.message = "still ok".into();
-        let second = next_status(
+        let second = next(
             Some(&first),
             Some(2),
             &report(vec![reworded], false),
             None,
             t("2026-01-01T01:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&second, condition::CONTROL_PLANE_READY).last_transition_time,
@@ -378,13 +389,12 @@ mod tests {
             reason::CONTROL_PLANE_UNAVAILABLE,
             "gone",
         );
-        let third = next_status(
+        let third = next(
             Some(&second),
             Some(2),
             &report(vec![failed], false),
             None,
             t("2026-01-01T02:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&third, condition::CONTROL_PLANE_READY).last_transition_time,
@@ -395,21 +405,19 @@ mod tests {
     #[test]
     fn identical_pass_changes_nothing() {
         let pass = report(vec![cp_ready()], true);
-        let first = next_status(
+        let first = next(
             None,
             Some(1),
             &pass,
             Some(&deployment(Some(1))),
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
-        let second = next_status(
+        let second = next(
             Some(&first),
             Some(1),
             &pass,
             Some(&deployment(Some(1))),
             t("2026-01-01T05:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert!(!status_changed(Some(&first), &second));
         assert_eq!(first, second);
@@ -419,26 +427,24 @@ mod tests {
     #[test]
     fn later_conditions_are_left_as_they_were() {
         let key_ready = ConditionUpdate::ok(condition::KEY_READY, reason::KEY_READY, "ok");
-        let first = next_status(
+        let first = next(
             None,
             Some(1),
             &report(vec![cp_ready(), key_ready], false),
             None,
             t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
         );
         let failed = ConditionUpdate::failed(
             condition::CONTROL_PLANE_READY,
             reason::CONTROL_PLANE_UNAVAILABLE,
             "gone",
         );
-        let second = next_status(
+        let second = next(
             Some(&first),
             Some(1),
             &report(vec![failed], false),
             None,
             t("2026-01-01T01:00:00Z"),
-            &Policy::REFERENCE,
         );
         assert_eq!(
             find(&second, condition::KEY_READY),
@@ -456,14 +462,7 @@ mod tests {
         );
         let pass = report(vec![cp_ready(), refused.clone()], false);
         assert_eq!(newly_failed(None, &pass), vec![&refused]);
-        let status = next_status(
-            None,
-            Some(1),
-            &pass,
-            None,
-            t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
-        );
+        let status = next(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert!(newly_failed(Some(&status), &pass).is_empty());
         let other_reason =
             ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
@@ -490,14 +489,7 @@ mod tests {
             key: Some((record, secret_ref.clone())),
             ..Default::default()
         };
-        let status = next_status(
-            None,
-            Some(1),
-            &pass,
-            None,
-            t("2026-01-01T00:00:00Z"),
-            &Policy::REFERENCE,
-        );
+        let status = next(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert_eq!(status.organization_id.as_deref(), Some("org-1"));
         assert_eq!(status.provisioner_key_id.as_deref(), Some("key-1"));
         assert_eq!(
