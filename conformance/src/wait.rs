@@ -29,6 +29,8 @@ pub struct Timeouts {
     pub reach_and_hold: u32,
     /// Minimum number of observations in a "stays" assertion.
     pub hold_observations: u32,
+    /// The user's `--timeout-scale` (1 when not given), for deadlines a scenario states itself.
+    pub scale: f64,
 }
 
 /// Which environment the suite runs in; real clusters schedule pods and are slower.
@@ -52,6 +54,15 @@ impl Timeouts {
             interval: Duration::from_millis(200),
             reach_and_hold: 2,
             hold_observations: 3,
+            scale: 1.0,
+        }
+    }
+
+    /// A deadline the scenario states (`within 15 seconds`), scaled like every other one.
+    pub fn stated(&self, seconds: u64) -> Self {
+        Timeouts {
+            eventually: Duration::from_secs(seconds).mul_f64(self.scale),
+            ..*self
         }
     }
 
@@ -69,6 +80,7 @@ impl Timeouts {
             }
             adjusted.eventually = self.eventually.mul_f64(scale);
             adjusted.hold_window = self.hold_window.mul_f64(scale);
+            adjusted.scale = scale;
         }
         if let Some(timeout) = wait_timeout {
             if timeout.is_zero() {
@@ -214,7 +226,17 @@ mod tests {
             interval: Duration::from_millis(10),
             reach_and_hold: 2,
             hold_observations: 3,
+            scale: 1.0,
         }
+    }
+
+    #[test]
+    fn a_stated_deadline_follows_the_timeout_scale_but_not_the_tier() {
+        let slow = Timeouts::for_profile(TimeoutProfile::RealCluster)
+            .adjusted(Some(2.0), None)
+            .unwrap();
+        assert_eq!(slow.stated(15).eventually, Duration::from_secs(30));
+        assert_eq!(slow.stated(15).interval, slow.interval);
     }
 
     #[rstest]

@@ -555,8 +555,20 @@ impl ProvisionerWorld {
         what: &str,
         check: impl Fn(&Value) -> Observation<T>,
     ) -> anyhow::Result<T> {
+        self.provisioner_named_within(name, what, self.timeouts(), check)
+            .await
+    }
+
+    /// [`Self::provisioner_named_eventually`] with the scenario's own deadline.
+    pub async fn provisioner_named_within<T>(
+        &self,
+        name: &str,
+        what: &str,
+        timeouts: &Timeouts,
+        check: impl Fn(&Value) -> Observation<T>,
+    ) -> anyhow::Result<T> {
         let check = &check;
-        wait::eventually(what, self.timeouts(), || async move {
+        wait::eventually(what, timeouts, || async move {
             if let Some(exit) = self.operator_exit().await {
                 return Err(wait::Hopeless(format!("the operator exited ({exit})")).into());
             }

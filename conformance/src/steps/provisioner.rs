@@ -492,6 +492,28 @@ async fn named_has_condition_with_reason(
     Ok(())
 }
 
+/// For isolation: the condition must come sooner than one request timeout of a hanging coderd.
+#[then(
+    expr = "within {int} seconds the provisioner {string} has condition {string} {string} with reason {string}"
+)]
+async fn named_has_condition_with_reason_within(
+    world: &mut ProvisionerWorld,
+    seconds: u64,
+    name: String,
+    kind: String,
+    status: String,
+    reason: String,
+) -> anyhow::Result<()> {
+    let what = format!("{name}: condition {kind}={status} {reason}");
+    let timeouts = world.timeouts().stated(seconds);
+    world
+        .provisioner_named_within(&name, &what, &timeouts, |cr| {
+            condition_observation(cr, &kind, &status, Some(&reason))
+        })
+        .await?;
+    Ok(())
+}
+
 #[then(expr = "the provisioner has condition {string} {string}")]
 async fn has_condition(
     world: &mut ProvisionerWorld,
