@@ -443,13 +443,8 @@ async fn leadership_passes_to_the_standby_when_the_leader_stops() -> anyhow::Res
     Ok(())
 }
 
-/// The PR's first bug, kept fixed: without pods/persistentvolumeclaims rights the operator cannot
-/// create the provisioner Role (Kubernetes refuses it as privilege escalation), and the retries of
-/// that failing step must not call coderd's key routes again (R-KEY-7, R-KEY-8).
-#[tokio::test]
-async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alone()
--> anyhow::Result<()> {
-    const ESCALATION: &str = "attempting to grant RBAC permissions not currently held";
+/// A copy of `config/rbac` whose ClusterRole has `rule` replaced by `replacement`.
+fn rbac_with_role_edit(rule: &str, replacement: &str) -> anyhow::Result<tempfile::TempDir> {
     let rbac = tempfile::tempdir()?;
     for entry in std::fs::read_dir(support::repo_path("config/rbac"))? {
         let path = entry?.path();
@@ -460,12 +455,56 @@ async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alon
     }
     let role_path = rbac.path().join("role.yaml");
     let role = std::fs::read_to_string(&role_path)?;
-    let pod_rule = "  - apiGroups: [\"\"]\n    resources: [\"pods\", \"persistentvolumeclaims\"]\n    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]\n";
-    assert!(
-        role.contains(pod_rule),
-        "config/rbac/role.yaml no longer has the pod rule in the expected form"
+    anyhow::ensure!(
+        role.contains(rule),
+        "config/rbac/role.yaml no longer has this rule in the expected form:\n{rule}"
     );
-    std::fs::write(&role_path, role.replace(pod_rule, ""))?;
+    std::fs::write(&role_path, role.replacen(rule, replacement, 1))?;
+    Ok(rbac)
+}
+
+/// A SIGTERM before the CR cache is filled (here it never fills: the operator may not list its
+/// CRs) is a graceful stop, not a kill at the end of the grace period: kube-runtime's graceful
+/// shutdown alone waits for a cache the shutdown stopped filling.
+#[tokio::test]
+async fn a_stop_before_the_cache_is_filled_is_graceful() -> anyhow::Result<()> {
+    let rbac = rbac_with_role_edit(
+        "    resources: [\"coderprovisioners\"]\n    verbs: [\"get\", \"list\", \"watch\", \"update\", \"patch\"]\n",
+        "    resources: [\"coderprovisioners\"]\n    verbs: [\"get\", \"watch\", \"update\", \"patch\"]\n",
+    )?;
+    let mut harness = Harness::start_with(Options {
+        rbac_dir: rbac.path().to_path_buf(),
+        ..Options::default()
+    })
+    .await?;
+    harness
+        .eventually("the controller to start", || async {
+            Ok(harness
+                .operator
+                .full_log()
+                .contains("starting CoderProvisioner controller")
+                .then_some(()))
+        })
+        .await?;
+    harness.operator.stop().await;
+    let log = harness.operator.full_log();
+    assert!(
+        log.contains("stopped before the cache was filled")
+            && log.contains("coder_provisioner_operator: stopped"),
+        "a graceful stop on SIGTERM before the cache was filled:\n{log}"
+    );
+    Ok(())
+}
+
+/// The PR's first bug, kept fixed: without pods/persistentvolumeclaims rights the operator cannot
+/// create the provisioner Role (Kubernetes refuses it as privilege escalation), and the retries of
+/// that failing step must not call coderd's key routes again (R-KEY-7, R-KEY-8).
+#[tokio::test]
+async fn without_the_pod_rules_role_creation_fails_and_retries_leave_coderd_alone()
+-> anyhow::Result<()> {
+    const ESCALATION: &str = "attempting to grant RBAC permissions not currently held";
+    let pod_rule = "  - apiGroups: [\"\"]\n    resources: [\"pods\", \"persistentvolumeclaims\"]\n    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]\n";
+    let rbac = rbac_with_role_edit(pod_rule, "")?;
 
     let harness = Harness::start_with(Options {
         rbac_dir: rbac.path().to_path_buf(),

@@ -33,16 +33,16 @@ pub const REFERENCE_ARGS: [&str; 6] = [
     "text",
 ];
 /// Arguments of one replica of the reference operator when it runs leader-elected (the
-/// `@leader-election` scenarios). A Lease of 8 s renewed 4 s before expiry (defaults 15 and 5)
+/// `@leader-election` scenarios). A Lease of 5 s renewed 3 s before expiry (defaults 15 and 5)
 /// keeps the paused leader's scenario short; a standby that only sleeps until the expiry it last
-/// read wakes 4 s after a renewal (the grace), which the hand-over scenario's 2 s bound tells apart.
+/// read wakes 3 s after a renewal (the grace), which the hand-over scenario's 2 s bound tells apart.
 pub const REFERENCE_REPLICA_ARGS: [&str; 10] = [
     "run",
     "--leader-election=true",
     "--leader-election-lease-duration",
-    "8",
+    "5",
     "--leader-election-renew-grace",
-    "4",
+    "3",
     "--metrics-addr",
     "127.0.0.1:0",
     "--log-format",

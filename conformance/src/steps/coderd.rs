@@ -124,14 +124,17 @@ async fn saw_none(
 }
 
 /// "since the last action": counted from the start of the latest `When` step;
-/// "from now on": counted from this step. Either way the window must pass without such calls.
+/// "from now on": counted from this step. Either way the window must pass without such calls:
+/// the tier's observation window, or a shorter one the scenario states ("for 3 seconds") where
+/// the calls it looks for would come at once.
 #[then(
-    regex = r"^coderd sees no (provisioner key requests|requests) (since the last action|from now on) during the observation window$"
+    regex = r"^coderd sees no (provisioner key requests|requests) (since the last action|from now on) (?:during the observation window|for (\d+) seconds)$"
 )]
 async fn sees_nothing_new(
     world: &mut ProvisionerWorld,
     kind: String,
     baseline: String,
+    stated_seconds: String,
 ) -> anyhow::Result<()> {
     let keys_only = kind.starts_with("provisioner key");
     let start = match baseline.as_str() {
@@ -140,10 +143,10 @@ async fn sees_nothing_new(
         })?,
         _ => world.journal().await?.len(),
     };
-    let window = if baseline == "from now on" {
-        world.new_observation_window()
-    } else {
-        world.observation_window()
+    let window = match stated_seconds.parse::<u64>().ok() {
+        Some(seconds) => world.timeouts().stated(seconds).eventually,
+        None if baseline == "from now on" => world.new_observation_window(),
+        None => world.observation_window(),
     };
     wait::stays(
         &format!("no new {kind}"),

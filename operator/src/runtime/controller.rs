@@ -208,6 +208,7 @@ pub async fn run(
         });
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
+    let ready_at_stop = readiness.clone();
     tokio::spawn(async move {
         // The store's readiness signal wakes only one waiter (the controller's own runner also
         // waits on it), so re-poll with a short timeout instead of awaiting once.
@@ -256,16 +257,23 @@ pub async fn run(
         fence,
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
+    // kube-runtime lets the runner drain only once the cache is filled, and the shutdown stops
+    // the watch that fills it: a stop before the first list completed would hang until the
+    // process is killed. No pass starts before then, so such a stop ends the run at once.
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let (unready_stop_tx, unready_stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         shutdown.await;
+        if !ready_at_stop.is_ready() {
+            let _ = unready_stop_tx.send(());
+        }
         let _ = shutdown_tx.send(());
     });
     info!(
         namespace = namespace.unwrap_or("<all>"),
         "starting CoderProvisioner controller"
     );
-    controller
+    let running = controller
         .owns(api::<Deployment>(&client, namespace), owned.clone())
         .owns(api::<Secret>(&client, namespace), owned.clone())
         .owns(api::<ServiceAccount>(&client, namespace), owned.clone())
@@ -302,8 +310,11 @@ pub async fn run(
                 }
                 Err(error) => warn!(%error, "controller error"),
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = running => {}
+        Ok(()) = unready_stop_rx => info!("stopped before the cache was filled; no pass had started"),
+    }
     info!("CoderProvisioner controller stopped");
     Ok(())
 }
