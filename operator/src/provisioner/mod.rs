@@ -275,6 +275,9 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
         warn!(provisioner = %pass.key, %error, "leadership ended during the pass; leaving the rest to the new leader");
         return step.map(|_| Action::await_change());
     }
+    if let Ok(deferred @ Step::Deferred(_)) = step {
+        return Ok(deferred.action());
+    }
     if seeded::active(Bug::KeyStatusNotPersistedEarly) && step.is_err() {
         report.key = None;
     }
@@ -307,17 +310,22 @@ enum Step {
     /// A gate did not pass; look again after the delay (no reconcile error, R-PRE-5).
     Blocked(Duration),
     RateLimited(Duration),
-    /// A key call is due (or the coderd's slots are taken) but must wait this long first.
+    /// A key call is due but must wait this long first.
     HeldOff(Duration),
+    /// The coderd's slots are taken: the pass gave its reconcile slot back before deciding
+    /// anything, so it has nothing to write (a status write here cost a burst of new CRs a
+    /// fourth status write each).
+    Deferred(Duration),
 }
 
 impl Step {
     fn action(self) -> Action {
         match self {
             Step::Done => Action::requeue(RESYNC),
-            Step::Blocked(delay) | Step::RateLimited(delay) | Step::HeldOff(delay) => {
-                Action::requeue(delay)
-            }
+            Step::Blocked(delay)
+            | Step::RateLimited(delay)
+            | Step::HeldOff(delay)
+            | Step::Deferred(delay) => Action::requeue(delay),
         }
     }
 }
@@ -457,7 +465,7 @@ impl Pass<'_> {
         let (url, token) = (&prerequisites.control_plane.url, &prerequisites.token);
         let slot = self.ctx.coderd_slots.try_take(url, token);
         if slot.is_none() && !seeded::active(Bug::HangingCoderdStarvesOthers) {
-            return Err(Stop::Wait(Step::HeldOff(CODERD_BUSY_RETRY)));
+            return Err(Stop::Wait(Step::Deferred(CODERD_BUSY_RETRY)));
         }
         let client = self.ctx.coderd(url, token);
         let entitlement = dereference::entitlement(
