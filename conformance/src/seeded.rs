@@ -142,6 +142,7 @@ pub const VARIANTS: &[Variant] = &[
     Variant { name: "hanging-coderd-starves-others", breakage: Breakage::Code, breaks: &["R-ENT-8"] },
     // Two replicas (leader_election.feature).
     Variant { name: "paused-leader-unfenced", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
+    Variant { name: "fence-trusts-term-token", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
     Variant { name: "standby-waits-for-expiry", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
     Variant { name: "deleted-without-finalizer-reconciled", breakage: Breakage::Code, breaks: &["R-DEL-11"] },
     Variant { name: "deployment-updated-despite-invalid-credentials", breakage: Breakage::Code, breaks: &["R-CRED-8", "R-CRED-9"] },

@@ -140,6 +140,9 @@ pub enum Bug {
     /// finishes its pass when it wakes, and its key requests replace the key the new leader made
     /// (a Secret and a key record that can disagree).
     PausedLeaderUnfenced,
+    /// The fence trusts the term's token alone: a leader paused past its lease wakes before its
+    /// lease manager has noticed the loss, and the pass in flight goes on (no Lease read).
+    FenceTrustsTermToken,
     /// A standby does not watch the Lease: after the leader released it on shutdown, the
     /// standby sleeps until the released Lease's old expiry (up to its whole duration).
     StandbyWaitsForExpiry,
@@ -149,7 +152,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 43] = [
+    pub const ALL: [Bug; 44] = [
         Bug::KeyStatusNotPersistedEarly,
         Bug::DaemonWithoutCoderCommand,
         Bug::DaemonWithOrganizationEnv,
@@ -191,6 +194,7 @@ impl Bug {
         Bug::ChildRefusalOnlyLogged,
         Bug::HangingCoderdStarvesOthers,
         Bug::PausedLeaderUnfenced,
+        Bug::FenceTrustsTermToken,
         Bug::StandbyWaitsForExpiry,
         Bug::MetadataEditsReconciled,
     ];
@@ -245,6 +249,7 @@ impl Bug {
             Bug::ChildRefusalOnlyLogged => "child-refusal-only-logged",
             Bug::HangingCoderdStarvesOthers => "hanging-coderd-starves-others",
             Bug::PausedLeaderUnfenced => "paused-leader-unfenced",
+            Bug::FenceTrustsTermToken => "fence-trusts-term-token",
             Bug::StandbyWaitsForExpiry => "standby-waits-for-expiry",
             Bug::MetadataEditsReconciled => "metadata-edits-reconciled",
         }
