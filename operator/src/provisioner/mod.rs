@@ -47,8 +47,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
 use crate::api::{
@@ -57,6 +57,7 @@ use crate::api::{
 use crate::coderd::{CoderdClient, CoderdError, SecretString};
 use crate::seeded::{self, Bug};
 
+use self::coderd_slots::Slot;
 pub use self::context::{Context, object_key};
 pub use self::error::{CleanupError, Error, KeyError, StatusError};
 
@@ -358,7 +359,7 @@ struct Prerequisites<'o> {
 struct Coderd {
     /// One of the coderd's reconcile slots, held until the pass ends (`None` only in a seeded
     /// variant).
-    _slot: Option<OwnedSemaphorePermit>,
+    _slot: Option<Slot>,
     client: Result<CoderdClient, CoderdError>,
     /// The operator token, for a client of another coderd (a recorded key may live there).
     token: SecretString,
@@ -463,7 +464,10 @@ impl Pass<'_> {
     /// its reconcile slot back for now. Then the reads of gate 4.
     async fn reach_coderd(&self, prerequisites: &Prerequisites<'_>) -> Result<Coderd, Stop> {
         let (url, token) = (&prerequisites.control_plane.url, &prerequisites.token);
-        let slot = self.ctx.coderd_slots.try_take(url, token);
+        let slot = self
+            .ctx
+            .coderd_slots
+            .try_take(url, token, &ObjectRef::from_obj(self.cr));
         if slot.is_none() && !seeded::active(Bug::HangingCoderdStarvesOthers) {
             return Err(Stop::Wait(Step::Deferred(CODERD_BUSY_RETRY)));
         }

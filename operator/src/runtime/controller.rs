@@ -226,6 +226,9 @@ pub async fn run(
     let control_plane_store = store.clone();
     let control_plane_writer = (client.clone(), settings.field_manager.clone());
     let secret_store = store.clone();
+    // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
+    let (coderd_slots, woken_for_a_coderd_slot) =
+        CoderdSlots::new(usize::from(settings.max_concurrent_reconciles) / 2);
     let context = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -252,8 +255,7 @@ pub async fn run(
         failures: AttemptCounters::default(),
         key_hold_off: HoldOff::default(),
         entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
-        // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
-        coderd_slots: CoderdSlots::new(usize::from(settings.max_concurrent_reconciles) / 2),
+        coderd_slots,
         fence,
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
@@ -295,6 +297,7 @@ pub async fn run(
             credentials,
             move |secret| referencing_secret(&secret_store, &secret),
         )
+        .reconcile_on(woken_for_a_coderd_slot)
         .graceful_shutdown_on(shutdown_rx.map(|_| ()))
         .run(reconcile, error_policy, context)
         .for_each(|outcome| async move {
