@@ -184,6 +184,6 @@ mod tests {
             "b waited once, and left the line when it got its slot"
         );
         let _held = slots.try_take("http://coderd", &token, &cr("c"));
-        assert!(woken.try_next().is_err(), "no one else is in line");
+        assert!(woken.try_recv().is_err(), "no one else is in line");
     }
 }
