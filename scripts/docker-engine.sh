@@ -146,8 +146,12 @@ else
   [ ${#as_root[@]} -gt 0 ] && ! id -nG | grep -qw docker && group_args=(--group "$(id -g)")
   log "starting dockerd in the background (log: $dockerd_log)"
   "${as_root[@]}" mkdir -p "$(dirname "$dockerd_log")"
-  # A session of its own, so that it outlives this script and its caller's process group.
-  "${as_root[@]}" setsid nohup sh -c 'log="$1"; shift; exec dockerd "$@" >>"$log" 2>&1' dockerd "$dockerd_log" "${group_args[@]}" \
+  # A session of its own, so that it outlives this script and its caller's process group, and
+  # none of the caller's open files: a lock the caller holds (`flock … bash .ci/run`) would
+  # otherwise stay held for as long as the engine runs.
+  "${as_root[@]}" setsid nohup bash -c 'log="$1"; shift
+    for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && exec {fd}>&-; done
+    exec dockerd "$@" >>"$log" 2>&1' dockerd "$dockerd_log" "${group_args[@]}" \
     </dev/null >/dev/null 2>&1 &
   started=$!
 fi

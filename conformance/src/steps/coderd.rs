@@ -33,7 +33,8 @@ fn describe(entries: &[JournalEntry]) -> String {
         .join("; ")
 }
 
-/// The count is reached and holds (a later extra call fails the step).
+/// The count is reached and holds (a later extra call fails the step). The journal only grows,
+/// so a count already past the expected one fails at once instead of at the deadline.
 #[then(expr = "coderd saw exactly {int} {word} on {string}")]
 async fn saw_exactly(
     world: &mut ProvisionerWorld,
@@ -44,8 +45,17 @@ async fn saw_exactly(
     let template = route_template(&alias)?;
     let what = format!("exactly {expected} {method} on {template}");
     let exact = |seen| seen == expected;
-    wait::eventually(&what, world.timeouts(), || {
-        count_observation(world, &method, template, exact)
+    wait::eventually(&what, world.timeouts(), || async {
+        let journal = world.journal().await?;
+        let (seen, observation) = count_verdict(&journal, &method, template, exact);
+        if seen > expected {
+            return Err(wait::Hopeless(format!(
+                "saw {seen} already; calls: {}",
+                describe(&journal)
+            ))
+            .into());
+        }
+        Ok(observation)
     })
     .await?;
     wait::still(&what, world.timeouts(), || {
@@ -90,12 +100,23 @@ pub(crate) async fn count_observation(
     acceptable: impl Fn(usize) -> bool,
 ) -> anyhow::Result<wait::Observation<()>> {
     let journal = world.journal().await?;
-    let seen = count(&journal, method, template);
-    Ok(if acceptable(seen) {
+    Ok(count_verdict(&journal, method, template, acceptable).1)
+}
+
+/// How many `method` calls on `template` the journal holds, and whether that count is acceptable.
+fn count_verdict(
+    journal: &[JournalEntry],
+    method: &str,
+    template: &str,
+    acceptable: impl Fn(usize) -> bool,
+) -> (usize, wait::Observation<()>) {
+    let seen = count(journal, method, template);
+    let observation = if acceptable(seen) {
         Ok(())
     } else {
-        Err(format!("saw {seen}; calls: {}", describe(&journal)))
-    })
+        Err(format!("saw {seen}; calls: {}", describe(journal)))
+    };
+    (seen, observation)
 }
 
 #[then(expr = "coderd saw at least {int} {word} on {string}")]

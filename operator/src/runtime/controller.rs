@@ -208,7 +208,7 @@ pub async fn run(
         });
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
-    let ready_at_stop = readiness.clone();
+    let store_at_stop = store.clone();
     tokio::spawn(async move {
         // The store's readiness signal wakes only one waiter (the controller's own runner also
         // waits on it), so re-poll with a short timeout instead of awaiting once.
@@ -261,12 +261,14 @@ pub async fn run(
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     // kube-runtime lets the runner drain only once the cache is filled, and the shutdown stops
     // the watch that fills it: a stop before the first list completed would hang until the
-    // process is killed. No pass starts before then, so such a stop ends the run at once.
+    // process is killed. No pass starts before then, so such a stop ends the run at once. (One
+    // poll of the readiness signal: a filled cache answers at once, and an unfilled one means
+    // the runner is abandoned anyway, so taking its wake-up does no harm.)
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let (unready_stop_tx, unready_stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         shutdown.await;
-        if !ready_at_stop.is_ready() {
+        if store_at_stop.wait_until_ready().now_or_never().is_none() {
             let _ = unready_stop_tx.send(());
         }
         let _ = shutdown_tx.send(());
