@@ -602,7 +602,6 @@ impl ProvisionerWorld {
         Ok(())
     }
 
-    /// Stops the operator under test (gracefully) until [`Self::restart_operator`].
     /// How the operator the suite started ended, if it ended on its own: no CR changes after that.
     async fn operator_exit(&self) -> Option<std::process::ExitStatus> {
         match &self.env.operator {
@@ -611,6 +610,7 @@ impl ProvisionerWorld {
         }
     }
 
+    /// Stops the operator under test (gracefully) until [`Self::restart_operator`].
     pub async fn stop_operator(&mut self) -> anyhow::Result<()> {
         match &self.env.operator {
             Operator::Started(process) => match process.lock().await.as_mut() {

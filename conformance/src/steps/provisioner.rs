@@ -483,13 +483,8 @@ async fn named_has_condition_with_reason(
     status: String,
     reason: String,
 ) -> anyhow::Result<()> {
-    let what = format!("{name}: condition {kind}={status} {reason}");
-    world
-        .provisioner_named_eventually(&name, &what, |cr| {
-            condition_observation(cr, &kind, &status, Some(&reason))
-        })
-        .await?;
-    Ok(())
+    let timeouts = *world.timeouts();
+    expect_named_condition(world, &name, &kind, &status, &reason, &timeouts).await
 }
 
 /// For isolation: the condition must come sooner than one request timeout of a hanging coderd.
@@ -504,11 +499,22 @@ async fn named_has_condition_with_reason_within(
     status: String,
     reason: String,
 ) -> anyhow::Result<()> {
-    let what = format!("{name}: condition {kind}={status} {reason}");
     let timeouts = world.timeouts().stated(seconds);
+    expect_named_condition(world, &name, &kind, &status, &reason, &timeouts).await
+}
+
+async fn expect_named_condition(
+    world: &ProvisionerWorld,
+    name: &str,
+    kind: &str,
+    status: &str,
+    reason: &str,
+    timeouts: &wait::Timeouts,
+) -> anyhow::Result<()> {
+    let what = format!("{name}: condition {kind}={status} {reason}");
     world
-        .provisioner_named_within(&name, &what, &timeouts, |cr| {
-            condition_observation(cr, &kind, &status, Some(&reason))
+        .provisioner_named_within(name, &what, timeouts, |cr| {
+            condition_observation(cr, kind, status, Some(reason))
         })
         .await?;
     Ok(())
