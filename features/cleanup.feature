@@ -165,7 +165,7 @@ Feature: Clean-up when a provisioner is deleted
     When the provisioner is deleted
     And the operator is started
     Then coderd sees no requests since the last action during the observation window
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
     And the provisioner keeps only the finalizer "conformance.coder.com/hold" during the observation window
     When the finalizer "conformance.coder.com/hold" is removed from the provisioner
     Then the provisioner is gone

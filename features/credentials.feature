@@ -63,7 +63,7 @@ Feature: Credential Secrets referenced by extraEnv
     # checks: R-CRED-9
     And coderd saw no provisioner key requests
     # checks: none
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
 
     Examples:
       | case                      | secret            | labels                         | annotations                                                      | reason                        |

@@ -4,7 +4,7 @@ Feature: The provisioner key in coderd
   in the key Secret, records it in the status, and replaces it only when it must: the Secret is
   lost, or the settings the key was made with changed.
 
-  @R-KEY-1 @R-KEY-2 @R-KEY-3 @R-KEY-5 @R-KEY-6 @R-KEY-20 @core
+  @R-KEY-1 @R-KEY-2 @R-KEY-3 @R-KEY-5 @R-KEY-6 @R-KEY-20 @R-KEY-25 @core
   Scenario: The first reconcile creates exactly one key and stores it
     Given a Ready control plane with operator access
     When the sample provisioner is applied
@@ -32,6 +32,8 @@ Feature: The provisioner key in coderd
       | controlPlaneURL     | {url}                                   |
       | secretRef.name      | coderprovisioner-sample-provisioner-key |
       | secretRef.key       | key                                     |
+    # checks: R-KEY-25
+    And coderd holds no key of the scenario's organizations that no provisioner records
 
   @R-KEY-10 @D-5 @core
   Scenario: A lost key Secret replaces the key once
@@ -240,7 +242,7 @@ Feature: The provisioner key in coderd
     And coderd answers every POST on "provisionerkeys" with status 500
     When the sample provisioner is applied
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
 
   @R-KEY-22 @D-5 @extended
   Scenario: A same-named key the provisioner has no plaintext for is replaced

@@ -16,7 +16,7 @@ Feature: The provisioner key Secret
     # checks: R-SEC-1, R-SEC-2
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
 
-  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @D-3 @tutorial @core
+  @R-SEC-8 @R-SEC-9 @R-SEC-10 @R-SEC-11 @R-SEC-15 @D-3 @tutorial @core
   Scenario: A Secret the provisioner does not own is refused and left unchanged
     Given a Ready control plane with operator access
     And a Secret "taken-key" that the provisioner does not own
@@ -29,10 +29,43 @@ Feature: The provisioner key Secret
     Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
     # checks: R-SEC-10, D-3
     And the Secret "taken-key" is left unchanged
+    # checks: R-SEC-15
+    And no Secret the suite wrote was written by anyone else
     # checks: R-SEC-11, D-3
     And coderd saw no provisioner key requests
     # checks: R-SEC-11
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
+
+  # One kind of owner is not enough: an operator that checks only "has an owner reference to me"
+  # adopts a Secret it merely appears in, and one that checks "has a controller" is fooled by any.
+  @R-SEC-8 @R-SEC-10 @R-SEC-11 @R-SEC-15 @core
+  Scenario Outline: A key Secret owned <owner> is refused and left unchanged
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied with spec:
+      """
+      controlPlaneRef: {name: not-yet}
+      """
+    # checks: none
+    Then the provisioner has condition "ControlPlaneReady" "False" with reason "ControlPlaneUnavailable"
+    When a Secret "{provisioner}-provisioner-key" owned "<owner>" is created
+    And the provisioner spec is changed to:
+      """
+      controlPlaneRef: {name: codercontrolplane-sample}
+      """
+    # checks: R-SEC-8
+    Then the provisioner has condition "ProvisionerKeySecretReady" "False" with reason "KeySecretNotOwned"
+    # checks: R-SEC-10
+    And the Secret "{provisioner}-provisioner-key" is left unchanged
+    # checks: R-SEC-15
+    And no Secret the suite wrote was written by anyone else
+    # checks: R-SEC-11
+    And coderd saw no provisioner key requests
+
+    Examples:
+      | owner                                           |
+      | by nobody                                       |
+      | by the provisioner without being its controller |
+      | by a ConfigMap as its controller                |
 
   @R-SEC-12 @core
   Scenario: A key Secret controlled by another provisioner is refused

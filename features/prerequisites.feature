@@ -16,7 +16,7 @@ Feature: Prerequisites on the referenced control plane
     Given no control plane exists
     When the sample provisioner is applied
     Then the provisioner has condition "ControlPlaneReady" "False" with reason "ControlPlaneUnavailable"
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
 
   @R-PRE-3 @core
   Scenario: A control plane without a URL is unavailable
@@ -50,7 +50,7 @@ Feature: Prerequisites on the referenced control plane
     Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
     And the OperatorAccessReady condition's message mentions "status.operatorAccessReady=true"
     And coderd saw no requests
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
 
   @R-PRE-12 @D-1 @core
   Scenario: A failing gate leaves the later conditions unset on a new provisioner

@@ -14,7 +14,7 @@ Feature: Rate limiting by coderd
     # checks: R-RL-1
     And the ProvisionerKeyReady condition's message mentions "Coder API rate limited while reconciling provisioner key"
     # checks: R-RL-4
-    And no Deployment named "provisioner-{provisioner}" exists during the observation window
+    And no child object of the provisioner exists during the observation window
     When coderd answers normally again
     # checks: R-RL-1
     Then the provisioner becomes Ready

@@ -87,3 +87,14 @@ Feature: No churn against coderd
       image: example.com/coder:v2.31.0
       """
     Then the provisioner container's image is "example.com/coder:v2.31.0"
+
+  # R-KEY-7 is about order: a key recorded after the ServiceAccount is still visible when a later
+  # step fails, so only the API server's own record of the writes tells the two apart.
+  @R-KEY-7 @api-audit @operator-identity @core
+  Scenario: The key is recorded in status before the provisioner's other children are written
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied
+    # checks: none
+    Then the provisioner becomes Ready
+    # checks: R-KEY-7
+    And the operator wrote the provisioner's status after its key Secret and before its other children

@@ -932,7 +932,11 @@ async fn after_scenario(
 ) {
     let Some(world) = world else { return };
     // Before anything is cleaned up: the scenario's secrets and its CRs are still there.
-    let findings = crate::hygiene::findings(world).await;
+    let mut findings = crate::hygiene::findings(world).await;
+    findings.extend(crate::invariants::end_of_scenario(world).await);
+    if let (false, Some(generated)) = (findings.is_empty(), &world.generated) {
+        findings.push(generated.describe());
+    }
     let failed = failed || !findings.is_empty();
     let calls = if world.env.coderd.admin.is_some() && world.coderd.is_some() {
         world.journal().await.ok().map(|entries| {
@@ -1091,9 +1095,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .max_concurrent_scenarios(args.concurrency())
         .retries(args.retry)
         .before(|feature, rule, scenario, world| {
-            let serial = all_tags(feature, rule, scenario)
-                .iter()
-                .any(|t| t == "serial");
+            let tags = all_tags(feature, rule, scenario);
+            let serial = tags.iter().any(|t| t == "serial");
+            world.prompt_outcome = crate::world::expects_prompt_outcome(&tags);
             async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {

@@ -586,6 +586,9 @@ pub fn check(features_dir: &Path) -> anyhow::Result<Vec<String>> {
     let coverage = load(features_dir)?;
     let mut problems: Vec<String> = coverage.problems().iter().map(|p| p.to_string()).collect();
     problems.extend(Attribution::load(features_dir)?.problems());
+    problems.extend(crate::schedule::isolation_problems(
+        &crate::cli::parse_features(features_dir)?,
+    ));
     let path = features_dir.join(README_FILE);
     let readme =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;

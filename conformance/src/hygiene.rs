@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
+use crate::invariants::recorder::Recorded;
 use crate::world::ProvisionerWorld;
 
 /// Secret values shorter than this are not searched for (they would match by accident).
@@ -233,13 +234,16 @@ pub async fn leaks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
 
 /// What the after-hook reports: leaks and invariant violations seen during the scenario.
 pub async fn findings(world: &ProvisionerWorld) -> Vec<String> {
-    let mut findings: Vec<String> = world
+    // Polls and the namespace watch see many of the same observations: one finding each.
+    let mut observed = world
         .violations
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
+        .clone();
+    if let Some(recorder) = &world.recorder {
+        observed.extend(recorder.read(Recorded::violations));
+    }
+    let mut findings: Vec<String> = observed.into_iter().collect();
     match leaks(world).await {
         Ok(leaks) => findings.extend(
             leaks

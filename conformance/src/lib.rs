@@ -10,6 +10,7 @@
 pub mod assets;
 pub mod attribution;
 pub mod bench;
+pub mod cases;
 pub mod cli;
 pub mod cluster;
 pub mod coverage;
@@ -17,6 +18,7 @@ pub mod diagnostics;
 pub mod fixture_guard;
 pub mod hygiene;
 pub mod implementation;
+pub mod invariants;
 pub mod kubelet;
 pub mod manifests;
 pub mod report;

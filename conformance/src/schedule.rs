@@ -92,3 +92,83 @@ mod tests {
         );
     }
 }
+
+/// Fault delays from this long on hold a reconcile worker for a third of the local tier's
+/// deadline or more: with one worker (controller-runtime's default) the scenarios beside would
+/// wait for it and fail for a reason not theirs.
+pub const STARVING_DELAY_SECONDS: u64 = 10;
+
+/// The isolation lint: a scenario whose fault holds coderd's answers for
+/// [`STARVING_DELAY_SECONDS`] or longer runs `@serial`, alone, so that its delay can only cost
+/// its own verdict.
+pub fn isolation_problems(features: &[Feature]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for feature in features {
+        let scenarios = feature
+            .scenarios
+            .iter()
+            .map(|s| (Vec::<String>::new(), s))
+            .chain(
+                feature
+                    .rules
+                    .iter()
+                    .flat_map(|r| r.scenarios.iter().map(move |s| (r.tags.clone(), s))),
+            );
+        for (rule_tags, scenario) in scenarios {
+            let serial = feature
+                .tags
+                .iter()
+                .chain(&rule_tags)
+                .chain(&scenario.tags)
+                .any(|t| t == "serial");
+            let longest = scenario
+                .steps
+                .iter()
+                .filter_map(|s| delay_seconds(&s.value))
+                .max();
+            if let Some(seconds) = longest.filter(|s| *s >= STARVING_DELAY_SECONDS)
+                && !serial
+            {
+                problems.push(format!(
+                    "{}:{} \"{}\" delays coderd's answers by {seconds} s but is not @serial: it would hold the workers of an operator beside other scenarios",
+                    feature.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    scenario.position.line,
+                    scenario.name
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The delay of a "coderd delays its answers to … by N seconds" step.
+fn delay_seconds(step: &str) -> Option<u64> {
+    let rest = step.strip_prefix("coderd delays its answers")?;
+    let (_, after) = rest.rsplit_once(" by ")?;
+    after.strip_suffix(" seconds")?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod isolation_tests {
+    use super::*;
+
+    fn feature(text: &str) -> Feature {
+        Feature::parse(text, cucumber::gherkin::GherkinEnv::default()).expect("feature")
+    }
+
+    #[test]
+    fn a_long_delay_needs_serial() {
+        let long = feature(
+            "Feature: f\n  Scenario: s\n    When coderd delays its answers to every GET on \"entitlements\" by 60 seconds\n",
+        );
+        assert_eq!(isolation_problems(&[long]).len(), 1);
+        let serial = feature(
+            "Feature: f\n  @serial\n  Scenario: s\n    When coderd delays its answers to every GET on \"entitlements\" by 60 seconds\n",
+        );
+        assert!(isolation_problems(&[serial]).is_empty());
+        let short = feature(
+            "Feature: f\n  Scenario: s\n    When coderd delays its answers to every DELETE on \"provisionerkey\" by 4 seconds\n",
+        );
+        assert!(isolation_problems(&[short]).is_empty());
+    }
+}

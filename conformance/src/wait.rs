@@ -198,21 +198,6 @@ where
     }
 }
 
-/// Shorthand for [`stays`] over a few observations (~`hold_observations` × `interval`):
-/// the "still"/"stays" steps that follow an action and check nothing moved.
-pub async fn still<T, F, Fut>(what: &str, timeouts: &Timeouts, probe: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Observation<T>>>,
-{
-    stays(what, timeouts, still_window(timeouts), probe).await
-}
-
-/// The window of [`still`]: `hold_observations` observations `interval` apart.
-pub fn still_window(timeouts: &Timeouts) -> Duration {
-    timeouts.interval * timeouts.hold_observations.saturating_sub(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,17 +338,5 @@ mod tests {
         .unwrap_err();
         assert!(error.to_string().contains("changed"), "{error}");
         assert_eq!(calls.get(), 3);
-    }
-
-    #[tokio::test]
-    async fn still_takes_at_least_the_minimum_observations() {
-        let calls = Cell::new(0u32);
-        still("stable", &fast(), || {
-            calls.set(calls.get() + 1);
-            async { Ok(Ok(())) }
-        })
-        .await
-        .unwrap();
-        assert!(calls.get() >= 3);
     }
 }

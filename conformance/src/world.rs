@@ -171,6 +171,9 @@ pub struct ProvisionerWorld {
     pub last_admission: Option<Result<(), String>>,
     /// Held from the before-hook to the after-hook.
     pub gate: Option<Gate>,
+    /// Whether D-10's prompt outcome applies: no fault, retry schedule or operator restart in
+    /// the scenario, so a condition wait may end as soon as the operator has settled without it.
+    pub prompt_outcome: bool,
     /// A second coderd organization, made on demand by a step: (name, id).
     pub second_organization: Option<(String, String)>,
     /// Secret values the scenario has seen (key plaintexts read from Secrets, credential values
@@ -185,6 +188,14 @@ pub struct ProvisionerWorld {
     pub replicas: Vec<crate::implementation::OperatorProcess>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
     journal_seen: tokio::sync::Mutex<JournalSeen>,
+    /// The watch on the scenario's namespace (see [`crate::invariants::recorder`]).
+    pub recorder: Option<crate::invariants::recorder::Recorder>,
+    /// Set by steps that put keys into coderd themselves (no abandoned-key check then).
+    pub planted_keys: bool,
+    /// The generated case of the scenario, if it has one (named in every finding).
+    pub generated: Option<crate::steps::generated::Generated>,
+    /// Secrets the suite wrote: name → (uid, the field managers its own writes left) (R-SEC-15).
+    pub suite_secrets: BTreeMap<String, (String, std::collections::BTreeSet<String>)>,
 }
 
 #[derive(Default)]
@@ -214,6 +225,29 @@ impl fmt::Debug for ProvisionerWorld {
             .field("remembered", &self.remembered)
             .finish_non_exhaustive()
     }
+}
+
+/// D-10: a scenario whose outcome must show promptly; those with injected faults, waits for a
+/// retry schedule, restarts or replicas may rightly take longer (a backoff, a re-check).
+pub fn expects_prompt_outcome(tags: &[String]) -> bool {
+    const LONGER: [&str; 5] = [
+        "fault-injection",
+        "slow",
+        "serial",
+        "operator-restart",
+        "leader-election",
+    ];
+    !tags.iter().any(|t| LONGER.contains(&t.as_str()))
+}
+
+/// Whether a request path names one of `organizations` (`/api/v2/organizations/{name or id}/…`).
+fn names_organization(path: &str, organizations: &[String]) -> bool {
+    let path = path.split('?').next().unwrap_or_default();
+    let mut segments = path.split('/');
+    segments.any(|s| s == "organizations")
+        && segments
+            .next()
+            .is_some_and(|organization| organizations.iter().any(|o| o == organization))
 }
 
 fn random_id() -> String {
@@ -259,16 +293,22 @@ impl ProvisionerWorld {
             last_command: None,
             last_admission: None,
             gate: None,
+            prompt_outcome: false,
             second_organization: None,
             seen_secrets: Default::default(),
             violations: Default::default(),
             background: Vec::new(),
             replicas: Vec::new(),
             journal_seen: Default::default(),
+            recorder: None,
+            planted_keys: false,
+            generated: None,
+            suite_secrets: BTreeMap::new(),
         };
         if owns_namespace {
             world.create_namespace().await?;
         }
+        world.start_recorder();
         Ok(world)
     }
 
@@ -309,7 +349,29 @@ impl ProvisionerWorld {
                 );
             }
         }
-        self.create_namespace().await
+        self.create_namespace().await?;
+        self.start_recorder();
+        Ok(())
+    }
+
+    fn start_recorder(&mut self) {
+        self.recorder = Some(crate::invariants::recorder::Recorder::start(
+            self.client(),
+            &self.namespace,
+        ));
+    }
+
+    /// Remembers a Secret the suite just wrote, with the field managers of that write.
+    pub fn suite_wrote_secret(&mut self, secret: &Secret) {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let uid = secret.metadata.uid.clone().unwrap_or_default();
+        let entry = self.suite_secrets.entry(name).or_default();
+        if entry.0 != uid {
+            *entry = (uid, Default::default());
+        }
+        entry
+            .1
+            .extend(crate::invariants::managers_of(&secret.metadata));
     }
 
     async fn create_namespace(&mut self) -> anyhow::Result<()> {
@@ -418,13 +480,13 @@ impl ProvisionerWorld {
     }
 
     /// The operator token Secret the fixture control plane points at.
-    pub async fn write_operator_token_secret(&self) -> anyhow::Result<()> {
+    pub async fn write_operator_token_secret(&mut self) -> anyhow::Result<()> {
         let token = self.scenario_coderd()?.token.clone();
         self.write_token_secret(OPERATOR_TOKEN_SECRET, &token).await
     }
 
     /// A Secret `name` holding a session token under `token`, as control planes point at.
-    pub async fn write_token_secret(&self, name: &str, token: &str) -> anyhow::Result<()> {
+    pub async fn write_token_secret(&mut self, name: &str, token: &str) -> anyhow::Result<()> {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": name, "namespace": self.namespace},
@@ -432,13 +494,15 @@ impl ProvisionerWorld {
             "stringData": {"token": token},
         });
         let api: Api<Secret> = self.api();
-        api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .with_context(|| format!("writing the token Secret {name}"))?;
+        let written = api
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .with_context(|| format!("writing the token Secret {name}"))?;
+        self.suite_wrote_secret(&written);
         Ok(())
     }
 
@@ -448,7 +512,18 @@ impl ProvisionerWorld {
     /// (`?since=<seq>`; sequence numbers never go back, not even when the journal is cleared),
     /// so polls every 200 ms do not fetch every scenario's requests again.
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
-        let fingerprint = self.scenario_coderd()?.token_fingerprint.clone();
+        let coderd = self.scenario_coderd()?;
+        let fingerprint = coderd.token_fingerprint.clone();
+        // The scenario's own organizations (not a shared one like `default`): a request naming
+        // one of them in its path is this scenario's, whatever token it carried, or none.
+        let mut organizations = Vec::new();
+        if !coderd.organization_id.is_empty() {
+            organizations.push(coderd.organization.clone());
+            organizations.push(coderd.organization_id.clone());
+        }
+        if let Some((name, id)) = &self.second_organization {
+            organizations.extend([name.clone(), id.clone()]);
+        }
         let mut seen = self.journal_seen.lock().await;
         let new = self
             .admin()?
@@ -457,7 +532,9 @@ impl ProvisionerWorld {
             .context("reading the fake coderd journal")?;
         for entry in new {
             seen.last_seq = seen.last_seq.max(entry.seq);
-            if entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str()) {
+            let with_token =
+                entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str());
+            if with_token || names_organization(&entry.path, &organizations) {
                 seen.entries.push(entry);
             }
         }
@@ -578,6 +655,14 @@ impl ProvisionerWorld {
             })
         })
         .await
+    }
+
+    /// How many times the scenario's CR was changed (its `metadata.generation` as the suite
+    /// counts actions), for naming the state a finding was made in.
+    pub fn generation(&self) -> usize {
+        self.generated
+            .as_ref()
+            .map_or(1, |g| 1 + usize::from(g.change.is_some()))
     }
 
     /// Restarts the operator under test (only possible when the suite started it).
@@ -722,10 +807,16 @@ impl ProvisionerWorld {
             .seen_secrets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let watched = self
+            .recorder
+            .as_ref()
+            .map(|r| r.read(|seen| seen.secret_values.clone()))
+            .unwrap_or_default();
         self.coderd
             .iter()
             .map(|c| c.token.clone())
             .chain(seen.iter().cloned())
+            .chain(watched)
             .collect()
     }
 
@@ -745,5 +836,39 @@ impl ProvisionerWorld {
         self.second_organization.as_ref().ok_or_else(|| {
             anyhow!("no second organization: start with \"the scenario has a second coderd organization\"")
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{expects_prompt_outcome, names_organization};
+
+    #[test]
+    fn scenarios_with_faults_or_retry_schedules_may_take_longer() {
+        let tags = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(expects_prompt_outcome(&tags(&["R-CRED-3", "core"])));
+        assert!(!expects_prompt_outcome(&tags(&[
+            "R-RL-1", "slow", "extended"
+        ])));
+        assert!(!expects_prompt_outcome(&tags(&["fault-injection"])));
+    }
+
+    #[test]
+    fn a_request_is_attributed_by_the_organization_in_its_path() {
+        let ours = ["conf-1a2b".to_owned(), "0f0e-id".to_owned()];
+        assert!(names_organization(
+            "/api/v2/organizations/conf-1a2b/provisionerkeys",
+            &ours
+        ));
+        assert!(names_organization(
+            "/api/v2/organizations/0f0e-id/provisionerkeys/k?x=1",
+            &ours
+        ));
+        assert!(!names_organization(
+            "/api/v2/organizations/conf-other/provisionerkeys",
+            &ours
+        ));
+        assert!(!names_organization("/api/v2/entitlements", &ours));
+        assert!(!names_organization("/api/v2/organizations/conf-1a2b", &[]));
     }
 }

@@ -83,6 +83,85 @@ async fn requests_while_annotated(
     Ok(())
 }
 
+/// R-KEY-7: the key's record reaches the CR's status right after the key Secret is written and
+/// before the ServiceAccount, Role, RoleBinding and Deployment: in the audit log, the operator's
+/// first write of the key Secret is followed by a status write of the CR before its first write
+/// of any of those.
+#[then(
+    "the operator wrote the provisioner's status after its key Secret and before its other children"
+)]
+async fn key_recorded_before_children(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let log = world
+        .env
+        .audit_log
+        .clone()
+        .ok_or_else(|| anyhow!("no audit log: the suite reads one only on the local tier"))?;
+    let (namespace, name) = world.operator_service_account().await?;
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let writes = writes_by(&text, &user, &world.namespace)?;
+    match key_record_order(&writes) {
+        Ok(()) => Ok(()),
+        Err(why) => bail!(
+            "{why}; the operator's writes in order: {}",
+            writes.join(", ")
+        ),
+    }
+}
+
+/// The write requests (`create`, `update`, `patch`) of `user` in `namespace`, in log order, as
+/// `"<resource>[/<subresource>]"`.
+fn writes_by(events: &str, user: &str, namespace: &str) -> anyhow::Result<Vec<String>> {
+    let mut writes = Vec::new();
+    for line in events.lines().filter(|l| l.contains(namespace)) {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if str_at(&event, "/user/username") != Some(user)
+            || str_at(&event, "/objectRef/namespace") != Some(namespace)
+            || !matches!(str_at(&event, "/verb"), Some("create" | "update" | "patch"))
+            || str_at(&event, "/stage") != Some("ResponseComplete")
+        {
+            continue;
+        }
+        let resource = str_at(&event, "/objectRef/resource").unwrap_or("?");
+        writes.push(match str_at(&event, "/objectRef/subresource") {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_owned(),
+        });
+    }
+    Ok(writes)
+}
+
+/// Pure part of [`key_recorded_before_children`].
+fn key_record_order(writes: &[String]) -> Result<(), String> {
+    const LATER: [&str; 4] = ["serviceaccounts", "roles", "rolebindings", "deployments"];
+    let secret = writes
+        .iter()
+        .position(|w| w == "secrets")
+        .ok_or("no write of a Secret")?;
+    let first_later = writes
+        .iter()
+        .position(|w| LATER.contains(&w.as_str()))
+        .ok_or("no write of the ServiceAccount, Role, RoleBinding or Deployment")?;
+    let recorded = writes[secret..]
+        .iter()
+        .position(|w| w == "coderprovisioners/status")
+        .map(|at| secret + at);
+    match recorded {
+        Some(at) if at < first_later => Ok(()),
+        _ if first_later < secret => Err(format!(
+            "{} was written before the key Secret",
+            writes[first_later]
+        )),
+        _ => Err(format!(
+            "the status was not written between the key Secret and the first {}",
+            writes[first_later]
+        )),
+    }
+}
+
 /// The writer's count, from the annotation's current value (the writer may not have written yet).
 async fn writes_so_far(world: &ProvisionerWorld) -> anyhow::Result<u64> {
     let cr = world
@@ -147,6 +226,32 @@ fn requests_by(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_record_comes_between_the_secret_and_the_other_children() {
+        let order =
+            |w: &[&str]| key_record_order(&w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(
+            order(&[
+                "coderprovisioners",
+                "secrets",
+                "coderprovisioners/status",
+                "serviceaccounts",
+                "deployments"
+            ])
+            .is_ok()
+        );
+        assert!(
+            order(&[
+                "secrets",
+                "serviceaccounts",
+                "coderprovisioners/status",
+                "roles"
+            ])
+            .is_err()
+        );
+        assert!(order(&["serviceaccounts", "secrets", "coderprovisioners/status"]).is_err());
+    }
 
     fn event(user: &str, namespace: &str, verb: &str, resource: &str) -> String {
         serde_json::json!({

@@ -486,6 +486,69 @@ async fn no_object(world: &mut ProvisionerWorld, kind: String, name: String) -> 
     .await
 }
 
+/// D-1: a closed gate writes no child of any kind. The Deployment, ServiceAccount, Role and
+/// RoleBinding are looked for by their contract names (R-RES-1), every kind also by controller
+/// reference (a child under another name is a child too); a Secret only by controller reference,
+/// since a refused Secret of the key Secret's name exists on purpose.
+#[then("no child object of the provisioner exists during the observation window")]
+async fn no_child(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let window = world.observation_window();
+    let world = &*world;
+    let named = [
+        ("Deployment", deployment_name(world)),
+        (
+            "ServiceAccount",
+            format!("{}-provisioner", world.provisioner),
+        ),
+        ("Role", deployment_name(world)),
+        ("RoleBinding", deployment_name(world)),
+    ];
+    wait::stays("no child object", world.timeouts(), window, || async {
+        let uid = world
+            .provisioner_json()
+            .await?
+            .and_then(|cr| super::str_at(&cr, "/metadata/uid").map(str::to_owned))
+            .unwrap_or_default();
+        let mut found = Vec::new();
+        for (kind, name) in &named {
+            if object(world, kind, name).await?.is_some() {
+                found.push(format!("{kind} {name}"));
+            }
+        }
+        for kind in [
+            "Deployment",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Secret",
+        ] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
+            for item in api.list(&Default::default()).await?.items {
+                let controlled = item
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.controller == Some(true) && !uid.is_empty() && r.uid == uid);
+                let name = item.metadata.name.unwrap_or_default();
+                if controlled && !found.contains(&format!("{kind} {name}")) {
+                    found.push(format!("{kind} {name}"));
+                }
+            }
+        }
+        Ok(if found.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the provisioner's children exist: {}",
+                found.join(", ")
+            ))
+        })
+    })
+    .await
+}
+
 async fn deployment(world: &ProvisionerWorld) -> anyhow::Result<Option<Deployment>> {
     let api: Api<Deployment> = world.api();
     Ok(api.get_opt(&deployment_name(world)).await?)
@@ -762,6 +825,9 @@ async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     )
     .await?;
     world.remembered.insert("podTemplate".to_owned(), template);
+    // "stays unchanged" compares the whole spec (R-CRED-8 names replicas too), as it is now.
+    let spec = deployment_spec(world).await?.unwrap_or_default();
+    world.remembered.insert("deploymentSpec".to_owned(), spec);
     Ok(())
 }
 
@@ -781,19 +847,27 @@ async fn template_changes(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     .await
 }
 
+async fn deployment_spec(world: &ProvisionerWorld) -> anyhow::Result<Option<String>> {
+    Ok(deployment(world)
+        .await?
+        .and_then(|d| d.spec)
+        .map(|s| serde_json::to_string(&s))
+        .transpose()?)
+}
+
 #[then("the provisioner Deployment stays unchanged during the observation window")]
 async fn deployment_unchanged(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let before = remembered(world, "podTemplate")?;
+    let before = remembered(world, "deploymentSpec")?;
     let window = world.observation_window();
     let world = &*world;
     wait::stays(
-        "the Deployment to keep its pod template",
+        "the Deployment to keep its spec",
         world.timeouts(),
         window,
         || async {
-            Ok(match pod_template(world).await? {
+            Ok(match deployment_spec(world).await? {
                 Some(now) if now == before => Ok(()),
-                Some(_) => Err("the pod template changed".to_owned()),
+                Some(now) => Err(format!("the Deployment's spec changed to {now}")),
                 None => Err("the Deployment is gone".to_owned()),
             })
         },
@@ -992,6 +1066,66 @@ async fn foreign_secret(world: &mut ProvisionerWorld, name: String) -> anyhow::R
     world
         .remembered
         .insert(format!("secret:{name}"), secret_digest(&created));
+    world.suite_wrote_secret(&created);
+    Ok(())
+}
+
+/// R-SEC-8 in every ownership shape: no owner, the provisioner itself without the controller
+/// flag, or another kind of controller. The Secret is made while the CR waits at a closed gate,
+/// so that it can name the CR's uid.
+#[when(expr = "a Secret {string} owned {string} is created")]
+async fn secret_owned(
+    world: &mut ProvisionerWorld,
+    name: String,
+    shape: String,
+) -> anyhow::Result<()> {
+    let name = expand(world, &name);
+    let provisioner_uid = || async {
+        world
+            .provisioner_json()
+            .await?
+            .and_then(|cr| super::str_at(&cr, "/metadata/uid").map(str::to_owned))
+            .ok_or_else(|| {
+                anyhow!("the provisioner must exist before a Secret can name it as owner")
+            })
+    };
+    let owners = match shape.as_str() {
+        "by nobody" => json!([]),
+        "by the provisioner without being its controller" => json!([{
+            "apiVersion": "coder.com/v1alpha1", "kind": "CoderProvisioner",
+            "name": world.provisioner, "uid": provisioner_uid().await?,
+        }]),
+        "by a ConfigMap as its controller" => {
+            let api: Api<k8s_openapi::api::core::v1::ConfigMap> = world.api();
+            let owner = api
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "secret-owner"}}))?,
+                )
+                .await
+                .context("creating the ConfigMap that owns the Secret")?;
+            json!([{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "secret-owner",
+                "uid": owner.metadata.uid, "controller": true, "blockOwnerDeletion": true,
+            }])
+        }
+        other => bail!("unknown ownership shape {other:?}"),
+    };
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "labels": {"team": "someone-else"}, "ownerReferences": owners},
+        "type": "Opaque",
+        "stringData": {"key": "not-a-provisioner-key"},
+    });
+    let created = world
+        .api::<Secret>()
+        .create(&PostParams::default(), &serde_json::from_value(secret)?)
+        .await
+        .with_context(|| format!("creating Secret {name}"))?;
+    world
+        .remembered
+        .insert(format!("secret:{name}"), secret_digest(&created));
+    world.suite_wrote_secret(&created);
     Ok(())
 }
 
@@ -1099,10 +1233,12 @@ async fn secret_key_new(world: &mut ProvisionerWorld, name: String) -> anyhow::R
 async fn secret_key_kept(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
     let previous = remembered(world, &format!("key:{name}"))?;
+    let window = world.observation_window();
     let world = &*world;
-    wait::still(
+    wait::stays(
         &format!("Secret {name} to keep its key"),
         world.timeouts(),
+        window,
         || async {
             Ok(
                 match secret(world, &name).await?.as_ref().and_then(key_digest) {
@@ -1134,13 +1270,15 @@ async fn credential_secret(
     });
     merge(&mut secret, &json!({ "metadata": metadata }));
     let api: Api<Secret> = world.api();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&secret),
-    )
-    .await
-    .with_context(|| format!("writing Secret {name}"))?;
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .with_context(|| format!("writing Secret {name}"))?;
+    world.suite_wrote_secret(&written);
     Ok(())
 }
 
@@ -1155,13 +1293,15 @@ async fn credential_secret_changed(
         serde_saphyr::from_str(&expand(world, step.docstring.as_deref().unwrap_or("{}")))
             .context("the docstring is not valid YAML")?;
     let api: Api<Secret> = world.api();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "metadata": metadata })),
-    )
-    .await
-    .with_context(|| format!("changing Secret {name}"))?;
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "metadata": metadata })),
+        )
+        .await
+        .with_context(|| format!("changing Secret {name}"))?;
+    world.suite_wrote_secret(&written);
     Ok(())
 }
 
@@ -1298,4 +1438,14 @@ mod tests {
         json!({"app.kubernetes.io/name": "coder-provisioner", "app.kubernetes.io/instance": "p",
                "app.kubernetes.io/managed-by": "anyone"})
     }
+}
+
+/// R-SEC-15 as a step (the after-hook checks the same after every scenario).
+#[then("no Secret the suite wrote was written by anyone else")]
+async fn suite_secrets_untouched(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let found = crate::invariants::suite_objects_untouched(world).await?;
+    if !found.is_empty() {
+        bail!("{}", found.join("; "));
+    }
+    Ok(())
 }

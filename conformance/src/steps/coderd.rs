@@ -58,7 +58,8 @@ async fn saw_exactly(
         Ok(observation)
     })
     .await?;
-    wait::still(&what, world.timeouts(), || {
+    let window = world.observation_window();
+    wait::stays(&what, world.timeouts(), window, || {
         count_observation(world, &method, template, exact)
     })
     .await
@@ -193,18 +194,24 @@ async fn sees_nothing_new(
 /// "No key request" in the contract's sense: no create, list or delete on the key routes.
 #[then("coderd saw no provisioner key requests")]
 async fn saw_no_key_requests(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::still("no provisioner key requests", world.timeouts(), || async {
-        let journal = world.journal().await?;
-        let keys: Vec<JournalEntry> = journal
-            .into_iter()
-            .filter(|e| is_key_request(e.route.as_deref()))
-            .collect();
-        Ok(if keys.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("key requests: {}", describe(&keys)))
-        })
-    })
+    let window = world.observation_window();
+    wait::stays(
+        "no provisioner key requests",
+        world.timeouts(),
+        window,
+        || async {
+            let journal = world.journal().await?;
+            let keys: Vec<JournalEntry> = journal
+                .into_iter()
+                .filter(|e| is_key_request(e.route.as_deref()))
+                .collect();
+            Ok(if keys.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("key requests: {}", describe(&keys)))
+            })
+        },
+    )
     .await
 }
 
@@ -302,7 +309,8 @@ pub fn backoff_problem(gaps: &[f64], first: f64) -> Option<String> {
 
 #[then("coderd saw no requests")]
 async fn saw_no_requests(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::still("no coderd requests", world.timeouts(), || async {
+    let window = world.observation_window();
+    wait::stays("no coderd requests", world.timeouts(), window, || async {
         let journal = world.journal().await?;
         Ok(if journal.is_empty() {
             Ok(())
@@ -430,9 +438,11 @@ async fn recorded_key_gone(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 
 #[then("the recorded provisioner key still exists in coderd")]
 async fn recorded_key_kept(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    wait::still(
+    let window = world.observation_window();
+    wait::stays(
         "the recorded key to stay in coderd",
         world.timeouts(),
+        window,
         || async {
             Ok(if recorded_key_present(world).await? {
                 Ok(())
@@ -523,14 +533,24 @@ async fn authenticated_key(
     )
     .await?;
     world.saw_secret(&key);
-    let key = String::from_utf8_lossy(&key).into_owned();
+    daemon_key_lookup(world, &String::from_utf8_lossy(&key))
+        .await
+        .with_context(|| format!("the key in Secret {secret}"))
+}
+
+/// Asks coderd which key `key` is, as a daemon does (`GET /api/v2/provisionerkeys/{key}` with
+/// the key itself); the answer's JSON, or why coderd refused it.
+pub(crate) async fn daemon_key_lookup(
+    world: &ProvisionerWorld,
+    key: &str,
+) -> anyhow::Result<Value> {
     let url = format!(
         "{}/api/v2/provisionerkeys/{key}",
         world.env.coderd.runner_url
     );
     let response = reqwest::Client::new()
         .get(url)
-        .header("Coder-Provisioner-Daemon-Key", &key)
+        .header("Coder-Provisioner-Daemon-Key", key)
         .send()
         .await
         // The error would carry the URL (and so the key): report only the kind of failure.
@@ -542,7 +562,7 @@ async fn authenticated_key(
         })?;
     let status = response.status();
     if !status.is_success() {
-        bail!("coderd rejected the key in Secret {secret} with {status}");
+        bail!("coderd rejected the key with {status}");
     }
     response
         .json()
@@ -690,7 +710,12 @@ async fn key_exists_in_second(world: &mut ProvisionerWorld, name: String) -> any
 }
 
 /// A key made by another client; the plaintext is dropped: nobody in the scenario may know it.
-async fn seed_key(world: &ProvisionerWorld, organization: &str, name: &str) -> anyhow::Result<()> {
+async fn seed_key(
+    world: &mut ProvisionerWorld,
+    organization: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    world.planted_keys = true;
     world
         .admin()?
         .create_key_directly(organization, name, Default::default())
@@ -717,9 +742,11 @@ async fn second_holds_keys(
     name: String,
 ) -> anyhow::Result<()> {
     let organization = world.second_organization()?.0.clone();
-    wait::still(
+    let window = world.observation_window();
+    wait::stays(
         &format!("{expected} key(s) named {name} in {organization}"),
         world.timeouts(),
+        window,
         || async {
             let keys = world.admin()?.keys(&organization).await?;
             let seen = keys.iter().filter(|k| k.name == name).count();
@@ -763,6 +790,7 @@ async fn recorded_key_deleted_elsewhere(world: &mut ProvisionerWorld) -> anyhow:
 #[when("the recorded provisioner key is replaced in coderd by someone else's key of the same name")]
 async fn recorded_key_replaced_elsewhere(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
+    world.planted_keys = true;
     let key = recorded_key(world).await?;
     let organization = world.scenario_coderd()?.organization.clone();
     let admin = world.admin()?;
@@ -799,4 +827,15 @@ mod tests {
     fn a_doubling_backoff_is_recognised(#[case] gaps: &[f64], #[case] ok: bool) {
         assert_eq!(backoff_problem(gaps, 2.0).is_none(), ok, "{gaps:?}");
     }
+}
+
+/// R-KEY-25 as a step (the after-hook checks the same once every CR is settled).
+#[then("coderd holds no key of the scenario's organizations that no provisioner records")]
+async fn no_abandoned_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let crs = crate::invariants::list_provisioners(world).await?;
+    let found = crate::invariants::abandoned_keys(world, &crs).await?;
+    if !found.is_empty() {
+        bail!("{}", found.join("; "));
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod children;
 pub mod coderd;
 pub mod fixture;
+pub mod generated;
 pub mod leadership;
 pub mod provisioner;
 pub mod tutorial;

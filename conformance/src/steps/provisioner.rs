@@ -417,7 +417,7 @@ async fn becomes_ready_within(world: &mut ProvisionerWorld, seconds: u64) -> any
 
 #[then("the provisioner is still Ready")]
 async fn still_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let window = wait::still_window(world.timeouts());
+    let window = world.observation_window();
     world
         .provisioner_stays(
             "the CoderProvisioner to stay Ready",
@@ -536,9 +536,40 @@ async fn expect_condition(
     reason: Option<&str>,
 ) -> anyhow::Result<()> {
     let what = format!("condition {kind}={status} {}", reason.unwrap_or(""));
-    let found = world
-        .provisioner_eventually(&what, |cr| condition_observation(cr, kind, status, reason))
-        .await?;
+    let settle = (world.prompt_outcome).then(|| world.timeouts().eventually / 3);
+    // D-10: the same status and no new coderd request for `settle`, the current generation
+    // observed, and still not the awaited condition: the operator settled without it.
+    let stable = std::sync::Mutex::new((String::new(), 0usize, tokio::time::Instant::now()));
+    let stable = &stable;
+    let world_ref = &*world;
+    let found = wait::eventually(&what, world.timeouts(), || async move {
+        let Some(cr) = world_ref.provisioner_json().await? else {
+            return Ok(Err(format!("CoderProvisioner {} does not exist", world_ref.provisioner)));
+        };
+        let observed = condition_observation(&cr, kind, status, reason);
+        let (Err(why), Some(settle)) = (&observed, settle) else {
+            return Ok(observed);
+        };
+        let requests = match (&world_ref.env.coderd.admin, &world_ref.coderd) {
+            (Some(_), Some(_)) => world_ref.journal().await?.len(),
+            _ => 0,
+        };
+        let state = cr.get("status").map(Value::to_string).unwrap_or_default();
+        let current = cr.pointer("/metadata/generation") == cr.pointer("/status/observedGeneration");
+        let mut last = stable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.0 != state || last.1 != requests || !current {
+            *last = (state, requests, tokio::time::Instant::now());
+        }
+        if current && last.2.elapsed() >= settle {
+            return Err(wait::Hopeless(format!(
+                "the operator settled without it ({:.0} s with the same status, the current generation observed and no coderd request; D-10): {why}",
+                settle.as_secs_f64()
+            ))
+            .into());
+        }
+        Ok(observed)
+    })
+    .await?;
     if let Some(message) = str_at(&found, "/message") {
         world
             .remembered
@@ -565,7 +596,7 @@ async fn condition_message_mentions(
 
 #[then(expr = "the provisioner has no condition {string}")]
 async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
-    let window = wait::still_window(world.timeouts());
+    let window = world.observation_window();
     world
         .provisioner_stays(
             &format!("no {kind} condition"),
@@ -762,7 +793,7 @@ async fn conditions_keep_times(world: &mut ProvisionerWorld) -> anyhow::Result<(
         serde_json::from_str(world.remembered.get("conditions").ok_or_else(|| {
             anyhow!("no earlier \"the provisioner's conditions are remembered\"")
         })?)?;
-    let window = wait::still_window(world.timeouts());
+    let window = world.observation_window();
     world
         .provisioner_stays("conditions to keep their transition times", window, |cr| {
             let now = transition_times(cr);
@@ -843,7 +874,7 @@ async fn key_fields_removed(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         "organizationID": null, "organizationName": null, "provisionerKeyID": null,
         "provisionerKeyName": null, "tagsHash": null, "controlPlaneRefName": null,
         "controlPlaneURL": null}});
-    world
+    let written = world
         .provisioners()
         .patch_status(
             &world.provisioner,
@@ -852,6 +883,9 @@ async fn key_fields_removed(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
         )
         .await
         .context("removing the key fields from the status")?;
+    if let Some(recorder) = &world.recorder {
+        recorder.suite_wrote(written.metadata.resource_version);
+    }
     Ok(())
 }
 

@@ -1,0 +1,404 @@
+//! Generated cases: CoderProvisioner specs drawn from the space the contract describes (names at
+//! and past the length limits, the organization given, empty or absent, key names in any case,
+//! tags added and removed, other Secrets and data keys, replicas from 0, extraEnv of every
+//! source, optional references to absent Secrets, …) and one change after the CR settled.
+//!
+//! Deterministic by seed: the same seed gives the same case in the same suite version, so a
+//! failure names its seed and the case, and `--seeds` replays it. The checks are not here: the
+//! end-of-scenario oracle ([`crate::invariants`]) holds every settled CR to its spec, whatever
+//! the spec is; these cases only make sure it sees specs nobody hand-picked.
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
+use serde_json::{Map, Value, json};
+
+/// The seeds every run checks (the Extended level's generated cases).
+pub const FIXED_SEEDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+
+/// What a case may refer to in its scenario.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The scenario's own coderd organization and a second one.
+    pub organizations: [String; 2],
+    /// The fixture control plane and a second Ready one with its own operator token.
+    pub control_planes: [String; 2],
+}
+
+/// One generated CoderProvisioner, and the entitlement its control plane reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    pub name: String,
+    pub spec: Value,
+    pub entitlement: Entitlement,
+}
+
+/// The control plane's own entitlement check (R-ENT-1…3), as the fixture writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entitlement {
+    FreshEntitled,
+    FreshGracePeriod,
+    /// Checked more than two minutes ago: the operator must ask coderd.
+    StaleEntitled,
+    /// A value that settles nothing (`unknown`): the operator must ask coderd.
+    FreshUnknown,
+}
+
+impl Entitlement {
+    /// Whether the control plane's check alone settles the entitlement (R-ENT-1).
+    pub fn settles(self) -> bool {
+        matches!(self, Self::FreshEntitled | Self::FreshGracePeriod)
+    }
+
+    /// The control plane status patch, given "now" and "five minutes ago" as RFC 3339.
+    pub fn status_patch(self, now: &str, long_ago: &str) -> Value {
+        let (value, checked) = match self {
+            Self::FreshEntitled => ("entitled", now),
+            Self::FreshGracePeriod => ("grace_period", now),
+            Self::StaleEntitled => ("entitled", long_ago),
+            Self::FreshUnknown => ("unknown", now),
+        };
+        json!({"status": {"externalProvisionerDaemonsEntitlement": value, "entitlementsLastChecked": checked}})
+    }
+}
+
+/// A change to a settled case's spec, as a JSON merge patch of the spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub what: &'static str,
+    pub patch: Value,
+    /// Whether the change may replace the key: tags, key name, organization, or where the key is
+    /// stored (R-KEY-13…15; a move may or may not make a new key). Any other change makes no key
+    /// request (R-KEY-4).
+    pub may_rotate: bool,
+}
+
+fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
+    &items[rng.random_range(0..items.len())]
+}
+
+fn word(rng: &mut StdRng, len: usize) -> String {
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..len).map(|_| char::from(*pick(rng, LETTERS))).collect()
+}
+
+/// A DNS-label-like name of exactly `len` characters starting with `prefix`.
+fn name_of_length(rng: &mut StdRng, prefix: &str, len: usize) -> String {
+    let mut name = prefix.to_owned();
+    while name.len() < len {
+        name.push_str(&word(rng, 1));
+    }
+    name.truncate(len);
+    name
+}
+
+fn tags(rng: &mut StdRng) -> Map<String, Value> {
+    const KEYS: [&str; 5] = ["scope", "team", "owner", "region", "os"];
+    let count = rng.random_range(0..=3);
+    (0..count)
+        .map(|_| (pick(rng, &KEYS).to_string(), Value::from(word(rng, 5))))
+        .collect()
+}
+
+fn extra_env(rng: &mut StdRng) -> Vec<Value> {
+    let count = rng.random_range(0..=3);
+    (0..count)
+        .map(|n| match rng.random_range(0..4) {
+            0 => json!({"name": format!("EXTRA_{n}"), "value": word(rng, 6)}),
+            1 => json!({"name": format!("POD_{n}"), "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+            // D-2: an optional reference to a Secret that does not exist is allowed.
+            2 => json!({"name": format!("OPTIONAL_{n}"), "valueFrom": {"secretKeyRef": {"name": format!("absent-{}", word(rng, 4)), "key": "value", "optional": true}}}),
+            _ => json!({"name": format!("EMPTY_{n}"), "value": ""}),
+        })
+        .collect()
+}
+
+/// The case of `seed`.
+pub fn case(seed: u64, context: &Context) -> Case {
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Short, at the 63-character limit of child names, and past it (children and labels
+    // shortened; the default key name past coderd's 64).
+    let length = *pick(&mut rng, &[12usize, 20, 51, 63, 70]);
+    let name = name_of_length(&mut rng, &format!("gen{seed}-"), length);
+    let mut spec = Map::new();
+    spec.insert(
+        "controlPlaneRef".into(),
+        json!({"name": context.control_planes[0]}),
+    );
+    match rng.random_range(0..4) {
+        0 => {}
+        1 => {
+            spec.insert("organizationName".into(), json!(""));
+        }
+        n => {
+            spec.insert(
+                "organizationName".into(),
+                json!(context.organizations[n - 2]),
+            );
+        }
+    }
+    let mut key = Map::new();
+    if rng.random_bool(0.5) {
+        let len = *pick(&mut rng, &[5usize, 30, 64]);
+        let mut key_name = name_of_length(&mut rng, "key-", len);
+        if rng.random_bool(0.5) {
+            key_name = key_name.to_uppercase();
+        }
+        key.insert("name".into(), json!(key_name));
+    }
+    if rng.random_bool(0.4) {
+        key.insert(
+            "secretName".into(),
+            json!(format!("gen-{}", word(&mut rng, 6))),
+        );
+    }
+    if rng.random_bool(0.4) {
+        key.insert(
+            "secretKey".into(),
+            json!(pick(
+                &mut rng,
+                &["key", "token", "daemon.key", "daemon_key"]
+            )),
+        );
+    }
+    if !key.is_empty() {
+        spec.insert("key".into(), Value::Object(key));
+    }
+    let tags = tags(&mut rng);
+    if !tags.is_empty() || rng.random_bool(0.3) {
+        spec.insert("tags".into(), Value::Object(tags));
+    }
+    if let Some(replicas) = *pick(&mut rng, &[None, Some(0), Some(1), Some(2), Some(3)]) {
+        spec.insert("replicas".into(), json!(replicas));
+    }
+    if rng.random_bool(0.4) {
+        spec.insert(
+            "image".into(),
+            json!(format!("registry.test/coder:v{}", rng.random_range(1..9))),
+        );
+    }
+    if rng.random_bool(0.4) {
+        let args: Vec<&str> = (0..rng.random_range(1..=2))
+            .map(|_| {
+                *pick(
+                    &mut rng,
+                    &["--verbose", "--poll-interval=2s", "--log-human=/dev/stderr"],
+                )
+            })
+            .collect();
+        spec.insert("extraArgs".into(), json!(args));
+    }
+    let env = extra_env(&mut rng);
+    if !env.is_empty() {
+        spec.insert("extraEnv".into(), json!(env));
+    }
+    match rng.random_range(0..3) {
+        0 => {}
+        1 => {
+            spec.insert(
+                "resources".into(),
+                json!({"requests": {"cpu": "100m", "memory": "64Mi"}}),
+            );
+        }
+        _ => {
+            spec.insert(
+                "resources".into(),
+                json!({"limits": {"cpu": "0.5", "memory": "1Gi"}}),
+            );
+        }
+    }
+    if rng.random_bool(0.3) {
+        spec.insert("imagePullSecrets".into(), json!([{"name": "pull-secret"}]));
+    }
+    if let Some(grace) = *pick(&mut rng, &[None, Some(0), Some(30), Some(900)]) {
+        spec.insert("terminationGracePeriodSeconds".into(), json!(grace));
+    }
+    let entitlement = *pick(
+        &mut rng,
+        &[
+            Entitlement::FreshEntitled,
+            Entitlement::FreshGracePeriod,
+            Entitlement::StaleEntitled,
+            Entitlement::FreshUnknown,
+        ],
+    );
+    Case {
+        name,
+        spec: Value::Object(spec),
+        entitlement,
+    }
+}
+
+/// The change of `seed`'s case (drawn from the seed too, after the case).
+pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let spec = &case.spec;
+    let current_tags: BTreeMap<String, Value> = spec
+        .get("tags")
+        .and_then(Value::as_object)
+        .map(|t| t.clone().into_iter().collect())
+        .unwrap_or_default();
+    match rng.random_range(0..10) {
+        0 => {
+            // A tag added, one removed, or one's value changed.
+            let patch = match current_tags.keys().next() {
+                Some(key) if rng.random_bool(0.5) => json!({"tags": {key: null}}),
+                Some(key) => json!({"tags": {key: word(&mut rng, 7)}}),
+                None => json!({"tags": {"added": word(&mut rng, 4)}}),
+            };
+            Change {
+                what: "a tag",
+                patch,
+                may_rotate: true,
+            }
+        }
+        1 => Change {
+            what: "the key name",
+            patch: json!({"key": {"name": format!("Renamed-{}", word(&mut rng, 6))}}),
+            may_rotate: true,
+        },
+        2 => {
+            let now = spec
+                .get("organizationName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let other = if now == context.organizations[0] {
+                &context.organizations[1]
+            } else {
+                &context.organizations[0]
+            };
+            Change {
+                what: "the organization",
+                patch: json!({"organizationName": other}),
+                may_rotate: true,
+            }
+        }
+        3 => Change {
+            what: "where the key is stored",
+            patch: json!({"key": {"secretName": format!("moved-{}", word(&mut rng, 5)), "secretKey": "moved.key"}}),
+            may_rotate: true,
+        },
+        4 => Change {
+            what: "the replicas",
+            patch: json!({"replicas": rng.random_range(0..4)}),
+            may_rotate: false,
+        },
+        5 => Change {
+            what: "the image",
+            patch: json!({"image": format!("registry.test/coder:changed-{}", word(&mut rng, 3))}),
+            may_rotate: false,
+        },
+        6 => Change {
+            what: "the extra env",
+            patch: json!({"extraEnv": extra_env(&mut rng)}),
+            may_rotate: false,
+        },
+        8 => Change {
+            what: "the control plane",
+            patch: json!({"controlPlaneRef": {"name": context.control_planes[1]}}),
+            may_rotate: true,
+        },
+        7 => Change {
+            what: "the resources and grace period",
+            patch: json!({"resources": null, "terminationGracePeriodSeconds": rng.random_range(1..120)}),
+            may_rotate: false,
+        },
+        _ => Change {
+            what: "the extra args",
+            patch: json!({"extraArgs": ["--changed"]}),
+            may_rotate: false,
+        },
+    }
+}
+
+/// The case as a reader wants it in a failure: name, spec, and the change.
+pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
+    let spec = serde_json::to_string(&case.spec).unwrap_or_default();
+    let mut text = format!(
+        "generated case seed {seed}: CoderProvisioner {} with spec {spec}, control plane entitlement {:?}",
+        case.name, case.entitlement
+    );
+    if let Some(change) = change {
+        text.push_str(&format!(
+            "; then {} changed by {}",
+            change.what, change.patch
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> Context {
+        Context {
+            organizations: ["conf-a".into(), "conf-b".into()],
+            control_planes: ["cp".into(), "cp2".into()],
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_the_same_case_every_time() {
+        for seed in FIXED_SEEDS {
+            assert_eq!(case(seed, &context()), case(seed, &context()));
+            let case = case(seed, &context());
+            assert_eq!(
+                change(seed, &case, &context()),
+                change(seed, &case, &context())
+            );
+        }
+    }
+
+    #[test]
+    fn cases_stay_inside_what_admission_accepts() {
+        for seed in 0..500 {
+            let case = case(seed, &context());
+            assert!(
+                case.name.len() <= 253 && !case.name.ends_with('-'),
+                "{case:?}"
+            );
+            let key_name = case
+                .spec
+                .pointer("/key/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            assert!(key_name.len() <= 64, "{case:?}");
+            assert!(
+                case.spec
+                    .pointer("/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+                    >= 0
+            );
+        }
+    }
+
+    #[test]
+    fn the_fixed_seeds_cover_the_shapes_that_matter() {
+        let cases: Vec<Case> = FIXED_SEEDS.iter().map(|s| case(*s, &context())).collect();
+        let changes: Vec<Change> = FIXED_SEEDS
+            .iter()
+            .zip(&cases)
+            .map(|(s, c)| change(*s, c, &context()))
+            .collect();
+        assert!(
+            cases.iter().any(|c| c.name.len() > 63),
+            "a name past the label limit"
+        );
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.spec.get("organizationName").is_none())
+        );
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.spec.pointer("/key/secretKey").is_some())
+        );
+        assert!(changes.iter().any(|c| c.may_rotate));
+        assert!(changes.iter().any(|c| !c.may_rotate));
+        assert!(cases.iter().any(|c| c.entitlement.settles()));
+        assert!(cases.iter().any(|c| !c.entitlement.settles()));
+    }
+}

@@ -1,0 +1,37 @@
+@fake-coderd @generated
+Feature: Generated provisioners
+  Specs no one hand-picked, drawn from the space the contract describes: names short, at the
+  63-character limit and past it; the organization given, empty or absent; key names in any case
+  and up to 64 characters; tags added and removed; other Secrets and data keys; replicas from 0;
+  extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
+  grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
+  settled CR, its children and its key in coderd to its spec. Each case then changes once, and
+  its key requests must fit what the change can justify. A failure names its seed; the same seed
+  gives the same case (`conformance run --name 'seed 5'`).
+
+  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-ENT-1 @extended
+  Scenario Outline: The provisioner generated from seed <seed> settles as its spec says, before and after a change
+    Given a Ready control plane with operator access
+    And the scenario has a second coderd organization
+    And a second Ready control plane "other-control-plane" with its own operator token
+    When the provisioner generated from seed <seed> is applied
+    # checks: R-KEY-20, R-SEC-7, R-ST-4
+    Then the generated provisioner settles
+    When the generated provisioner's spec is changed as its seed says
+    # checks: R-KEY-20, R-SEC-7, R-ST-4
+    Then the generated provisioner settles
+    # checks: R-KEY-4
+    And coderd saw only the key requests the generated change justifies
+    # checks: R-ENT-1
+    And coderd saw no entitlements request when the control plane's recent check settles it
+
+    Examples:
+      | seed |
+      | 1    |
+      | 2    |
+      | 3    |
+      | 4    |
+      | 5    |
+      | 6    |
+      | 7    |
+      | 8    |
