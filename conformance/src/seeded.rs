@@ -623,7 +623,7 @@ impl Scratch {
     ) -> Result<Prepared, String> {
         self.try_prepare(variant, reference, dir)
             .await
-            .map_err(|error| format!("{error:#}"))
+            .map_err(|error| format!("{error:#}").trim().replace('\n', " / "))
     }
 
     async fn try_prepare(
@@ -686,9 +686,6 @@ impl Scratch {
 
     /// `cargo build` of the operator in the copy; the binary is copied into `dir`.
     async fn build(&self, variant: &Variant, dir: &Path) -> anyhow::Result<PathBuf> {
-        let log_path = dir.join("build.log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
         let output = crate::implementation::workspace_cargo(
             &self.dir,
             &[
@@ -702,12 +699,15 @@ impl Scratch {
             ],
         )
         .env("CARGO_TARGET_DIR", &self.target_dir)
-        .stderr(log)
         .output()
         .await
         .context("running cargo")?;
+        // The compiler's messages, rendered by cargo.
+        let log_path = dir.join("build.log");
+        std::fs::write(&log_path, &output.stderr)
+            .with_context(|| format!("writing {}", log_path.display()))?;
         if !output.status.success() {
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let text = String::from_utf8_lossy(&output.stderr);
             let errors: Vec<&str> = text
                 .lines()
                 .filter(|line| line.starts_with("error"))
