@@ -62,7 +62,7 @@ pub enum Command {
     LocalCluster(LocalClusterArgs),
     /// Measure the reference operator at scale on the local tier (prints a table, writes JSON and SVG).
     Bench(Box<crate::bench::BenchArgs>),
-    /// Prove the suite can fail: run it against seeded-bug builds of the reference operator.
+    /// Prove the suite can fail: run it against seeded variants (patches) of the reference operator.
     SeededBugs(crate::seeded::SeededArgs),
     /// Print the rule coverage table (rules.tsv → scenarios → seeded variants); `--write`
     /// updates features/README.md, `--check` fails when it is stale or a rule is uncovered.

@@ -1,112 +1,291 @@
 //! Seeded bugs: proves the suite can fail.
 //!
-//! The reference operator built with its `seeded-bugs` feature carries deliberately broken
-//! variants, one active at a time, selected by [`SEEDED_BUG_ENV`]. This runner runs the suite
-//! against each variant — only the scenarios tagged with the rules that variant breaks — and
-//! against the unbroken operator on the union of those tags. A variant is *caught* when at least
-//! one scenario fails for it while the unbroken operator passes every selected scenario; a
-//! variant with no failing scenario is *MISSED*, and the run fails. A variant that writes the
-//! control plane ([`Breakage::ControlPlaneWriter`]) breaks the suite's fixture, not a rule: it is
-//! caught when the fixture guard stops its run, and the same variant under
-//! `--control-plane-access read-only` must pass every selected scenario.
+//! A seeded variant is a patch of the reference operator: a small diff of its source, or of its
+//! RBAC or CRD manifests, kept as `conformance/seeded/<name>.patch` with a header naming it, the
+//! rules it breaks and (when they are not simply the scenarios of those rules) the scenarios
+//! that run against it; see [`parse_header`]. The reference operator itself carries no trace of
+//! its variants.
 //!
-//! [`VARIANTS`] is the one table of variants: name, how it is made, and the rule ids it breaks
-//! (which are also the tags that select its scenarios).
+//! The runner copies the workspace once into a scratch folder, and for each variant resets the
+//! copy, applies the patch (`git apply`), builds the operator there (in the workspace's target
+//! directory under another binary name, so that only the operator crate recompiles and the
+//! reference binary stays as it is) and runs the suite against that binary, under the copy's
+//! `config/rbac` (and `config/crd`) when the patch changed them, with only the scenarios of the
+//! variant. Builds run one after another while earlier variants' suites run. The **unbroken**
+//! operator runs twice on the union of the variants' scenarios.
+//!
+//! A variant is *caught* when a scenario fails on a step that checks one of the rules it breaks
+//! (the report's `failed_rules`, see [`crate::attribution`]), while the unbroken operator passes
+//! every selected scenario in both of its runs. A variant whose selection fails only on other
+//! rules, or not at all, is *MISSED*, and the run fails; so does a patch that does not apply or
+//! does not compile (an ERROR naming it). A variant that writes the control plane
+//! ([`Breakage::ControlPlaneWriter`], `# verdict: fixture-guard`) breaks the suite's fixture, not
+//! a rule: it is caught when the fixture guard stops its run, and the same variant under
+//! `--control-plane-access read-only` must pass every selected scenario.
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
-use futures::StreamExt as _;
-use kube::api::DynamicObject;
-use serde_json::Value;
+use futures::{FutureExt as _, StreamExt as _};
 
 use crate::fixture_guard::is_fixture_change;
 use crate::implementation::{REFERENCE_BINARY, REFERENCE_BINARY_ENV, reference_operator_binary};
 use crate::report::model::{ConformanceReport, Status};
 
-/// The environment variable a `seeded-bugs` build of the reference operator reads.
-pub const SEEDED_BUG_ENV: &str = "CODER_OPERATOR_SEEDED_BUG";
+/// Folder of the built-in variants, relative to the repository root.
+pub const PATCH_DIR: &str = "conformance/seeded";
 
-/// How a variant is produced.
+/// The built-in variants: `(file name in [PATCH_DIR], the patch)`, in the order they are run
+/// and listed. A test checks that this is exactly the folder's `*.patch` files.
+macro_rules! built_in {
+    ($($name:literal),* $(,)?) => {
+        &[$(
+            (
+                concat!($name, ".patch"),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/seeded/", $name, ".patch")),
+            )
+        ),*]
+    };
+}
+
+#[rustfmt::skip]
+pub const BUILT_IN: &[(&str, &str)] = built_in![
+    // The PR's three bugs.
+    "rbac-without-pod-verbs",
+    "key-status-not-persisted-early",
+    "daemon-without-coder-command",
+    "daemon-with-organization-env",
+    // The tutorial's rules.
+    "unowned-key-secret-adopted",
+    "key-secret-of-another-provisioner-adopted",
+    "credential-secrets-unchecked",
+    "credential-origin-prefix-match",
+    "cleanup-by-spec-key-name",
+    "cleanup-without-key-calls-coderd",
+    "finalizer-kept-while-coderd-down",
+    "rate-limited-cleanup-retried",
+    "error-body-decoded-strictly",
+    "replacement-announced-after-delete",
+    "unstored-key-left-in-coderd",
+    "child-refusal-only-logged",
+    "hanging-coderd-starves-others",
+    // Two replicas (leader_election.feature).
+    "paused-leader-unfenced",
+    "fence-trusts-term-token",
+    "standby-waits-for-expiry",
+    "deleted-without-finalizer-reconciled",
+    "deployment-updated-despite-invalid-credentials",
+    "not-entitled-ignored",
+    // Stability.
+    "status-rewritten-every-reconcile",
+    "key-rotated-on-restart",
+    "tags-ignored-on-drift",
+    "metadata-edits-reconciled",
+    // Rate limiting.
+    "rate-limit-retried-without-backoff",
+    "backoff-not-reset-after-success",
+    // Which key is deleted, and when.
+    "cleanup-by-recorded-name",
+    "drift-rotation-by-recorded-name",
+    "cleanup-in-background",
+    "cleanup-organization-from-spec",
+    "rotation-stops-on-delete-failure",
+    // Secrets and credentials.
+    "session-token-logged",
+    "credential-origin-port-ignored",
+    "refused-secret-lists-keys",
+    "secret-key-ignored",
+    "key-secret-without-block-owner-deletion",
+    // Status and entitlement.
+    "phase-ready-when-deployment-exists",
+    "tags-hash-over-keys-only",
+    "transition-time-always-now",
+    "observed-generation-frozen",
+    "entitlements-unauthorized-as-query-failure",
+    // The suite's own fixture.
+    "control-plane-status-rewritten",
+];
+
+/// How a variant is caught.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Breakage {
-    /// The seeded-bugs build with [`SEEDED_BUG_ENV`] set to the variant's name.
-    Code,
-    /// The unbroken operator under `config/rbac/` minus the pod and PVC verbs (the PR's first
-    /// bug: creating the provisioner's Role is then rejected as privilege escalation).
-    RbacWithoutPodVerbs,
-    /// The seeded-bugs build with [`SEEDED_BUG_ENV`] set to the variant's name, writing the
-    /// control planes it reads, under `config/rbac/` plus the write it needs (which
-    /// `config/rbac/` does not grant). It breaks no rule, so its [`Variant::breaks`] is empty
-    /// and it runs the scenarios of [`CONTROL_PLANE_READERS`].
+    /// It breaks rules (`# breaks:`): caught when a scenario fails on a step checking one.
+    Rules,
+    /// It writes the control planes it reads (`# verdict: fixture-guard`): it breaks no rule,
+    /// only the suite's control-plane fixture, and is caught when the fixture guard stops its
+    /// run; under `--control-plane-access read-only` it must pass.
     ControlPlaneWriter,
 }
 
-impl Breakage {
-    /// Whether the variant is the seeded-bugs build with [`SEEDED_BUG_ENV`] set to its name.
-    pub fn is_seeded_code(self) -> bool {
-        matches!(self, Self::Code | Self::ControlPlaneWriter)
-    }
-
-    /// The changed copy of `config/rbac/` the variant runs under, if any.
-    fn rbac_variant(self) -> Option<RbacVariant> {
-        match self {
-            Self::Code => None,
-            Self::RbacWithoutPodVerbs => Some(RbacVariant {
-                dir: "rbac-without-pod-verbs",
-                change: "without the pod and PVC verbs",
-                apply: without_pod_verbs,
-            }),
-            Self::ControlPlaneWriter => Some(RbacVariant {
-                dir: "rbac-with-control-plane-status-patch",
-                change: "plus patch on codercontrolplanes/status",
-                apply: with_control_plane_status_patch,
-            }),
-        }
-    }
-}
-
-/// A changed copy of `config/rbac/`, generated into the runner's working folder.
-#[derive(Clone, Copy)]
-struct RbacVariant {
-    /// Folder name in the working folder.
-    dir: &'static str,
-    /// What differs from `config/rbac/`, for the generated file's header.
-    change: &'static str,
-    apply: fn(Vec<DynamicObject>) -> anyhow::Result<Vec<DynamicObject>>,
-}
-
-/// The rules whose scenarios a [`Breakage::ControlPlaneWriter`] runs: the operator reads a usable
-/// control plane (so it watches one), in scenarios lasting seconds (so the fixture guard, which
-/// looks every 500 ms, sees the write before the namespace is gone).
-pub const CONTROL_PLANE_READERS: &[&str] = &["R-PRE-11"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Variant {
-    /// Kebab-case, named after what it breaks; for [`Breakage::Code`] the value of
-    /// [`SEEDED_BUG_ENV`].
-    pub name: &'static str,
+/// A patch file's header: its leading `#` lines.
+///
+/// ```text
+/// # name: tags-ignored-on-drift
+/// # breaks: R-KEY-13
+/// # scenarios: @R-KEY-13 and not @slow      (optional)
+/// # verdict: fixture-guard                  (optional: rules, the default, or fixture-guard)
+/// # any other line starting with '#' is ignored (a description, "caught by: …")
+/// diff --git a/operator/src/… b/operator/src/…
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PatchHeader {
+    /// Kebab-case, named after what it breaks.
+    pub name: String,
+    /// Contract rule ids it breaks (`# breaks: none` for none).
+    pub breaks: Vec<String>,
+    /// A cucumber tag expression selecting the scenarios run against it; `None`: the scenarios
+    /// tagged with any rule of [`PatchHeader::breaks`].
+    pub scenarios: Option<String>,
     pub breakage: Breakage,
-    /// Contract rule ids the variant breaks; the scenarios tagged with any of them are run.
-    pub breaks: &'static [&'static str],
+}
+
+/// Reads a patch file's header (see [`PatchHeader`]): the `#` lines (and blank lines) before the
+/// diff. Fails with a message saying what is missing or malformed.
+pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
+    let mut name = None;
+    let mut breaks = None;
+    let mut scenarios = None;
+    let mut verdict = None;
+    let mut has_diff = false;
+    for line in text.lines() {
+        let Some(comment) = line.strip_prefix('#') else {
+            if line.trim().is_empty() {
+                continue;
+            }
+            has_diff = line.starts_with("diff ") || line.starts_with("--- ");
+            break;
+        };
+        let Some((key, value)) = comment.split_once(':') else {
+            continue;
+        };
+        let slot = match key.trim().to_ascii_lowercase().as_str() {
+            "name" => &mut name,
+            "breaks" => &mut breaks,
+            "scenarios" => &mut scenarios,
+            "verdict" => &mut verdict,
+            _ => continue,
+        };
+        if slot.is_some() {
+            return Err(format!("`# {}:` is given twice", key.trim()));
+        }
+        *slot = Some(value.trim().to_owned());
+    }
+    let name = name.ok_or("no `# name:` line")?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(format!(
+            "the name {name:?} is not kebab-case (a-z, 0-9 and -)"
+        ));
+    }
+    let breaks = breaks.ok_or("no `# breaks:` line (rule ids, comma-separated, or none)")?;
+    let breaks: Vec<String> = if breaks.eq_ignore_ascii_case("none") {
+        Vec::new()
+    } else {
+        breaks
+            .split(',')
+            .map(|rule| rule.trim().to_owned())
+            .collect()
+    };
+    if let Some(bad) = breaks
+        .iter()
+        .find(|rule| rule.is_empty() || rule.contains(char::is_whitespace) || rule.starts_with('@'))
+    {
+        return Err(format!(
+            "`# breaks:` holds {bad:?}, not a rule id (write rule ids like R-KEY-4, comma-separated)"
+        ));
+    }
+    let breakage = match verdict.as_deref() {
+        None | Some("rules") => Breakage::Rules,
+        Some("fixture-guard") => Breakage::ControlPlaneWriter,
+        Some(other) => {
+            return Err(format!(
+                "`# verdict: {other}` is neither `rules` nor `fixture-guard`"
+            ));
+        }
+    };
+    if breakage == Breakage::Rules && breaks.is_empty() {
+        return Err(
+            "`# breaks:` names no rule, so nothing could catch it (only `# verdict: fixture-guard` breaks none)"
+                .to_owned(),
+        );
+    }
+    if let Some(expression) = &scenarios
+        && expression
+            .parse::<cucumber::gherkin::tagexpr::TagOperation>()
+            .is_err()
+    {
+        return Err(format!(
+            "`# scenarios: {expression}` is not a cucumber tag expression"
+        ));
+    }
+    if scenarios.is_none() && breaks.is_empty() {
+        return Err("it breaks no rule, so `# scenarios:` must say what to run".to_owned());
+    }
+    if !has_diff {
+        return Err("no diff after the header".to_owned());
+    }
+    Ok(PatchHeader {
+        name,
+        breaks,
+        scenarios,
+        breakage,
+    })
+}
+
+/// One seeded variant: its header and its patch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub name: String,
+    pub breakage: Breakage,
+    /// Contract rule ids the variant breaks.
+    pub breaks: Vec<String>,
+    /// `# scenarios:`, if given.
+    pub scenarios: Option<String>,
+    /// Where the patch comes from (`conformance/seeded/<file>`, or the file given).
+    pub origin: String,
+    /// The whole patch file, header included (`git apply` skips it).
+    pub patch: String,
 }
 
 impl Variant {
-    /// Rule ids whose scenarios run against the variant: [`Variant::breaks`], or
-    /// [`CONTROL_PLANE_READERS`] for a [`Breakage::ControlPlaneWriter`], which breaks none.
-    pub fn selecting_rules(&self) -> &'static [&'static str] {
-        match self.breakage {
-            Breakage::ControlPlaneWriter => CONTROL_PLANE_READERS,
-            Breakage::Code | Breakage::RbacWithoutPodVerbs => self.breaks,
-        }
+    /// The variant of a patch file's text; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> anyhow::Result<Self> {
+        let header = parse_header(text).map_err(|why| anyhow!("{origin}: {why}"))?;
+        Ok(Self {
+            name: header.name,
+            breakage: header.breakage,
+            breaks: header.breaks,
+            scenarios: header.scenarios,
+            origin: origin.to_owned(),
+            patch: text.to_owned(),
+        })
     }
 
-    /// Cucumber tag expression selecting the scenarios of [`Variant::selecting_rules`].
+    /// Reads a patch file given on the command line.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the patch {}", path.display()))?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// Cucumber tag expression selecting the scenarios run against the variant.
     pub fn tag_expression(&self) -> String {
-        tag_expression(self.selecting_rules().iter().copied())
+        self.scenarios
+            .clone()
+            .unwrap_or_else(|| tag_expression(self.breaks.iter().map(String::as_str)))
+    }
+
+    /// Whether a failure blamed on `failed_rules` catches this variant.
+    fn is_caught_by(&self, failed_rules: &[String]) -> bool {
+        failed_rules.iter().any(|rule| self.breaks.contains(rule))
     }
 }
 
@@ -117,71 +296,31 @@ fn tag_expression<'a>(rules: impl Iterator<Item = &'a str>) -> String {
         .join(" or ")
 }
 
-/// Every seeded variant. The code variants match `operator::seeded::Bug` (checked by the
-/// operator's tests).
-#[rustfmt::skip]
-pub const VARIANTS: &[Variant] = &[
-    // The PR's three bugs.
-    Variant { name: "rbac-without-pod-verbs", breakage: Breakage::RbacWithoutPodVerbs, breaks: &["R-RES-6"] },
-    Variant { name: "key-status-not-persisted-early", breakage: Breakage::Code, breaks: &["R-KEY-7", "R-KEY-8"] },
-    Variant { name: "daemon-without-coder-command", breakage: Breakage::Code, breaks: &["R-POD-9"] },
-    Variant { name: "daemon-with-organization-env", breakage: Breakage::Code, breaks: &["R-POD-14"] },
-    // The tutorial's rules.
-    Variant { name: "unowned-key-secret-adopted", breakage: Breakage::Code, breaks: &["R-SEC-8", "R-SEC-10", "R-SEC-11", "D-3"] },
-    Variant { name: "key-secret-of-another-provisioner-adopted", breakage: Breakage::Code, breaks: &["R-SEC-12"] },
-    Variant { name: "credential-secrets-unchecked", breakage: Breakage::Code, breaks: &["R-CRED-3", "R-CRED-5", "R-CRED-7", "D-2"] },
-    Variant { name: "credential-origin-prefix-match", breakage: Breakage::Code, breaks: &["R-CRED-6", "D-2"] },
-    Variant { name: "cleanup-by-spec-key-name", breakage: Breakage::Code, breaks: &["R-DEL-3"] },
-    Variant { name: "cleanup-without-key-calls-coderd", breakage: Breakage::Code, breaks: &["R-DEL-5"] },
-    Variant { name: "finalizer-kept-while-coderd-down", breakage: Breakage::Code, breaks: &["R-DEL-8"] },
-    Variant { name: "rate-limited-cleanup-retried", breakage: Breakage::Code, breaks: &["R-DEL-8"] },
-    Variant { name: "error-body-decoded-strictly", breakage: Breakage::Code, breaks: &["R-KEY-19"] },
-    Variant { name: "replacement-announced-after-delete", breakage: Breakage::Code, breaks: &["D-5"] },
-    Variant { name: "unstored-key-left-in-coderd", breakage: Breakage::Code, breaks: &["R-KEY-18"] },
-    Variant { name: "child-refusal-only-logged", breakage: Breakage::Code, breaks: &["R-ST-5"] },
-    Variant { name: "hanging-coderd-starves-others", breakage: Breakage::Code, breaks: &["R-ENT-8"] },
-    // Two replicas (leader_election.feature).
-    Variant { name: "paused-leader-unfenced", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
-    Variant { name: "fence-trusts-term-token", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
-    Variant { name: "standby-waits-for-expiry", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
-    Variant { name: "deleted-without-finalizer-reconciled", breakage: Breakage::Code, breaks: &["R-DEL-11"] },
-    Variant { name: "deployment-updated-despite-invalid-credentials", breakage: Breakage::Code, breaks: &["R-CRED-8", "R-CRED-9"] },
-    Variant { name: "not-entitled-ignored", breakage: Breakage::Code, breaks: &["R-ENT-2", "R-ENT-5", "R-ENT-9"] },
-    // Stability.
-    Variant { name: "status-rewritten-every-reconcile", breakage: Breakage::Code, breaks: &["R-ST-7"] },
-    Variant { name: "key-rotated-on-restart", breakage: Breakage::Code, breaks: &["R-KEY-4"] },
-    Variant { name: "tags-ignored-on-drift", breakage: Breakage::Code, breaks: &["R-KEY-13"] },
-    Variant { name: "metadata-edits-reconciled", breakage: Breakage::Code, breaks: &["R-W-4"] },
-    // Rate limiting.
-    Variant { name: "rate-limit-retried-without-backoff", breakage: Breakage::Code, breaks: &["R-RL-2"] },
-    Variant { name: "backoff-not-reset-after-success", breakage: Breakage::Code, breaks: &["R-RL-3"] },
-    // Which key is deleted, and when.
-    Variant { name: "cleanup-by-recorded-name", breakage: Breakage::Code, breaks: &["R-DEL-3", "R-DEL-4", "D-5"] },
-    Variant { name: "drift-rotation-by-recorded-name", breakage: Breakage::Code, breaks: &["R-KEY-24"] },
-    Variant { name: "cleanup-in-background", breakage: Breakage::Code, breaks: &["R-DEL-2"] },
-    Variant { name: "cleanup-organization-from-spec", breakage: Breakage::Code, breaks: &["R-DEL-3"] },
-    Variant { name: "rotation-stops-on-delete-failure", breakage: Breakage::Code, breaks: &["R-KEY-16"] },
-    // Secrets and credentials.
-    Variant { name: "session-token-logged", breakage: Breakage::Code, breaks: &["R-SEC-14"] },
-    Variant { name: "credential-origin-port-ignored", breakage: Breakage::Code, breaks: &["R-CRED-6", "R-CRED-10"] },
-    Variant { name: "refused-secret-lists-keys", breakage: Breakage::Code, breaks: &["R-SEC-11", "D-3"] },
-    Variant { name: "secret-key-ignored", breakage: Breakage::Code, breaks: &["R-SEC-1", "R-SEC-6", "R-KEY-5"] },
-    Variant { name: "key-secret-without-block-owner-deletion", breakage: Breakage::Code, breaks: &["R-SEC-3"] },
-    // Status and entitlement.
-    Variant { name: "phase-ready-when-deployment-exists", breakage: Breakage::Code, breaks: &["R-ST-2", "R-ST-5"] },
-    Variant { name: "tags-hash-over-keys-only", breakage: Breakage::Code, breaks: &["R-KEY-13", "R-ST-8"] },
-    Variant { name: "transition-time-always-now", breakage: Breakage::Code, breaks: &["R-ST-4"] },
-    Variant { name: "observed-generation-frozen", breakage: Breakage::Code, breaks: &["R-ST-4"] },
-    Variant { name: "entitlements-unauthorized-as-query-failure", breakage: Breakage::Code, breaks: &["R-ENT-7"] },
-    // The suite's own fixture.
-    Variant { name: "control-plane-status-rewritten", breakage: Breakage::ControlPlaneWriter, breaks: &[] },
-];
+/// Every built-in variant, from [`BUILT_IN`] (a header that does not parse is a bug of this
+/// crate, caught by its tests).
+pub fn variants() -> &'static [Variant] {
+    static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
+        BUILT_IN
+            .iter()
+            .map(|(file, text)| {
+                Variant::parse(&format!("{PATCH_DIR}/{file}"), text)
+                    .unwrap_or_else(|error| panic!("built-in seeded variant: {error:#}"))
+            })
+            .collect()
+    });
+    &VARIANTS
+}
 
 #[derive(Args, Debug, Clone)]
 pub struct SeededArgs {
     /// Only these variants (comma-separated names); default: all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Run this patch file instead of the built-in variants (repeatable): the same header as
+    /// those in conformance/seeded (`# name:`, `# breaks:`, optional `# scenarios:`), then a
+    /// diff that `git apply` takes from the repository root.
+    #[arg(long = "patch", value_name = "FILE")]
+    pub patches: Vec<PathBuf>,
     /// Print the variants with the rule ids they break (the tags selecting their scenarios).
     #[arg(long)]
     pub list: bool,
@@ -194,13 +333,10 @@ pub struct SeededArgs {
     /// Multiplies every wait deadline of the suite (slow machines).
     #[arg(long)]
     pub timeout_scale: Option<f64>,
-    /// Working folder: the seeded binary, the RBAC variant and one report folder per run
-    /// (default: target/seeded-bugs of this repository).
+    /// Working folder: the scratch copy of the workspace, each variant's binary, build log and
+    /// manifests, and one report folder per run (default: target/seeded-bugs of this repository).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
-    /// A seeded-bugs build of the operator to use instead of building one.
-    #[arg(long)]
-    pub seeded_operator: Option<PathBuf>,
     /// The unbroken operator (default: found as `conformance run` finds the reference operator).
     #[arg(long)]
     pub reference_operator: Option<PathBuf>,
@@ -212,24 +348,38 @@ pub struct SeededArgs {
     pub features: PathBuf,
 }
 
+/// What a variant runs as: its binary and the manifests its patch changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Prepared {
+    operator: PathBuf,
+    /// The patched `config/rbac`, when the patch changed it.
+    rbac: Option<PathBuf>,
+    /// The patched `config/crd`, when the patch changed it.
+    crds: Option<PathBuf>,
+}
+
+/// A variant's [`Prepared`] once built; `Err` says why it could not be (it names the patch).
+type PreparedFuture =
+    futures::future::Shared<futures::future::BoxFuture<'static, Result<Prepared, String>>>;
+
 /// One `conformance run`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct PlannedRun {
-    /// `None` = the unbroken operator on the union of the variants' tags.
+    /// `None` = the unbroken operator on the union of the variants' selections.
     variant: Option<Variant>,
+    /// Which run of the unbroken operator (1, 2).
+    round: usize,
     /// With `--control-plane-access read-only`: a run that must pass, not a verdict.
     read_only: bool,
     tags: String,
-    operator: PathBuf,
-    rbac: Option<PathBuf>,
     report_dir: PathBuf,
 }
 
 impl PlannedRun {
     fn label(&self) -> String {
-        match (self.variant, self.read_only) {
-            (None, _) => "unbroken operator".to_owned(),
-            (Some(variant), false) => variant.name.to_owned(),
+        match (&self.variant, self.read_only) {
+            (None, _) => format!("unbroken operator (run {})", self.round),
+            (Some(variant), false) => variant.name.clone(),
             (Some(variant), true) => format!("{} (control-plane access read-only)", variant.name),
         }
     }
@@ -243,6 +393,8 @@ pub struct ScenarioRef {
     pub name: String,
     /// Why it failed or was skipped (the failing step and its error), from the report.
     pub reason: Option<String>,
+    /// The rules its failure is blamed on (the report's `failed_rules`).
+    pub failed_rules: Vec<String>,
 }
 
 impl std::fmt::Display for ScenarioRef {
@@ -262,7 +414,8 @@ pub enum RunOutcome {
         /// Why the run was stopped before its end (the report's `aborted`).
         aborted: Option<String>,
     },
-    /// The suite produced no report (setup failed); nothing can be concluded.
+    /// The suite produced no report (setup failed), or the variant could not be built;
+    /// nothing can be concluded.
     Error(String),
 }
 
@@ -277,6 +430,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
             line: result.line,
             name: result.scenario.clone(),
             reason: result.reason.clone(),
+            failed_rules: result.failed_rules.clone(),
         };
         match result.status {
             Status::Passed => passed.push(scenario),
@@ -299,26 +453,27 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// These scenarios failed against the variant.
+    /// These scenarios failed against the variant on a step checking a rule it breaks.
     Caught(Vec<ScenarioRef>),
     /// The fixture guard stopped the run with this message: how a
     /// [`Breakage::ControlPlaneWriter`] is caught.
     Stopped(String),
-    /// Not caught (maybe no scenario was selected): the suite does not notice this bug.
+    /// Not caught: no scenario failed on a rule it breaks (maybe none was selected).
     Missed {
         passed: usize,
-        failed: usize,
+        /// Scenarios that failed, but on other rules.
+        failed: Vec<ScenarioRef>,
         skipped: usize,
     },
-    /// The run itself failed; nothing can be concluded.
+    /// The run itself failed, or the patch did not apply or compile; nothing can be concluded.
     Error(String),
 }
 
-/// The verdict for one variant's run: a failed scenario catches a bug in the operator's
-/// behaviour, only the fixture guard's stop catches a control-plane writer, and a run stopped for
-/// anything else proves nothing.
-pub fn verdict(breakage: Breakage, outcome: &RunOutcome) -> Verdict {
-    let writer = breakage == Breakage::ControlPlaneWriter;
+/// The verdict for one variant's run: a scenario failing on a step that checks a rule the
+/// variant breaks catches a bug in the operator's behaviour, only the fixture guard's stop
+/// catches a control-plane writer, and a run stopped for anything else proves nothing.
+pub fn verdict(variant: &Variant, outcome: &RunOutcome) -> Verdict {
+    let writer = variant.breakage == Breakage::ControlPlaneWriter;
     match outcome {
         RunOutcome::Error(why) => Verdict::Error(why.clone()),
         RunOutcome::Report {
@@ -327,19 +482,26 @@ pub fn verdict(breakage: Breakage, outcome: &RunOutcome) -> Verdict {
         RunOutcome::Report {
             aborted: Some(why), ..
         } => Verdict::Error(format!("the run was stopped: {why}")),
-        RunOutcome::Report { failed, .. } if !writer && !failed.is_empty() => {
-            Verdict::Caught(failed.clone())
-        }
         RunOutcome::Report {
             passed,
             failed,
             skipped,
             aborted: None,
-        } => Verdict::Missed {
-            passed: passed.len(),
-            failed: failed.len(),
-            skipped: skipped.len(),
-        },
+        } => {
+            let (on_its_rules, elsewhere): (Vec<ScenarioRef>, Vec<ScenarioRef>) = failed
+                .iter()
+                .cloned()
+                .partition(|s| !writer && variant.is_caught_by(&s.failed_rules));
+            if on_its_rules.is_empty() {
+                Verdict::Missed {
+                    passed: passed.len(),
+                    failed: elsewhere,
+                    skipped: skipped.len(),
+                }
+            } else {
+                Verdict::Caught(on_its_rules)
+            }
+        }
     }
 }
 
@@ -372,128 +534,274 @@ pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
     }
 }
 
-/// Removes the core-group `pods` and `persistentvolumeclaims` rules from every ClusterRole,
-/// keeping everything else. Fails when there was nothing to remove, so the variant can never
-/// silently equal the unbroken RBAC.
-pub fn without_pod_verbs(mut objects: Vec<DynamicObject>) -> anyhow::Result<Vec<DynamicObject>> {
-    const REMOVED: [&str; 2] = ["pods", "persistentvolumeclaims"];
-    let mut removed = 0;
-    for rules in cluster_role_rules(&mut objects) {
-        for rule in rules.iter_mut() {
-            let core_group = rule["apiGroups"]
-                .as_array()
-                .is_some_and(|groups| groups.iter().any(|g| g == ""));
-            if let (true, Some(resources)) = (core_group, rule["resources"].as_array_mut()) {
-                let before = resources.len();
-                resources.retain(|r| !REMOVED.iter().any(|gone| r == gone));
-                removed += before - resources.len();
-            }
+// ---- the scratch copy ----
+
+/// The operator's binary name in the scratch copy: built into the workspace's target directory,
+/// it must not replace the reference binary there.
+const VARIANT_BINARY: &str = "coder-provisioner-operator-variant";
+
+/// One copy of the workspace (without `target/` and `.git`), a git repository of its own so
+/// that each variant starts from the same tree (`git reset --hard` rewrites only the files the
+/// last patch changed, so cargo's incremental build reuses the rest).
+struct Scratch {
+    dir: PathBuf,
+    /// The workspace's target directory, shared with the copy.
+    target_dir: PathBuf,
+}
+
+impl Scratch {
+    async fn create(repo: &Path, dir: &Path) -> anyhow::Result<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
-        rules.retain(|rule| rule["resources"].as_array().is_none_or(|r| !r.is_empty()));
-    }
-    if removed == 0 {
-        bail!(
-            "no ClusterRole rule grants pods or persistentvolumeclaims; the RBAC variant would equal the original"
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for relative in workspace_files(repo).await? {
+            let (from, to) = (repo.join(&relative), dir.join(&relative));
+            if !from.is_file() {
+                continue; // deleted in the working tree
+            }
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(&from, &to)
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        }
+        // The binary under another name (see VARIANT_BINARY).
+        let manifest = dir.join("operator/Cargo.toml");
+        let text = std::fs::read_to_string(&manifest)
+            .with_context(|| format!("reading {}", manifest.display()))?;
+        let renamed = text.replacen(
+            &format!("name = \"{REFERENCE_BINARY}\""),
+            &format!("name = \"{VARIANT_BINARY}\""),
+            1,
         );
+        if renamed == text {
+            bail!(
+                "{} declares no binary named {REFERENCE_BINARY}",
+                manifest.display()
+            );
+        }
+        std::fs::write(&manifest, renamed)?;
+        let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => std::path::absolute(PathBuf::from(dir))?,
+            None => repo.join("target"),
+        };
+        let scratch = Self {
+            dir: dir.to_path_buf(),
+            target_dir,
+        };
+        scratch.git(&["init", "-q"]).await?;
+        scratch.git(&["add", "-A"]).await?;
+        scratch
+            .git(&[
+                "-c",
+                "user.name=conformance seeded-bugs",
+                "-c",
+                "user.email=seeded-bugs@localhost",
+                "commit",
+                "-q",
+                "--no-gpg-sign",
+                "--no-verify",
+                "-m",
+                "the workspace as the patches find it",
+            ])
+            .await?;
+        Ok(scratch)
     }
-    Ok(objects)
-}
 
-/// Adds patch on codercontrolplanes/status to every ClusterRole: the write a
-/// [`Breakage::ControlPlaneWriter`] makes. Fails when there is no ClusterRole, so the variant can
-/// never silently equal the unbroken RBAC.
-pub fn with_control_plane_status_patch(
-    mut objects: Vec<DynamicObject>,
-) -> anyhow::Result<Vec<DynamicObject>> {
-    let mut granted = 0;
-    for rules in cluster_role_rules(&mut objects) {
-        rules.push(serde_json::json!({
-            "apiGroups": ["coder.com"],
-            "resources": ["codercontrolplanes/status"],
-            "verbs": ["patch"],
-        }));
-        granted += 1;
+    /// `git <args>` in the copy; its output, or an error with its stderr.
+    async fn git(&self, args: &[&str]) -> anyhow::Result<String> {
+        git(&self.dir, args).await
     }
-    if granted == 0 {
-        bail!("no ClusterRole with rules to grant the control-plane status write in");
-    }
-    Ok(objects)
-}
 
-/// The `rules` of every ClusterRole among `objects`.
-fn cluster_role_rules(objects: &mut [DynamicObject]) -> impl Iterator<Item = &mut Vec<Value>> {
-    objects
-        .iter_mut()
-        .filter(|object| {
-            object
-                .types
-                .as_ref()
-                .is_some_and(|t| t.kind == "ClusterRole")
+    /// Builds `variant` in the copy; its binary and manifests end up in `dir`.
+    async fn prepare(
+        &self,
+        variant: &Variant,
+        reference: &Path,
+        dir: &Path,
+    ) -> Result<Prepared, String> {
+        self.try_prepare(variant, reference, dir)
+            .await
+            .map_err(|error| format!("{error:#}").trim().replace('\n', " / "))
+    }
+
+    async fn try_prepare(
+        &self,
+        variant: &Variant,
+        reference: &Path,
+        dir: &Path,
+    ) -> anyhow::Result<Prepared> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.git(&["reset", "-q", "--hard"]).await?;
+        self.git(&["clean", "-q", "-fd"]).await?;
+        let patch = dir.join(format!("{}.patch", variant.name));
+        std::fs::write(&patch, &variant.patch)?;
+        let patch_arg = patch.display().to_string();
+        if let Err(error) = self
+            .git(&["apply", "--whitespace=nowarn", &patch_arg])
+            .await
+        {
+            bail!(
+                "the patch {} does not apply to this tree: {error:#}",
+                variant.origin
+            );
+        }
+        let changed = self.git(&["status", "--porcelain", "--no-renames"]).await?;
+        let changed: Vec<&str> = changed
+            .lines()
+            .filter_map(|line| line.get(3..))
+            .map(|path| path.trim_matches('"'))
+            .collect();
+        let copy_dir = |folder: &str| -> anyhow::Result<Option<PathBuf>> {
+            if !changed
+                .iter()
+                .any(|path| path.starts_with(&format!("{folder}/")))
+            {
+                return Ok(None);
+            }
+            let to = dir.join(Path::new(folder).file_name().unwrap_or_default());
+            copy_folder(&self.dir.join(folder), &to)?;
+            Ok(Some(to))
+        };
+        let rbac = copy_dir("config/rbac")?;
+        let crds = copy_dir("config/crd")?;
+        let builds = changed
+            .iter()
+            .any(|path| !path.starts_with("config/") && !path.starts_with("features/"));
+        let operator = if builds {
+            self.build(variant, dir).await?
+        } else {
+            reference.to_path_buf()
+        };
+        Ok(Prepared {
+            operator,
+            rbac,
+            crds,
         })
-        .filter_map(|object| object.data.get_mut("rules").and_then(Value::as_array_mut))
-}
-
-/// Writes `config/rbac/` changed by `variant` into `dir` (one multi-document file).
-fn write_rbac_variant(repo: &Path, variant: RbacVariant, dir: &Path) -> anyhow::Result<()> {
-    let objects = (variant.apply)(crate::manifests::read_dir(&repo.join("config/rbac"))?)?;
-    let mut text = format!(
-        "# Generated by `conformance seeded-bugs`: config/rbac {}.\n",
-        variant.change
-    );
-    for object in &objects {
-        text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(object).context("serialising the RBAC variant")?);
     }
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let file = dir.join("rbac.yaml");
-    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))
-}
 
-/// Builds the operator with `--features seeded-bugs`, copies it into `out_dir`, then rebuilds the
-/// normal binary so `target/debug` keeps holding the unbroken operator.
-async fn build_seeded_operator(repo: &Path, out_dir: &Path) -> anyhow::Result<PathBuf> {
-    let seeded = cargo_build_operator(repo, true).await?;
-    let copy = out_dir.join(REFERENCE_BINARY);
-    std::fs::copy(&seeded, &copy)
-        .with_context(|| format!("copying {} to {}", seeded.display(), copy.display()))?;
-    cargo_build_operator(repo, false).await?;
-    Ok(copy)
-}
-
-async fn cargo_build_operator(repo: &Path, seeded: bool) -> anyhow::Result<PathBuf> {
-    let mut args = vec![
-        "build",
-        "-p",
-        "operator",
-        "--bin",
-        REFERENCE_BINARY,
-        "--message-format=json-render-diagnostics",
-        "--locked",
-    ];
-    if seeded {
-        args.extend(["--features", "seeded-bugs"]);
-    }
-    eprintln!("seeded-bugs: cargo {}", args.join(" "));
-    let output = crate::implementation::workspace_cargo(repo, &args)
+    /// `cargo build` of the operator in the copy; the binary is copied into `dir`.
+    async fn build(&self, variant: &Variant, dir: &Path) -> anyhow::Result<PathBuf> {
+        let output = crate::implementation::workspace_cargo(
+            &self.dir,
+            &[
+                "build",
+                "-p",
+                "operator",
+                "--bin",
+                VARIANT_BINARY,
+                "--message-format=json-render-diagnostics",
+                "--locked",
+            ],
+        )
+        .env("CARGO_TARGET_DIR", &self.target_dir)
         .output()
         .await
         .context("running cargo")?;
-    if !output.status.success() {
-        bail!(
-            "building the operator failed ({}); see the messages above",
-            output.status
-        );
+        // The compiler's messages, rendered by cargo.
+        let log_path = dir.join("build.log");
+        std::fs::write(&log_path, &output.stderr)
+            .with_context(|| format!("writing {}", log_path.display()))?;
+        if !output.status.success() {
+            let text = String::from_utf8_lossy(&output.stderr);
+            let errors: Vec<&str> = text
+                .lines()
+                .filter(|line| line.starts_with("error"))
+                .take(3)
+                .collect();
+            bail!(
+                "the patch {} does not compile ({}): {}; see {}",
+                variant.origin,
+                output.status,
+                errors.join(" / "),
+                log_path.display()
+            );
+        }
+        let built = crate::implementation::built_executable_named(
+            &String::from_utf8_lossy(&output.stdout),
+            VARIANT_BINARY,
+        )
+        .ok_or_else(|| anyhow!("cargo reported no {VARIANT_BINARY} executable"))?;
+        let copy = dir.join(REFERENCE_BINARY);
+        std::fs::copy(&built, &copy)
+            .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
+        Ok(copy)
     }
-    crate::implementation::built_executable(&String::from_utf8_lossy(&output.stdout))
-        .ok_or_else(|| anyhow!("cargo reported no {REFERENCE_BINARY} executable"))
 }
 
-/// Runs the suite once; its output goes to `suite.log` in the run's report folder.
-async fn run_suite(args: &SeededArgs, suite_bin: &Path, run: &PlannedRun) -> RunOutcome {
-    match try_run_suite(args, suite_bin, run).await {
+/// `git <args>` in `dir`: its stdout, or an error with its stderr.
+async fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = tokio::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running git")?;
+    if !output.status.success() {
+        bail!(
+            "git {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The workspace's files as the working tree has them (tracked and untracked, not ignored),
+/// relative to `repo`.
+async fn workspace_files(repo: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let listed = git(
+        repo,
+        &[
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ],
+    )
+    .await
+    .context("listing the workspace's files (the seeded variants need its git checkout)")?;
+    let files: BTreeSet<PathBuf> = listed
+        .split('\0')
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    Ok(files.into_iter().collect())
+}
+
+/// Copies the files of `from` (one level) into a fresh `to`.
+fn copy_folder(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let path = entry?.path();
+        if path.is_file() {
+            std::fs::copy(&path, to.join(path.file_name().unwrap_or_default()))?;
+        }
+    }
+    Ok(())
+}
+
+// ---- running the suite ----
+
+/// Runs the suite once against `operator`; its output goes to `suite.log` in the run's report
+/// folder.
+async fn run_suite(
+    args: &SeededArgs,
+    suite_bin: &Path,
+    run: &PlannedRun,
+    prepared: &Prepared,
+) -> RunOutcome {
+    match try_run_suite(args, suite_bin, run, prepared).await {
         Ok(outcome) => outcome,
         Err(error) => RunOutcome::Error(format!("{error:#}")),
     }
@@ -503,6 +811,7 @@ async fn try_run_suite(
     args: &SeededArgs,
     suite_bin: &Path,
     run: &PlannedRun,
+    prepared: &Prepared,
 ) -> anyhow::Result<RunOutcome> {
     if run.report_dir.exists() {
         std::fs::remove_dir_all(&run.report_dir)
@@ -526,26 +835,22 @@ async fn try_run_suite(
             "--impl-name",
             &format!("coder-provisioner-operator ({})", run.label()),
         ])
-        .env(REFERENCE_BINARY_ENV, &run.operator)
+        .env(REFERENCE_BINARY_ENV, &prepared.operator)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     if let Some(scale) = args.timeout_scale {
         command.args(["--timeout-scale", &scale.to_string()]);
     }
-    if let Some(rbac) = &run.rbac {
+    if let Some(rbac) = &prepared.rbac {
         command.arg("--operator-rbac").arg(rbac);
+    }
+    if let Some(crds) = &prepared.crds {
+        command.arg("--crds").arg(crds);
     }
     if run.read_only {
         command.args(["--control-plane-access", "read-only"]);
     }
-    // The operator process inherits this environment: exactly one variant, or none.
-    match run.variant {
-        Some(variant) if variant.breakage.is_seeded_code() => {
-            command.env(SEEDED_BUG_ENV, variant.name)
-        }
-        _ => command.env_remove(SEEDED_BUG_ENV),
-    };
     let status = command
         .status()
         .await
@@ -566,22 +871,37 @@ fn repo_root() -> anyhow::Result<PathBuf> {
         .context("locating the repository root")
 }
 
-fn selected_variants(only: &[String]) -> anyhow::Result<Vec<Variant>> {
+/// The variants to run: the `--patch` files, else the built-in ones; `--only` picks by name.
+fn selected_variants(patches: &[PathBuf], only: &[String]) -> anyhow::Result<Vec<Variant>> {
+    let all: Vec<Variant> = if patches.is_empty() {
+        variants().to_vec()
+    } else {
+        patches
+            .iter()
+            .map(|path| Variant::read(path))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut names = BTreeSet::new();
+    if let Some(twice) = all.iter().find(|v| !names.insert(v.name.as_str())) {
+        bail!(
+            "two patches are named {} ({}); names must be unique",
+            twice.name,
+            twice.origin
+        );
+    }
     if only.is_empty() {
-        return Ok(VARIANTS.to_vec());
+        return Ok(all);
     }
     only.iter()
         .map(|name| {
-            VARIANTS
-                .iter()
-                .copied()
-                .find(|v| v.name == name)
+            all.iter()
+                .find(|v| &v.name == name)
+                .cloned()
                 .ok_or_else(|| {
                     anyhow!(
                         "unknown variant {name:?}; known: {}",
-                        VARIANTS
-                            .iter()
-                            .map(|v| v.name)
+                        all.iter()
+                            .map(|v| v.name.as_str())
                             .collect::<Vec<_>>()
                             .join(", ")
                     )
@@ -597,12 +917,13 @@ pub fn variant_list(variants: &[Variant]) -> String {
     for variant in variants {
         let what = match variant.breakage {
             Breakage::ControlPlaneWriter => format!(
-                "breaks the suite's control-plane fixture (runs the scenarios of {})",
-                variant.selecting_rules().join(", ")
+                "breaks the suite's control-plane fixture (runs {})",
+                variant.tag_expression()
             ),
-            Breakage::Code | Breakage::RbacWithoutPodVerbs => {
-                format!("breaks {}", variant.breaks.join(", "))
-            }
+            Breakage::Rules => match &variant.scenarios {
+                None => format!("breaks {}", variant.breaks.join(", ")),
+                Some(tags) => format!("breaks {} (runs {tags})", variant.breaks.join(", ")),
+            },
         };
         let _ = writeln!(text, "{:width$}  {what}", variant.name);
     }
@@ -611,7 +932,7 @@ pub fn variant_list(variants: &[Variant]) -> String {
 
 /// Runs every selected variant and the unbroken operator; prints the table.
 pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
-    let variants = selected_variants(&args.only)?;
+    let variants = selected_variants(&args.patches, &args.only)?;
     if args.list {
         print!("{}", variant_list(&variants));
         return Ok(ExitCode::SUCCESS);
@@ -628,79 +949,119 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         Some(path) => path.clone(),
         None => std::env::current_exe().context("locating this executable")?,
     };
-
-    let seeded_operator = match &args.seeded_operator {
-        Some(path) => path.clone(),
-        None => build_seeded_operator(&repo, &out_dir).await?,
-    };
     let reference_operator = match &args.reference_operator {
         Some(path) => path.clone(),
         None => reference_operator_binary().await?,
     };
-    for rbac in variants.iter().filter_map(|v| v.breakage.rbac_variant()) {
-        write_rbac_variant(&repo, rbac, &out_dir.join(rbac.dir))?;
-    }
-
-    let union = {
-        let mut rules: Vec<&str> = variants
-            .iter()
-            .flat_map(|v| v.selecting_rules().iter().copied())
-            .collect();
-        rules.sort_unstable();
-        rules.dedup();
-        tag_expression(rules.into_iter())
-    };
-    let reports = out_dir.join("reports");
-    let mut runs = vec![PlannedRun {
-        variant: None,
-        read_only: false,
-        tags: union,
+    let reference = Prepared {
         operator: reference_operator.clone(),
         rbac: None,
-        report_dir: reports.join("unbroken-operator"),
-    }];
-    let variant_run = |variant: &Variant| PlannedRun {
-        variant: Some(*variant),
-        read_only: false,
-        tags: variant.tag_expression(),
-        operator: if variant.breakage.is_seeded_code() {
-            seeded_operator.clone()
-        } else {
-            reference_operator.clone()
-        },
-        rbac: variant
-            .breakage
-            .rbac_variant()
-            .map(|rbac| out_dir.join(rbac.dir)),
-        report_dir: reports.join(variant.name),
+        crds: None,
     };
-    runs.extend(variants.iter().map(variant_run));
-    runs.extend(
-        variants
+    eprintln!(
+        "seeded-bugs: copying the workspace into {}",
+        out_dir.join("tree").display()
+    );
+    let scratch = Scratch::create(&repo, &out_dir.join("tree")).await?;
+
+    // One build after another, each as soon as the previous one is done; each variant's runs
+    // wait for its own.
+    let mut senders = Vec::new();
+    let mut prepared: Vec<PreparedFuture> = Vec::new();
+    for _ in &variants {
+        let (tx, rx) = futures::channel::oneshot::channel::<Result<Prepared, String>>();
+        senders.push(tx);
+        prepared.push(
+            rx.map(|built| built.unwrap_or_else(|_| Err("the build was abandoned".to_owned())))
+                .boxed()
+                .shared(),
+        );
+    }
+    let builds = {
+        let (variants, scratch) = (&variants, &scratch);
+        let (out_dir, reference_operator) = (&out_dir, &reference_operator);
+        async move {
+            for (variant, tx) in variants.iter().zip(senders) {
+                let clock = Instant::now();
+                let dir = out_dir.join("variants").join(&variant.name);
+                let result = scratch.prepare(variant, reference_operator, &dir).await;
+                eprintln!(
+                    "seeded-bugs: built {} in {}s{}",
+                    variant.name,
+                    clock.elapsed().as_secs(),
+                    match &result {
+                        Ok(_) => String::new(),
+                        Err(why) => format!(": ERROR {why}"),
+                    }
+                );
+                let _receiver_gone = tx.send(result);
+            }
+        }
+    };
+
+    let union = {
+        let mut expressions: Vec<String> = variants
             .iter()
-            .filter(|v| v.breakage == Breakage::ControlPlaneWriter)
-            .map(|variant| PlannedRun {
+            .map(|v| format!("({})", v.tag_expression()))
+            .collect();
+        expressions.sort_unstable();
+        expressions.dedup();
+        expressions.join(" or ")
+    };
+    let reports = out_dir.join("reports");
+    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=2)
+        .map(|round| {
+            let run = PlannedRun {
+                variant: None,
+                round,
+                read_only: false,
+                tags: union.clone(),
+                report_dir: reports.join(format!("unbroken-operator-{round}")),
+            };
+            (run, None)
+        })
+        .collect();
+    for (variant, built) in variants.iter().zip(&prepared) {
+        let run = PlannedRun {
+            variant: Some(variant.clone()),
+            round: 1,
+            read_only: false,
+            tags: variant.tag_expression(),
+            report_dir: reports.join(&variant.name),
+        };
+        runs.push((run.clone(), Some(built.clone())));
+        if variant.breakage == Breakage::ControlPlaneWriter {
+            let read_only = PlannedRun {
                 read_only: true,
                 report_dir: reports.join(format!("{}-read-only", variant.name)),
-                ..variant_run(variant)
-            }),
-    );
+                ..run
+            };
+            runs.push((read_only, Some(built.clone())));
+        }
+    }
 
     eprintln!(
-        "seeded-bugs: {} variants, the unbroken operator and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants, the unbroken operator twice and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
-        runs.iter().filter(|run| run.read_only).count(),
+        runs.iter().filter(|(run, _)| run.read_only).count(),
         args.jobs.max(1),
         reports.display()
     );
     let total = runs.len();
     let mut finished = 0;
-    let mut results: Vec<(PlannedRun, RunOutcome)> = futures::stream::iter(runs)
-        .map(|run| {
-            let (args, suite_bin) = (&args, &suite_bin);
+    let suites = futures::stream::iter(runs)
+        .map(|(run, built)| {
+            let (args, suite_bin, reference) = (&args, &suite_bin, &reference);
             async move {
+                let ready = match built {
+                    None => Ok(reference.clone()),
+                    Some(built) => built.await,
+                };
                 let clock = Instant::now();
-                let outcome = run_suite(args, suite_bin, &run).await;
+                let outcome = match ready {
+                    Ok(prepared) => run_suite(args, suite_bin, &run, &prepared).await,
+                    Err(why) => RunOutcome::Error(why),
+                };
                 (run, outcome, clock.elapsed())
             }
         })
@@ -715,23 +1076,22 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             );
             (run, outcome)
         })
-        .collect()
-        .await;
-    results.sort_by_key(|(run, _)| {
-        (
-            run.variant
-                .map(|v| VARIANTS.iter().position(|known| known.name == v.name)),
-            run.read_only,
-        )
-    });
+        .collect::<Vec<_>>();
+    let ((), mut results) = futures::join!(builds, suites);
+    let position = |run: &PlannedRun| {
+        run.variant
+            .as_ref()
+            .and_then(|v| variants.iter().position(|known| known.name == v.name))
+    };
+    results.sort_by_key(|(run, _)| (position(run), run.round, run.read_only));
 
-    let (reference, variant_results) = results.split_first().ok_or_else(|| anyhow!("no runs"))?;
-    let verdicts: Vec<(Variant, Verdict)> = variant_results
+    let verdicts: Vec<(Variant, Verdict)> = results
         .iter()
         .filter(|(run, _)| !run.read_only)
         .filter_map(|(run, outcome)| {
-            let variant = run.variant?;
-            Some((variant, verdict(variant.breakage, outcome)))
+            let variant = run.variant.clone()?;
+            let verdict = verdict(&variant, outcome);
+            Some((variant, verdict))
         })
         .collect();
     print!("{}", table(&verdicts));
@@ -741,8 +1101,10 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         .count();
     println!("caught {caught} of {}", verdicts.len());
     let mut all_clean = true;
-    let read_only_runs = variant_results.iter().filter(|(run, _)| run.read_only);
-    for (run, outcome) in std::iter::once(reference).chain(read_only_runs) {
+    let must_pass = results
+        .iter()
+        .filter(|(run, _)| run.variant.is_none() || run.read_only);
+    for (run, outcome) in must_pass {
         let problem = unclean_run_problem(outcome);
         all_clean &= problem.is_none();
         match (problem, outcome) {
@@ -753,9 +1115,10 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
                     passed.len()
                 )
             }
-            (Some(problem), _) if run.variant.is_none() => {
-                println!("unbroken operator: NOT CLEAN, so the catches prove nothing: {problem}")
-            }
+            (Some(problem), _) if run.variant.is_none() => println!(
+                "{}: NOT CLEAN, so the catches prove nothing: {problem}",
+                run.label()
+            ),
             (Some(problem), _) => println!(
                 "{}: NOT CLEAN, so read-only access does not neutralise it: {problem}",
                 run.label()
@@ -795,61 +1158,79 @@ fn short(outcome: &RunOutcome) -> String {
     }
 }
 
-/// variant → scenarios that failed → caught / MISSED.
+/// variant → scenarios that failed → caught / MISSED / ERROR.
 pub fn table(verdicts: &[(Variant, Verdict)]) -> String {
     const SHOWN: usize = 3;
+    let listed = |scenarios: &[ScenarioRef]| {
+        let mut shown: Vec<String> = scenarios
+            .iter()
+            .take(SHOWN)
+            .map(ToString::to_string)
+            .collect();
+        if scenarios.len() > SHOWN {
+            shown.push(format!("(+{} more)", scenarios.len() - SHOWN));
+        }
+        shown.join(", ")
+    };
     let rows: Vec<[String; 3]> = verdicts
         .iter()
-        .map(|(variant, verdict)| match verdict {
-            Verdict::Caught(failed) => {
-                let mut shown: Vec<String> =
-                    failed.iter().take(SHOWN).map(ToString::to_string).collect();
-                if failed.len() > SHOWN {
-                    shown.push(format!("(+{} more)", failed.len() - SHOWN));
-                }
-                [
-                    variant.name.to_owned(),
-                    shown.join(", "),
+        .map(|(variant, verdict)| {
+            let name = variant.name.clone();
+            match verdict {
+                Verdict::Caught(failed) => [name, listed(failed), "caught".to_owned()],
+                // The guard's message is long; its first sentence names the change.
+                Verdict::Stopped(message) => [
+                    name,
+                    format!(
+                        "none; the run was stopped: {}",
+                        message.split(". ").next().unwrap_or(message)
+                    ),
                     "caught".to_owned(),
-                ]
+                ],
+                Verdict::Missed {
+                    passed: 0,
+                    failed,
+                    skipped: 0,
+                } if failed.is_empty() => [
+                    name,
+                    "none (no scenario is selected)".to_owned(),
+                    "MISSED".to_owned(),
+                ],
+                Verdict::Missed {
+                    passed,
+                    failed,
+                    skipped,
+                } if variant.breakage == Breakage::ControlPlaneWriter => [
+                    name,
+                    format!(
+                        "the fixture guard did not stop the run ({passed} passed, {} failed, {skipped} skipped)",
+                        failed.len()
+                    ),
+                    "MISSED".to_owned(),
+                ],
+                Verdict::Missed {
+                    passed,
+                    failed,
+                    skipped,
+                } if failed.is_empty() => [
+                    name,
+                    format!("none ({passed} passed, {skipped} skipped)"),
+                    "MISSED".to_owned(),
+                ],
+                Verdict::Missed {
+                    passed,
+                    failed,
+                    skipped,
+                } => [
+                    name,
+                    format!(
+                        "none on the rules it breaks ({passed} passed, {skipped} skipped; failed on other rules: {})",
+                        listed(failed)
+                    ),
+                    "MISSED".to_owned(),
+                ],
+                Verdict::Error(why) => [name, why.clone(), "ERROR".to_owned()],
             }
-            // The guard's message is long; its first sentence names the change.
-            Verdict::Stopped(message) => [
-                variant.name.to_owned(),
-                format!(
-                    "none; the run was stopped: {}",
-                    message.split(". ").next().unwrap_or(message)
-                ),
-                "caught".to_owned(),
-            ],
-            Verdict::Missed {
-                passed: 0,
-                failed: 0,
-                skipped: 0,
-            } => [
-                variant.name.to_owned(),
-                "none (no scenario carries its rule tags)".to_owned(),
-                "MISSED".to_owned(),
-            ],
-            Verdict::Missed {
-                passed,
-                failed,
-                skipped,
-            } if variant.breakage == Breakage::ControlPlaneWriter => [
-                variant.name.to_owned(),
-                format!(
-                    "the fixture guard did not stop the run ({passed} passed, {failed} failed, {skipped} skipped)"
-                ),
-                "MISSED".to_owned(),
-            ],
-            Verdict::Missed {
-                passed, skipped, ..
-            } => [
-                variant.name.to_owned(),
-                format!("none ({passed} passed, {skipped} skipped)"),
-                "MISSED".to_owned(),
-            ],
-            Verdict::Error(why) => [variant.name.to_owned(), why.clone(), "ERROR".to_owned()],
         })
         .collect();
     let width = rows
@@ -876,6 +1257,15 @@ mod tests {
             line,
             name: format!("s{line}"),
             reason: Some(format!("step {line} failed")),
+            failed_rules: vec!["R-KEY-4".into()],
+        }
+    }
+
+    /// Failed on a rule no test variant breaks.
+    fn elsewhere(line: usize) -> ScenarioRef {
+        ScenarioRef {
+            failed_rules: vec!["R-ST-4".into()],
+            ..scenario(line)
         }
     }
 
@@ -914,18 +1304,37 @@ mod tests {
         )
     }
 
+    const DIFF: &str = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n";
+
+    fn breaking(rules: &str) -> Variant {
+        Variant::parse(
+            "test",
+            &format!("# name: test-variant\n# breaks: {rules}\n{DIFF}"),
+        )
+        .expect("a variant")
+    }
+
+    fn writer() -> Variant {
+        variants()
+            .iter()
+            .find(|v| v.breakage == Breakage::ControlPlaneWriter)
+            .expect("a control-plane writer")
+            .clone()
+    }
+
     #[rstest]
-    #[case::caught(Breakage::Code, report(&[1], &[2, 3], &[]), "caught")]
-    #[case::missed(Breakage::Code, report(&[1, 2], &[], &[]), "missed")]
-    #[case::missed_when_only_skipped(Breakage::Code, report(&[], &[], &[4]), "missed")]
-    #[case::nothing_selected(Breakage::Code, report(&[], &[], &[]), "missed")]
-    #[case::run_failed(Breakage::Code, RunOutcome::Error("boom".into()), "error")]
-    #[case::writer_stopped_by_the_guard(Breakage::ControlPlaneWriter, stopped(report(&[1], &[], &[]), &guard_message()), "stopped")]
-    #[case::writer_stopped_for_another_reason(Breakage::ControlPlaneWriter, stopped(report(&[1], &[], &[]), "the operator exited"), "error")]
-    #[case::writer_failing_scenarios_unstopped(Breakage::ControlPlaneWriter, report(&[1], &[2, 3], &[]), "missed")]
-    #[case::code_variant_stopped_by_the_guard(Breakage::Code, stopped(report(&[1], &[2, 3], &[]), &guard_message()), "error")]
-    fn verdicts(#[case] breakage: Breakage, #[case] outcome: RunOutcome, #[case] expected: &str) {
-        let got = match verdict(breakage, &outcome) {
+    #[case::caught(breaking("R-KEY-4"), report(&[1], &[2, 3], &[]), "caught")]
+    #[case::missed(breaking("R-KEY-4"), report(&[1, 2], &[], &[]), "missed")]
+    #[case::missed_when_only_skipped(breaking("R-KEY-4"), report(&[], &[], &[4]), "missed")]
+    #[case::nothing_selected(breaking("R-KEY-4"), report(&[], &[], &[]), "missed")]
+    #[case::failed_on_other_rules_only(breaking("R-KEY-13, R-DEL-3"), report(&[1], &[2, 3], &[]), "missed")]
+    #[case::run_failed(breaking("R-KEY-4"), RunOutcome::Error("boom".into()), "error")]
+    #[case::writer_stopped_by_the_guard(writer(), stopped(report(&[1], &[], &[]), &guard_message()), "stopped")]
+    #[case::writer_stopped_for_another_reason(writer(), stopped(report(&[1], &[], &[]), "the operator exited"), "error")]
+    #[case::writer_failing_scenarios_unstopped(writer(), report(&[1], &[2, 3], &[]), "missed")]
+    #[case::rules_variant_stopped_by_the_guard(breaking("R-KEY-4"), stopped(report(&[1], &[2, 3], &[]), &guard_message()), "error")]
+    fn verdicts(#[case] variant: Variant, #[case] outcome: RunOutcome, #[case] expected: &str) {
+        let got = match verdict(&variant, &outcome) {
             Verdict::Caught(failed) => {
                 assert_eq!(failed, vec![scenario(2), scenario(3)]);
                 "caught"
@@ -938,6 +1347,29 @@ mod tests {
             Verdict::Error(_) => "error",
         };
         assert_eq!(got, expected);
+    }
+
+    /// Only the failures blamed on a rule the variant breaks catch it.
+    #[test]
+    fn a_catch_lists_only_the_failures_on_the_variants_rules() {
+        let outcome = RunOutcome::Report {
+            passed: vec![],
+            failed: vec![elsewhere(7), scenario(8)],
+            skipped: vec![],
+            aborted: None,
+        };
+        assert_eq!(
+            verdict(&breaking("R-KEY-4"), &outcome),
+            Verdict::Caught(vec![scenario(8)])
+        );
+        assert_eq!(
+            verdict(&breaking("R-ST-8"), &outcome),
+            Verdict::Missed {
+                passed: 0,
+                failed: vec![elsewhere(7), scenario(8)],
+                skipped: 0
+            }
+        );
     }
 
     #[rstest]
@@ -959,38 +1391,127 @@ mod tests {
     }
 
     #[test]
-    fn variant_names_are_unique_kebab_case_and_select_by_rule_tags() {
-        let mut names: Vec<&str> = VARIANTS.iter().map(|v| v.name).collect();
+    fn a_header_gives_name_rules_selection_and_verdict() {
+        let text = format!(
+            "# name: tags-ignored-on-drift\n# breaks: R-KEY-13,  D-5\n# caught by: key_lifecycle.feature\n#\n# A change of tags is not drift.\n{DIFF}"
+        );
+        assert_eq!(
+            parse_header(&text),
+            Ok(PatchHeader {
+                name: "tags-ignored-on-drift".into(),
+                breaks: vec!["R-KEY-13".into(), "D-5".into()],
+                scenarios: None,
+                breakage: Breakage::Rules,
+            })
+        );
+        let text = format!(
+            "# name: writer\n# breaks: none\n# scenarios: @R-PRE-11 and not @slow\n# verdict: fixture-guard\n\n{DIFF}"
+        );
+        assert_eq!(
+            parse_header(&text),
+            Ok(PatchHeader {
+                name: "writer".into(),
+                breaks: vec![],
+                scenarios: Some("@R-PRE-11 and not @slow".into()),
+                breakage: Breakage::ControlPlaneWriter,
+            })
+        );
+        let variant = Variant::parse("p", &text).expect("a variant");
+        assert_eq!(variant.tag_expression(), "@R-PRE-11 and not @slow");
+        assert_eq!(
+            breaking("R-KEY-7, R-KEY-8").tag_expression(),
+            "@R-KEY-7 or @R-KEY-8"
+        );
+    }
+
+    #[rstest]
+    #[case::no_name("# breaks: R-KEY-4\n", "no `# name:` line")]
+    #[case::bad_name("# name: Tags Ignored\n# breaks: R-KEY-4\n", "not kebab-case")]
+    #[case::no_breaks("# name: x\n", "no `# breaks:` line")]
+    #[case::empty_rule("# name: x\n# breaks: R-KEY-4,\n", "not a rule id")]
+    #[case::tag_for_rule("# name: x\n# breaks: @R-KEY-4\n", "not a rule id")]
+    #[case::breaks_nothing("# name: x\n# breaks: none\n", "nothing could catch it")]
+    #[case::writer_without_selection(
+        "# name: x\n# breaks: none\n# verdict: fixture-guard\n",
+        "`# scenarios:` must say"
+    )]
+    #[case::bad_verdict(
+        "# name: x\n# breaks: R-KEY-4\n# verdict: maybe\n",
+        "neither `rules` nor `fixture-guard`"
+    )]
+    #[case::bad_selection(
+        "# name: x\n# breaks: R-KEY-4\n# scenarios: @a and and\n",
+        "not a cucumber tag expression"
+    )]
+    #[case::twice("# name: x\n# name: y\n# breaks: R-KEY-4\n", "given twice")]
+    fn bad_headers_say_what_is_wrong(#[case] header: &str, #[case] expected: &str) {
+        let error = parse_header(&format!("{header}{DIFF}")).expect_err("refused");
+        assert!(error.contains(expected), "{error}");
+    }
+
+    #[test]
+    fn a_header_without_a_diff_is_refused() {
+        let error = parse_header("# name: x\n# breaks: R-KEY-4\n").expect_err("refused");
+        assert!(error.contains("no diff"), "{error}");
+        // Only the leading comment lines are the header.
+        let error =
+            parse_header(&format!("{DIFF}# name: x\n# breaks: R-KEY-4\n")).expect_err("refused");
+        assert!(error.contains("no `# name:`"), "{error}");
+    }
+
+    /// [`BUILT_IN`] is exactly the folder's patches, each named after its file.
+    #[test]
+    fn the_built_in_list_is_the_patch_folder() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeded");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .expect("conformance/seeded")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|name| name.ends_with(".patch"))
+            .collect();
+        on_disk.sort_unstable();
+        let mut listed: Vec<String> = BUILT_IN
+            .iter()
+            .map(|(file, _)| (*file).to_owned())
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(
+            listed, on_disk,
+            "BUILT_IN in seeded.rs lists conformance/seeded/*.patch"
+        );
+        for variant in variants() {
+            assert_eq!(
+                variant.origin,
+                format!("{PATCH_DIR}/{}.patch", variant.name),
+                "a patch file is named after its variant"
+            );
+        }
+    }
+
+    #[test]
+    fn variant_names_are_unique_and_writers_alone_break_no_rule() {
+        let mut names: Vec<&str> = variants().iter().map(|v| v.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), VARIANTS.len());
-        for variant in VARIANTS {
-            assert!(
-                variant
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c == '-'),
-                "{}",
-                variant.name
-            );
+        assert_eq!(names.len(), variants().len());
+        for variant in variants() {
             assert_eq!(
                 variant.breaks.is_empty(),
                 variant.breakage == Breakage::ControlPlaneWriter,
                 "{}: only a control-plane writer breaks no rule",
                 variant.name
             );
-            assert!(
-                variant
-                    .tag_expression()
-                    .parse::<cucumber::gherkin::tagexpr::TagOperation>()
-                    .is_ok()
-            );
         }
-        assert_eq!(VARIANTS[1].tag_expression(), "@R-KEY-7 or @R-KEY-8");
+        assert_eq!(variants()[1].tag_expression(), "@R-KEY-7 or @R-KEY-8");
     }
 
-    /// Every rule a variant names selects at least one scenario of the suite, so no variant's
-    /// run can be empty by a typo.
+    /// Every rule a variant names, and every tag of its selection, tags at least one scenario
+    /// of the suite, so no variant's run can be empty by a typo.
     #[test]
     fn every_rule_of_every_variant_tags_a_scenario() {
         let features = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../features"));
@@ -1001,12 +1522,16 @@ mod tests {
                 text.push_str(&std::fs::read_to_string(&path).expect("feature file"));
             }
         }
-        let tags: std::collections::BTreeSet<&str> = text
+        let tags: BTreeSet<&str> = text
             .split_whitespace()
             .filter_map(|word| word.strip_prefix('@'))
             .collect();
-        for variant in VARIANTS {
-            for rule in variant.selecting_rules() {
+        for variant in variants() {
+            let selection = variant.tag_expression();
+            let selected = selection
+                .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+                .filter_map(|word| word.strip_prefix('@'));
+            for rule in variant.breaks.iter().map(String::as_str).chain(selected) {
                 assert!(
                     tags.contains(rule),
                     "{}: no scenario is tagged @{rule}",
@@ -1016,105 +1541,101 @@ mod tests {
         }
     }
 
+    /// A refactor that touches the code a patch changes makes the patch stop applying: this
+    /// test then fails naming it, so the mistake it re-creates is looked at again.
+    #[test]
+    fn every_built_in_patch_applies_to_this_tree() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut broken = Vec::new();
+        for (file, text) in BUILT_IN {
+            let mut child = std::process::Command::new("git")
+                .args(["apply", "--check", "-"])
+                .current_dir(&repo)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("git");
+            {
+                use std::io::Write as _;
+                let mut stdin = child.stdin.take().expect("stdin");
+                stdin.write_all(text.as_bytes()).expect("writing the patch");
+            }
+            let output = child.wait_with_output().expect("git apply --check");
+            if !output.status.success() {
+                broken.push(format!(
+                    "{PATCH_DIR}/{file}: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
+        }
+        assert!(
+            broken.is_empty(),
+            "seeded variants that no longer apply (re-create each mistake on the new code):\n{}",
+            broken.join("\n")
+        );
+    }
+
     #[test]
     fn unknown_variants_are_refused_with_the_known_names() {
-        let error = selected_variants(&["no-such-bug".to_owned()]).expect_err("unknown");
+        let error = selected_variants(&[], &["no-such-bug".to_owned()]).expect_err("unknown");
         assert!(
             error.to_string().contains("tags-ignored-on-drift"),
             "{error}"
         );
-        assert_eq!(selected_variants(&[]).expect("all").len(), VARIANTS.len());
-    }
-
-    #[test]
-    fn the_rbac_variant_drops_exactly_the_pod_verbs() {
-        let original = crate::manifests::read_dir(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac"),
-        )
-        .expect("config/rbac");
-        let variant = without_pod_verbs(original.clone()).expect("something removed");
-        assert_eq!(variant.len(), original.len());
-        let resources = |objects: &[DynamicObject]| -> Vec<String> {
-            objects
-                .iter()
-                .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "ClusterRole"))
-                .flat_map(|o| o.data["rules"].as_array().cloned().unwrap_or_default())
-                .flat_map(|rule| rule["resources"].as_array().cloned().unwrap_or_default())
-                .filter_map(|r| r.as_str().map(str::to_owned))
-                .collect()
-        };
-        let (before, after) = (resources(&original), resources(&variant));
-        assert!(
-            before.contains(&"pods".to_owned())
-                && before.contains(&"persistentvolumeclaims".to_owned())
-        );
-        assert!(
-            !after.contains(&"pods".to_owned())
-                && !after.contains(&"persistentvolumeclaims".to_owned())
-        );
-        let kept: Vec<&String> = before
-            .iter()
-            .filter(|r| *r != "pods" && *r != "persistentvolumeclaims")
-            .collect();
         assert_eq!(
-            after.iter().collect::<Vec<_>>(),
-            kept,
-            "everything else is kept"
+            selected_variants(&[], &[]).expect("all").len(),
+            BUILT_IN.len()
         );
-        // Applying it twice finds nothing more to remove.
-        assert!(without_pod_verbs(variant).is_err());
     }
 
-    /// The writer's RBAC grants one write on control planes, and read-only access takes exactly
-    /// that away again.
     #[test]
-    fn read_only_access_removes_what_the_writer_rbac_adds() {
-        let original = crate::manifests::read_dir(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rbac"),
+    fn patch_files_replace_the_built_in_set() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("mine.patch");
+        std::fs::write(
+            &path,
+            format!("# name: my-mistake\n# breaks: R-KEY-4\n# ignored: yes\n{DIFF}"),
         )
-        .expect("config/rbac");
-        let as_json = |objects: Vec<DynamicObject>| -> Vec<Value> {
-            objects
-                .into_iter()
-                .map(|o| serde_json::to_value(o).expect("JSON"))
-                .collect()
-        };
-        let writer = with_control_plane_status_patch(original.clone()).expect("a ClusterRole");
-        let granted = |objects: &[Value]| -> Vec<Value> {
-            objects
-                .iter()
-                .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
-                .filter(|rule| {
-                    rule["resources"] == serde_json::json!(["codercontrolplanes/status"])
-                })
-                .collect()
-        };
-        let (original, writer) = (as_json(original), as_json(writer));
-        assert_eq!(granted(&original), Vec::<Value>::new());
-        assert_eq!(granted(&writer).len(), 1);
-        assert_eq!(
-            crate::fixture_guard::read_only_control_planes(writer),
-            crate::fixture_guard::read_only_control_planes(original)
+        .expect("writing");
+        let selected = selected_variants(std::slice::from_ref(&path), &[]).expect("parsed");
+        assert_eq!(selected.len(), 1);
+        assert_eq!(selected[0].name, "my-mistake");
+        assert_eq!(selected[0].origin, path.display().to_string());
+        std::fs::write(&path, DIFF).expect("writing");
+        let error = selected_variants(std::slice::from_ref(&path), &[]).expect_err("no header");
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "the error names the file: {error}"
         );
     }
 
     #[test]
-    fn the_table_says_caught_or_missed_per_variant() {
+    fn the_table_says_caught_missed_or_error_per_variant() {
+        let variants = variants();
         let verdicts = vec![
-            (VARIANTS[2], Verdict::Caught(vec![scenario(11)])),
+            (variants[2].clone(), Verdict::Caught(vec![scenario(11)])),
             (
-                VARIANTS[3],
+                variants[3].clone(),
                 Verdict::Missed {
                     passed: 2,
-                    failed: 0,
+                    failed: vec![],
                     skipped: 0,
                 },
             ),
             (
-                VARIANTS[4],
+                variants[4].clone(),
                 Verdict::Missed {
                     passed: 0,
-                    failed: 0,
+                    failed: vec![],
+                    skipped: 0,
+                },
+            ),
+            (
+                variants[5].clone(),
+                Verdict::Missed {
+                    passed: 1,
+                    failed: vec![elsewhere(12)],
                     skipped: 0,
                 },
             ),
@@ -1123,9 +1644,13 @@ mod tests {
                 writer(),
                 Verdict::Missed {
                     passed: 1,
-                    failed: 1,
+                    failed: vec![scenario(1)],
                     skipped: 0,
                 },
+            ),
+            (
+                variants[6].clone(),
+                Verdict::Error("the patch conformance/seeded/x.patch does not apply".into()),
             ),
         ];
         let text = table(&verdicts);
@@ -1139,7 +1664,11 @@ mod tests {
             text.contains("MISSED") && text.contains("none (2 passed, 0 skipped)"),
             "{text}"
         );
-        assert!(text.contains("no scenario carries its rule tags"), "{text}");
+        assert!(text.contains("no scenario is selected"), "{text}");
+        assert!(
+            text.contains("none on the rules it breaks (1 passed, 0 skipped; failed on other rules: f.feature:12 \"s12\")"),
+            "{text}"
+        );
         assert!(
             text.contains("caught   none; the run was stopped: someone other than the suite changed its control-plane fixture CoderControlPlane ns/cp: status rewritten by field manager \"op\" (status)\n"),
             "{text}"
@@ -1150,12 +1679,9 @@ mod tests {
             ),
             "{text}"
         );
-    }
-
-    fn writer() -> Variant {
-        *VARIANTS
-            .iter()
-            .find(|v| v.breakage == Breakage::ControlPlaneWriter)
-            .expect("a control-plane writer")
+        assert!(
+            text.contains("ERROR    the patch conformance/seeded/x.patch does not apply"),
+            "{text}"
+        );
     }
 }

@@ -13,8 +13,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
-use crate::seeded::{self, Bug};
-
 /// Why a fenced step may not run.
 #[derive(Debug, thiserror::Error)]
 pub enum FenceError {
@@ -73,9 +71,6 @@ impl Fence {
         };
         if fence.term.is_cancelled() {
             return Err(FenceError::TermEnded);
-        }
-        if seeded::active(Bug::FenceTrustsTermToken) {
-            return Ok(());
         }
         if fence.proof().is_some_and(|until| Instant::now() < until) {
             return Ok(());

@@ -542,10 +542,15 @@ fn is_package_variable(name: &str) -> bool {
 
 /// The `executable` of the `compiler-artifact` message for the reference binary.
 pub(crate) fn built_executable(cargo_json: &str) -> Option<PathBuf> {
+    built_executable_named(cargo_json, REFERENCE_BINARY)
+}
+
+/// The `executable` of the `compiler-artifact` message for the binary `name`.
+pub(crate) fn built_executable_named(cargo_json: &str, name: &str) -> Option<PathBuf> {
     cargo_json
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == REFERENCE_BINARY)
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
 }
 

@@ -31,7 +31,6 @@ pub use types::{
 };
 
 use crate::metrics::Metrics;
-use crate::seeded::{self, Bug};
 
 /// Route templates, used as metric labels (never the concrete path, which names orgs and keys).
 pub mod routes {
@@ -510,9 +509,6 @@ fn expect(
                 answer.status.as_u16()
             ),
         });
-    }
-    if seeded::active(Bug::ErrorBodyDecodedStrictly) {
-        seeded::decode_error_body_strictly(&answer.body);
     }
     Err(error::error_for_status(
         answer.status.as_u16(),

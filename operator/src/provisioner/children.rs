@@ -17,7 +17,6 @@ use crate::api::{
 };
 
 use super::names::{Names, fnv_hex};
-use super::policy::Policy;
 
 pub const DEFAULT_IMAGE: &str = "ghcr.io/coder/coder:latest";
 pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 600;
@@ -30,7 +29,6 @@ pub struct ChildInputs<'a> {
     pub names: &'a Names,
     pub control_plane_url: &'a str,
     pub control_plane_image: Option<&'a str>,
-    pub policy: &'a Policy,
 }
 
 /// The three labels every child carries (R-RES-4, D-6).
@@ -67,15 +65,8 @@ fn metadata(inputs: &ChildInputs<'_>, name: &str) -> ObjectMeta {
 
 /// The key Secret with freshly created key material (R-SEC-1…5).
 pub fn key_secret(inputs: &ChildInputs<'_>, plaintext: &str) -> Secret {
-    let mut metadata = metadata(inputs, &inputs.names.key_secret);
-    if inputs.policy.key_secret_without_block_owner_deletion {
-        metadata.owner_references = Some(vec![OwnerReference {
-            block_owner_deletion: None,
-            ..owner_reference(inputs.cr)
-        }]);
-    }
     Secret {
-        metadata,
+        metadata: metadata(inputs, &inputs.names.key_secret),
         type_: Some("Opaque".to_owned()),
         data: Some(
             [(
@@ -181,14 +172,6 @@ fn env(inputs: &ChildInputs<'_>) -> Vec<EnvVar> {
             ..Default::default()
         },
     ];
-    if inputs.policy.daemon_with_organization_env {
-        // The variable the pre-PR operator injected.
-        env.push(EnvVar {
-            name: "CODER_ORGANIZATION".to_owned(),
-            value: Some(inputs.names.organization.clone()),
-            ..Default::default()
-        });
-    }
     env.extend(inputs.cr.spec.extra_env.iter().flatten().cloned());
     env
 }
@@ -203,7 +186,7 @@ pub fn deployment(inputs: &ChildInputs<'_>, key_value: &str) -> Deployment {
     let container = Container {
         name: CONTAINER_NAME.to_owned(),
         image: Some(image(inputs)),
-        command: (!inputs.policy.daemon_without_coder_command).then(|| vec!["coder".to_owned()]),
+        command: Some(vec!["coder".to_owned()]),
         args: Some(args),
         env: Some(env(inputs)),
         resources: spec.resources.clone(),
@@ -262,7 +245,6 @@ mod tests {
             names,
             control_plane_url: "http://coder.test",
             control_plane_image: cp_image,
-            policy: &Policy::REFERENCE,
         }
     }
 

@@ -7,11 +7,10 @@ use kube::runtime::events::EventType;
 use tracing::info;
 
 use crate::api::{CoderProvisioner, CoderProvisionerStatus};
-use crate::seeded::{self, Bug};
 
 use super::context::{Context, object_key};
 use super::error::{CleanupError, Error};
-use super::{dereference, gates, keys, seeded_steps};
+use super::{dereference, gates, keys};
 
 pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Error> {
     let key = object_key(cr);
@@ -19,11 +18,7 @@ pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action
     ctx.rate_limits.reset(&key);
     ctx.key_hold_off.clear(&key);
     let status = cr.status.clone().unwrap_or_default();
-    let mut recorded = keys::recorded_key(&status, "");
-    if seeded::active(Bug::CleanupWithoutKeyCallsCoderd) {
-        recorded = recorded.or_else(|| Some(seeded_steps::key_guessed_from_spec(cr)));
-    }
-    let Some(recorded) = recorded else {
+    let Some(recorded) = keys::recorded_key(&status, "") else {
         info!(provisioner = %object_key(cr), "no provisioner key recorded; nothing to clean up in coderd");
         return Ok(Action::await_change());
     };
@@ -36,11 +31,6 @@ pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action
         .clone()
         .unwrap_or_else(|| recorded.organization_id.clone());
     let manual = format!("coder provisioner keys delete {key_name} --org {organization}");
-    if seeded::active(Bug::CleanupInBackground) {
-        let (cr, ctx) = (cr.clone(), Arc::clone(ctx));
-        tokio::spawn(async move { delete_recorded_key(&cr, &ctx, &status, &recorded).await });
-        return Ok(Action::await_change());
-    }
     let outcome = delete_recorded_key(cr, ctx, &status, &recorded).await;
     match outcome {
         Ok(Some(name)) => {
@@ -59,9 +49,7 @@ pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action
         Err(why) => {
             // A replica whose leadership ended keeps the finalizer: the clean-up is the new
             // leader's (its delete would be the one that counts).
-            if !seeded::active(Bug::PausedLeaderUnfenced) {
-                ctx.fence.check().await.map_err(CleanupError::from)?;
-            }
+            ctx.fence.check().await.map_err(CleanupError::from)?;
             let note =
                 format!("provisioner key may remain in coderd ({why}); delete it with `{manual}`");
             ctx.event(
@@ -72,11 +60,6 @@ pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action
                 note,
             )
             .await;
-            let rate_limited =
-                matches!(&why, CleanupError::Coderd(error) if error.is_rate_limited());
-            if seeded::failed_cleanup_keeps_finalizer(rate_limited) {
-                return Err(why.into());
-            }
         }
     }
     Ok(Action::await_change())
@@ -119,22 +102,5 @@ async fn delete_recorded_key(
         recorded.control_plane_url.clone()
     };
     let client = ctx.coderd(&url, &token)?;
-    if seeded::active(Bug::CleanupBySpecKeyName) {
-        return Ok(
-            seeded_steps::delete_by_spec_name(&client, cr, &recorded.organization_id).await?,
-        );
-    }
-    if seeded::active(Bug::CleanupByRecordedName) {
-        return Ok(seeded_steps::delete_by_recorded_name(
-            &client,
-            status,
-            &recorded.organization_id,
-        )
-        .await?);
-    }
-    let mut organization_id = recorded.organization_id.clone();
-    if seeded::active(Bug::CleanupOrganizationFromSpec) {
-        organization_id = seeded_steps::organization_from_spec(&client, cr).await?;
-    }
-    Ok(keys::delete_by_id(&client, &organization_id, &recorded.key_id).await?)
+    Ok(keys::delete_by_id(&client, &recorded.organization_id, &recorded.key_id).await?)
 }

@@ -3,13 +3,12 @@ use std::sync::Arc;
 
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::api::CoderProvisioner;
 use crate::coderd::{CoderdClient, CoderdError, Connector, SecretString};
 use crate::fence::Fence;
 use crate::metrics::Metrics;
-use crate::seeded::{self, Bug};
 
 use super::backoff::{AttemptCounters, HoldOff};
 use super::coderd_slots::CoderdSlots;
@@ -43,9 +42,6 @@ impl Context {
         url: &str,
         token: &SecretString,
     ) -> Result<CoderdClient, CoderdError> {
-        if seeded::active(Bug::SessionTokenLogged) {
-            info!(url, token = token.expose(), "building coderd client");
-        }
         self.coderd.client(url, token.clone())
     }
 

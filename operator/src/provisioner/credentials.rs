@@ -11,8 +11,6 @@ use url::Url;
 
 use crate::api::{CREDENTIAL_DESTINATIONS_ANNOTATION, CREDENTIAL_LABEL, reason};
 
-use super::policy::Policy;
-
 /// What the check needs to know about one referenced Secret (never its data).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SecretMeta {
@@ -59,11 +57,7 @@ pub fn check_credentials(
     refs: &[CredentialRef],
     secrets: &BTreeMap<String, Option<SecretMeta>>,
     control_plane_url: &str,
-    policy: &Policy,
 ) -> CredentialCheck {
-    if policy.credential_secrets_unchecked {
-        return Ok(());
-    }
     for credential in refs {
         let Some(meta) = secrets.get(&credential.secret).and_then(Option::as_ref) else {
             if credential.optional {
@@ -100,7 +94,7 @@ pub fn check_credentials(
                 ),
             ));
         };
-        if !destinations_allow(destinations, control_plane_url, policy) {
+        if !destinations_allow(destinations, control_plane_url) {
             return Err((
                 reason::CREDENTIAL_DESTINATION_MISMATCH,
                 format!(
@@ -165,34 +159,15 @@ fn parse_destination(entry: &str) -> Option<Origin> {
 }
 
 /// Whether the comma-separated `destinations` list the control plane's origin.
-pub fn destinations_allow(destinations: &str, control_plane_url: &str, policy: &Policy) -> bool {
+pub fn destinations_allow(destinations: &str, control_plane_url: &str) -> bool {
     let Some(wanted) = origin_of(control_plane_url) else {
         return false;
     };
-    if policy.credential_origin_prefix_match {
-        return allowed_by_prefix(destinations, control_plane_url);
-    }
     destinations
         .split(',')
         .map(str::trim)
         .filter_map(parse_destination)
-        .any(|origin| {
-            origin == wanted
-                || policy.credential_origin_port_ignored
-                    && (&origin.scheme, &origin.host) == (&wanted.scheme, &wanted.host)
-        })
-}
-
-/// For [`Policy::credential_origin_prefix_match`]: an entry "matches" when it starts with the
-/// control plane URL, so `http://host:port@evil.test` and `http://host:port/api` pass.
-fn allowed_by_prefix(destinations: &str, control_plane_url: &str) -> bool {
-    let prefix = control_plane_url
-        .trim()
-        .trim_end_matches('/')
-        .to_ascii_lowercase();
-    destinations
-        .split(',')
-        .any(|entry| entry.trim().to_ascii_lowercase().starts_with(&prefix))
+        .any(|origin| origin == wanted)
 }
 
 #[cfg(test)]
@@ -220,11 +195,7 @@ mod tests {
     #[case::bare_host("coder.example.com", false)]
     #[case::empty_entries(" , ", false)]
     fn destination_matching(#[case] annotation: &str, #[case] allowed: bool) {
-        assert_eq!(
-            destinations_allow(annotation, CP, &Policy::REFERENCE),
-            allowed,
-            "{annotation}"
-        );
+        assert_eq!(destinations_allow(annotation, CP), allowed, "{annotation}");
     }
 
     #[rstest]
@@ -240,10 +211,7 @@ mod tests {
     )]
     #[case::bare_wildcard("http://127.0.0.1:3000", "*", false)]
     fn control_plane_origin(#[case] cp: &str, #[case] annotation: &str, #[case] allowed: bool) {
-        assert_eq!(
-            destinations_allow(annotation, cp, &Policy::REFERENCE),
-            allowed
-        );
+        assert_eq!(destinations_allow(annotation, cp), allowed);
     }
 
     fn env_from_secret(name: &str, secret: &str, optional: Option<bool>) -> EnvVar {
@@ -313,7 +281,7 @@ mod tests {
             .into_iter()
             .map(|(name, meta)| (name.to_owned(), meta))
             .collect();
-        let outcome = check_credentials(&refs, &secrets, CP, &Policy::REFERENCE);
+        let outcome = check_credentials(&refs, &secrets, CP);
         assert_eq!(
             outcome.as_ref().map_err(|(reason, _)| *reason),
             expected.as_ref().map_err(|r| *r)
@@ -326,24 +294,15 @@ mod tests {
         }
     }
 
+    /// Entries that start with the control plane URL are not its origin.
     #[test]
-    fn the_prefix_policy_accepts_lookalikes_the_reference_refuses() {
-        let prefix = Policy {
-            credential_origin_prefix_match: true,
-            ..Policy::REFERENCE
-        };
+    fn prefix_lookalikes_are_refused() {
         let cp = "http://127.0.0.1:3000";
         for lookalike in [
             "http://127.0.0.1:3000@evil.test",
             "http://127.0.0.1:3000/api",
         ] {
-            assert!(destinations_allow(lookalike, cp, &prefix), "{lookalike}");
-            assert!(!destinations_allow(lookalike, cp, &Policy::REFERENCE));
+            assert!(!destinations_allow(lookalike, cp), "{lookalike}");
         }
-        assert!(!destinations_allow(
-            "https://coder.example.com",
-            cp,
-            &prefix
-        ));
     }
 }

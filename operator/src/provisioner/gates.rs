@@ -9,7 +9,6 @@ use crate::api::{CoderControlPlane, condition, reason};
 use crate::coderd::{CoderdError, EntitlementValue, SecretString};
 
 use super::credentials::{self, CredentialRef, SecretMeta};
-use super::policy::Policy;
 
 /// Retry interval while a prerequisite on the control plane is missing (R-PRE-5).
 pub const PREREQUISITE_RETRY: Duration = Duration::from_secs(15);
@@ -220,9 +219,8 @@ pub fn credentials(
     refs: &[CredentialRef],
     secrets: &BTreeMap<String, Option<SecretMeta>>,
     control_plane_url: &str,
-    policy: &Policy,
 ) -> Result<ConditionUpdate, Blocked> {
-    match credentials::check_credentials(refs, secrets, control_plane_url, policy) {
+    match credentials::check_credentials(refs, secrets, control_plane_url) {
         Ok(()) => Ok(ConditionUpdate::ok(
             condition::CREDENTIALS_READY,
             reason::CREDENTIALS_VALID,
@@ -293,7 +291,6 @@ pub fn entitlement_from_control_plane(
 /// Gate 4, second half: interpret coderd's answer (R-ENT-4…8).
 pub fn entitlement_from_coderd(
     answer: Result<Option<EntitlementValue>, &CoderdError>,
-    policy: &Policy,
 ) -> Result<ConditionUpdate, Blocked> {
     let failed = |reason: &'static str, message: String| {
         Blocked::new(condition::ENTITLED, reason, message, ENTITLEMENT_WINDOW)
@@ -305,14 +302,6 @@ pub fn entitlement_from_coderd(
             reason::NOT_SUPPORTED,
             "coderd has no entitlements API (not an enterprise build)".to_owned(),
         )),
-        Err(error @ CoderdError::Unauthorized { .. })
-            if policy.unauthorized_entitlements_as_query_failure =>
-        {
-            Err(failed(
-                reason::ENTITLEMENTS_QUERY_FAILED,
-                format!("reading entitlements failed: {error}"),
-            ))
-        }
         Err(error @ (CoderdError::Unauthorized { .. } | CoderdError::Forbidden { .. })) => {
             Err(failed(
                 reason::FORBIDDEN,
@@ -336,15 +325,10 @@ pub enum EntitlementReading {
 }
 
 /// Gate 4 (R-ENT-1…9).
-pub fn entitlement(
-    reading: &EntitlementReading,
-    policy: &Policy,
-) -> Result<ConditionUpdate, Blocked> {
+pub fn entitlement(reading: &EntitlementReading) -> Result<ConditionUpdate, Blocked> {
     match reading {
         EntitlementReading::ControlPlane(outcome) => outcome.clone(),
-        EntitlementReading::Coderd(answer) => {
-            entitlement_from_coderd(answer.as_ref().cloned(), policy)
-        }
+        EntitlementReading::Coderd(answer) => entitlement_from_coderd(answer.as_ref().cloned()),
     }
 }
 
@@ -365,7 +349,6 @@ pub fn key_secret_ownership(
     data_key: &str,
     secret: Option<&Secret>,
     cr_uid: &str,
-    policy: &Policy,
 ) -> Result<(KeySecretState, ConditionUpdate), Blocked> {
     let ready = || {
         ConditionUpdate::ok(
@@ -377,7 +360,7 @@ pub fn key_secret_ownership(
     let Some(secret) = secret else {
         return Ok((KeySecretState::Absent, ready()));
     };
-    if !is_controlled_by(secret, cr_uid, policy) && !policy.unowned_key_secret_adopted {
+    if !is_controlled_by(secret, cr_uid) {
         return Err(Blocked::new(
             condition::KEY_SECRET_READY,
             reason::KEY_SECRET_NOT_OWNED,
@@ -400,18 +383,13 @@ pub fn key_secret_ownership(
 }
 
 /// Whether `object` has a controller ownerReference to the object with `uid`.
-pub fn is_controlled_by(secret: &Secret, uid: &str, policy: &Policy) -> bool {
+pub fn is_controlled_by(secret: &Secret, uid: &str) -> bool {
     secret
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|owner| {
-            owner.controller == Some(true)
-                && (owner.uid == uid
-                    || policy.any_provisioners_key_secret_adopted
-                        && owner.kind == "CoderProvisioner")
-        })
+        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
 
 #[cfg(test)]
@@ -586,8 +564,8 @@ mod tests {
         #[case] failure: Option<&str>,
     ) {
         let outcome = match &answer {
-            Ok(value) => entitlement_from_coderd(Ok(value.clone()), &Policy::REFERENCE),
-            Err(error) => entitlement_from_coderd(Err(error), &Policy::REFERENCE),
+            Ok(value) => entitlement_from_coderd(Ok(value.clone())),
+            Err(error) => entitlement_from_coderd(Err(error)),
         };
         assert_eq!(outcome.as_ref().err().map(|b| b.condition.reason), failure);
         if let Err(blocked) = outcome {
@@ -624,8 +602,7 @@ mod tests {
     #[case::unowned(Some(key_secret(None, Some("x"))), Err(()))]
     #[case::owned_by_other_cr(Some(key_secret(Some("uid-2"), Some("x"))), Err(()))]
     fn key_secret_gate(#[case] secret: Option<Secret>, #[case] expected: Result<&str, ()>) {
-        let outcome =
-            key_secret_ownership("s", "key", secret.as_ref(), "uid-1", &Policy::REFERENCE);
+        let outcome = key_secret_ownership("s", "key", secret.as_ref(), "uid-1");
         match (outcome, expected) {
             (Ok((KeySecretState::Absent, _)), Ok("absent"))
             | (Ok((KeySecretState::Empty, _)), Ok("empty"))

@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::api::CoderProvisionerStatus;
 use crate::coderd::{CoderdClient, CoderdError, ProvisionerKey, SecretString};
-use crate::seeded::{self, Bug};
 
 use super::gates::KeySecretState;
-use super::policy::Policy;
 
 /// The key this reconcile wants in coderd.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,11 +94,7 @@ pub fn recorded_key(status: &CoderProvisionerStatus, fallback_url: &str) -> Opti
 }
 
 /// Settings that differ from the recorded baseline; `None` when the baseline is incomplete.
-fn drift(
-    desired: &DesiredKey,
-    status: &CoderProvisionerStatus,
-    policy: &Policy,
-) -> Option<Vec<&'static str>> {
+fn drift(desired: &DesiredKey, status: &CoderProvisionerStatus) -> Option<Vec<&'static str>> {
     let pairs = [
         (
             "organizationName",
@@ -125,7 +119,7 @@ fn drift(
     ];
     let mut changed = Vec::new();
     for (field, was, want) in pairs {
-        if was? != want && !(field == "tags" && policy.tags_ignored_on_drift) {
+        if was? != want {
             changed.push(field);
         }
     }
@@ -143,10 +137,9 @@ pub fn decide(
     desired: &DesiredKey,
     status: &CoderProvisionerStatus,
     secret: &KeySecretState,
-    policy: &Policy,
 ) -> KeyAction {
     let retire = recorded_key(status, &desired.control_plane_url);
-    let drift = drift(desired, status, policy);
+    let drift = drift(desired, status);
     match (secret, drift) {
         (KeySecretState::Usable(value), Some(changed)) if changed.is_empty() => {
             KeyAction::Reuse(value.clone())
@@ -307,15 +300,9 @@ pub async fn establish(
                 let replaced = KeyEvent::ReplacedUnrecorded {
                     name: foreign.name.clone(),
                 };
-                let announce_late = seeded::active(Bug::ReplacementAnnouncedAfterDelete);
-                if !announce_late {
-                    events.record(replaced.clone()).await;
-                }
+                events.record(replaced).await;
                 // Not best-effort: creating while it exists would only answer 409.
                 client.delete_key(&organization.id, &foreign.name).await?;
-                if announce_late {
-                    events.record(replaced).await;
-                }
             }
             client
                 .create_key(&organization.id, &desired.key_name, &desired.tags)
@@ -367,7 +354,6 @@ async fn record_retire(
         Ok(Some(name)) => KeyEvent::Retired { name },
         Ok(None) => return Ok(()),
         Err(error) if error.is_rate_limited() => return Err(error),
-        Err(error) if seeded::active(Bug::RotationStopsOnDeleteFailure) => return Err(error),
         Err(error) => KeyEvent::RetireFailed {
             organization_id: organization_id.to_owned(),
             error: error.to_string(),
@@ -449,10 +435,7 @@ mod tests {
         #[case] secret: KeySecretState,
         #[case] expected: KeyAction,
     ) {
-        assert_eq!(
-            decide(&desired, &status, &secret, &Policy::REFERENCE),
-            expected
-        );
+        assert_eq!(decide(&desired, &status, &secret), expected);
     }
 
     #[test]
@@ -628,7 +611,7 @@ mod tests {
             let (fake, client) = fake().await;
             let desired = desired_at(&fake);
             fake.create_key_directly("default", &desired.key_name, Default::default())
-                .expect("seeded key");
+                .expect("a key created in the fake");
             let unrecorded = fake.keys("default").expect("keys")[0].id.clone();
             let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
             assert_eq!(
@@ -657,7 +640,7 @@ mod tests {
             let (fake, client) = fake().await;
             let desired = desired_at(&fake);
             fake.create_key_directly("default", "old-name", Default::default())
-                .expect("seeded key");
+                .expect("a key created in the fake");
             let old = fake.keys("default").expect("keys")[0].clone();
             let recorded = RecordedKey {
                 organization_id: old.organization.clone(),

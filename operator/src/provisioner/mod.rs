@@ -14,10 +14,7 @@
 //! Shared between passes: `entitlement_cache` (one entitlements request per coderd and window)
 //! and `coderd_slots` (a bound on the reconcile slots one coderd's passes hold). Each pass reads
 //! its CR from the API server and writes its status conditionally on that read's
-//! resourceVersion, so nothing is decided from a stale copy. The pure stages take a [`Policy`]
-//! instead of reading the seeded-bug switch; the other hooks of the seeded variants sit in the
-//! I/O layer (this module, `cleanup`, `keys::establish`, `entitlement_cache`), and the broken
-//! steps they call that need the operator's types in `seeded_steps`.
+//! resourceVersion, so nothing is decided from a stale copy.
 pub mod apply;
 pub mod backoff;
 pub mod children;
@@ -31,8 +28,6 @@ mod error;
 pub mod gates;
 pub mod keys;
 pub mod names;
-pub mod policy;
-mod seeded_steps;
 pub mod status;
 
 #[cfg(test)]
@@ -55,7 +50,6 @@ use crate::api::{
     CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
 };
 use crate::coderd::{CoderdClient, CoderdError, SecretString};
-use crate::seeded::{self, Bug};
 
 use self::coderd_slots::Slot;
 pub use self::context::{Context, object_key};
@@ -66,7 +60,6 @@ use self::dereference::Observed;
 use self::gates::{Blocked, ConditionUpdate, ControlPlaneView, EntitlementReading, KeySecretState};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
 use self::names::Names;
-use self::policy::Policy;
 use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).
@@ -79,12 +72,6 @@ pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling
 /// Entry point for the controller: finalizer handling, then apply or cleanup.
 pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    if seeded::active(Bug::DeletedWithoutFinalizerReconciled)
-        && cr.metadata.deletion_timestamp.is_some()
-        && !cr.finalizers().iter().any(|f| f == FINALIZER)
-    {
-        return apply_pass(&cr, &ctx).await;
-    }
     let namespace = cr.namespace().unwrap_or_default();
     let api: Api<CoderProvisioner> = Api::namespaced(ctx.client.clone(), &namespace);
     let outcome = finalizer(&api, FINALIZER, cr.clone(), |event| async {
@@ -138,7 +125,6 @@ pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>)
 struct StatusWriter<'a> {
     ctx: &'a Context,
     cr: &'a CoderProvisioner,
-    policy: Policy,
     /// resourceVersion of the CR as of the pass's read or its last write: each write is
     /// conditional on it.
     base_version: Option<String>,
@@ -149,11 +135,10 @@ struct StatusWriter<'a> {
 const STATUS_WRITE_ATTEMPTS: usize = 10;
 
 impl<'a> StatusWriter<'a> {
-    fn new(ctx: &'a Context, cr: &'a CoderProvisioner, policy: Policy) -> Self {
+    fn new(ctx: &'a Context, cr: &'a CoderProvisioner) -> Self {
         Self {
             ctx,
             cr,
-            policy,
             base_version: cr.metadata.resource_version.clone(),
             current: cr.status.clone(),
         }
@@ -170,13 +155,12 @@ impl<'a> StatusWriter<'a> {
             report,
             deployment,
             Timestamp::now(),
-            &self.policy,
         );
         if !status::status_changed(self.current.as_ref(), &next) {
             return Ok(());
         }
         // A key established in this pass is recorded only while this replica leads.
-        if report.key.is_some() && !seeded::active(Bug::PausedLeaderUnfenced) {
+        if report.key.is_some() {
             self.ctx.fence.check().await?;
         }
         let mut attempt = 1;
@@ -241,17 +225,13 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
     let Some(live) = live else {
         return Ok(Action::await_change());
     };
-    let deleted = live.metadata.deletion_timestamp.is_some()
-        && !seeded::active(Bug::DeletedWithoutFinalizerReconciled);
+    let deleted = live.metadata.deletion_timestamp.is_some();
     if deleted || live.metadata.uid != cached.metadata.uid {
         // Its deletion, or the creation of its namesake, starts a pass of its own.
         return Ok(Action::await_change());
     }
     let cr = &live;
-    let mut names = Names::for_provisioner(cr);
-    if seeded::active(Bug::SecretKeyIgnored) {
-        names.key_secret_data_key = names::DEFAULT_SECRET_KEY.to_owned();
-    }
+    let names = Names::for_provisioner(cr);
     let observed = dereference::observe(&ctx.client, cr, &names)
         .await
         .map_err(Error::Dereference)?;
@@ -260,27 +240,22 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
         cr,
         key: object_key(cr),
         names,
-        policy: Policy::current(),
         observed,
     };
-    let mut writer = StatusWriter::new(ctx, cr, pass.policy);
+    let mut writer = StatusWriter::new(ctx, cr);
     let PassOutcome {
-        mut report,
+        report,
         deployment,
         step,
     } = pass.run(&mut writer).await;
     if let Err(error) = &step
         && error.is_fenced()
-        && !seeded::active(Bug::PausedLeaderUnfenced)
     {
         warn!(provisioner = %pass.key, %error, "leadership ended during the pass; leaving the rest to the new leader");
         return step.map(|_| Action::await_change());
     }
     if let Ok(deferred @ Step::Deferred(_)) = step {
         return Ok(deferred.action());
-    }
-    if seeded::active(Bug::KeyStatusNotPersistedEarly) && step.is_err() {
-        report.key = None;
     }
     pass.settle_counters(&step);
     for failure in status::newly_failed(cr.status.as_ref(), &report) {
@@ -357,9 +332,8 @@ struct Prerequisites<'o> {
 
 /// The pass's hold on its coderd, and what it read there for gate 4.
 struct Coderd {
-    /// One of the coderd's reconcile slots, held until the pass ends (`None` only in a seeded
-    /// variant).
-    _slot: Option<Slot>,
+    /// One of the coderd's reconcile slots, held until the pass ends.
+    _slot: Slot,
     client: Result<CoderdClient, CoderdError>,
     /// The operator token, for a client of another coderd (a recorded key may live there).
     token: SecretString,
@@ -381,7 +355,6 @@ struct Pass<'a> {
     /// `namespace/name`, the key of the per-CR counters.
     key: String,
     names: Names,
-    policy: Policy,
     observed: Observed,
 }
 
@@ -417,7 +390,6 @@ impl Pass<'_> {
             names: &self.names,
             control_plane_url: &prerequisites.control_plane.url,
             control_plane_image: prerequisites.control_plane.image.as_deref(),
-            policy: &self.policy,
         };
         let key_value = self.keys(&inputs, &coderd, cleared, writer, report).await?;
         let workload = children::workload(&inputs, key_value.expose());
@@ -442,18 +414,9 @@ impl Pass<'_> {
             self.cr.spec.extra_env.as_deref().unwrap_or_default(),
             &self.names.key_secret,
         );
-        match gates::credentials(
-            &refs,
-            &observed.credential_secrets,
-            &control_plane.url,
-            &self.policy,
-        ) {
-            Ok(condition) => report.set(condition),
-            Err(failure) if seeded::active(Bug::DeploymentUpdatedDespiteInvalidCredentials) => {
-                report.set(failure.condition)
-            }
-            Err(failure) => return Err(blocked(report, failure)),
-        }
+        let condition = gates::credentials(&refs, &observed.credential_secrets, &control_plane.url)
+            .map_err(|failure| blocked(report, failure))?;
+        report.set(condition);
         Ok(Prerequisites {
             control_plane,
             token,
@@ -464,13 +427,13 @@ impl Pass<'_> {
     /// its reconcile slot back for now. Then the reads of gate 4.
     async fn reach_coderd(&self, prerequisites: &Prerequisites<'_>) -> Result<Coderd, Stop> {
         let (url, token) = (&prerequisites.control_plane.url, &prerequisites.token);
-        let slot = self
+        let Some(slot) = self
             .ctx
             .coderd_slots
-            .try_take(url, token, &ObjectRef::from_obj(self.cr));
-        if slot.is_none() && !seeded::active(Bug::HangingCoderdStarvesOthers) {
+            .try_take(url, token, &ObjectRef::from_obj(self.cr))
+        else {
             return Err(Stop::Wait(Step::Deferred(CODERD_BUSY_RETRY)));
-        }
+        };
         let client = self.ctx.coderd(url, token);
         let entitlement = dereference::entitlement(
             &self.ctx.entitlements,
@@ -492,39 +455,21 @@ impl Pass<'_> {
     /// Gates 4–5 (pure): the entitlement, then the key Secret must be ours or absent (D-3),
     /// both before any key request.
     async fn clearance(&self, coderd: &Coderd, report: &mut PassReport) -> Result<Cleared, Stop> {
-        match gates::entitlement(&coderd.entitlement, &self.policy) {
-            Ok(condition) => report.set(condition),
-            Err(failure)
-                if seeded::active(Bug::NotEntitledIgnored)
-                    && failure.condition.reason == reason::NOT_ENTITLED =>
-            {
-                report.set(failure.condition)
-            }
-            Err(failure) => return Err(blocked(report, failure)),
-        }
+        let condition =
+            gates::entitlement(&coderd.entitlement).map_err(|failure| blocked(report, failure))?;
+        report.set(condition);
         let ownership = gates::key_secret_ownership(
             &self.names.key_secret,
             &self.names.key_secret_data_key,
             self.observed.key_secret.as_ref(),
             self.cr.metadata.uid.as_deref().unwrap_or_default(),
-            &self.policy,
         );
-        match ownership {
-            Ok((key_secret, key_secret_ready)) => Ok(Cleared {
-                key_secret,
-                key_secret_ready,
-            }),
-            Err(failure) => {
-                if seeded::active(Bug::RefusedSecretListsKeys) {
-                    seeded_steps::list_keys_anyway(
-                        coderd.client.as_ref().ok(),
-                        &self.names.organization,
-                    )
-                    .await;
-                }
-                Err(blocked(report, failure))
-            }
-        }
+        let (key_secret, key_secret_ready) =
+            ownership.map_err(|failure| blocked(report, failure))?;
+        Ok(Cleared {
+            key_secret,
+            key_secret_ready,
+        })
     }
 
     /// The key stage: decide (pure) whether the Secret's key serves; if not, establish a new
@@ -538,27 +483,17 @@ impl Pass<'_> {
         writer: &mut StatusWriter<'_>,
         report: &mut PassReport,
     ) -> Result<SecretString, Stop> {
-        let tags = self.cr.spec.tags.clone().unwrap_or_default();
-        let hashed: BTreeMap<String, String> = if seeded::active(Bug::TagsHashOverKeysOnly) {
-            tags.keys()
-                .map(|key| (key.clone(), String::new()))
-                .collect()
-        } else {
-            tags.clone()
-        };
+        let tags: BTreeMap<String, String> = self.cr.spec.tags.clone().unwrap_or_default();
         let desired = DesiredKey {
             organization_name: self.names.organization.clone(),
             key_name: self.names.key_name.clone(),
-            tags_hash: names::tags_hash(&hashed),
+            tags_hash: names::tags_hash(&tags),
             tags,
             control_plane_ref: self.cr.spec.control_plane_ref.name.clone(),
             control_plane_url: inputs.control_plane_url.to_owned(),
         };
         let previous = self.cr.status.clone().unwrap_or_default();
-        let mut action = keys::decide(&desired, &previous, &cleared.key_secret, &self.policy);
-        if seeded::active(Bug::KeyRotatedOnRestart) {
-            action = seeded_steps::rotate_on_first_sight(&self.key, action, &previous, &desired);
-        }
+        let action = keys::decide(&desired, &previous, &cleared.key_secret);
         let key_value = match action {
             KeyAction::Reuse(value) => {
                 report.set(cleared.key_secret_ready);
@@ -579,11 +514,9 @@ impl Pass<'_> {
                 report.key = Some((established.record, secret_ref));
                 report.set(key_ready());
                 // R-KEY-7: record the key before anything else can fail, so retries reuse it.
-                if !seeded::active(Bug::KeyStatusNotPersistedEarly) {
-                    writer
-                        .write(report, self.observed.deployment.as_ref())
-                        .await?;
-                }
+                writer
+                    .write(report, self.observed.deployment.as_ref())
+                    .await?;
                 established.plaintext
             }
         };
@@ -598,19 +531,13 @@ impl Pass<'_> {
         coderd: &Coderd,
         desired: &DesiredKey,
         cause: keys::KeyCause,
-        mut retire: Option<keys::RecordedKey>,
+        retire: Option<keys::RecordedKey>,
         report: &mut PassReport,
     ) -> Result<keys::EstablishedKey, Stop> {
         let client = match &coderd.client {
             Ok(client) => client,
             Err(error) => return Err(key_failed(report, error.clone())),
         };
-        if seeded::active(Bug::DriftRotationByRecordedName)
-            && matches!(cause, keys::KeyCause::Drift(_))
-        {
-            let previous = self.cr.status.clone().unwrap_or_default();
-            retire = seeded_steps::retire_by_recorded_name(client, retire, &previous).await;
-        }
         info!(provisioner = %self.key, %cause, "establishing provisioner key");
         let established = keys::establish(
             client,
@@ -628,11 +555,8 @@ impl Pass<'_> {
             Ok(established) => established,
             Err(CoderdError::RateLimited { retry_after }) => {
                 let attempt = self.ctx.rate_limits.bump(&self.key);
-                let mut delay =
+                let delay =
                     backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
-                if seeded::active(Bug::RateLimitRetriedWithoutBackoff) {
-                    delay = Duration::from_millis(100);
-                }
                 self.ctx
                     .key_hold_off
                     .hold(&self.key, Instant::now() + delay);
@@ -646,9 +570,7 @@ impl Pass<'_> {
             Err(error) => return Err(key_failed(report, error)),
         };
         let secret = children::key_secret(inputs, established.plaintext.expose());
-        if !seeded::active(Bug::PausedLeaderUnfenced) {
-            self.ctx.fence.check().await.map_err(KeyError::from)?;
-        }
+        self.ctx.fence.check().await.map_err(KeyError::from)?;
         if let Err(error) = apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret).await {
             let fate = forget_unstored_key(client, &established.record).await;
             report.set(ConditionUpdate::failed(
@@ -675,9 +597,7 @@ impl Pass<'_> {
     ) -> Result<Deployment, Stop> {
         let (client, field_manager) = (&self.ctx.client, &self.ctx.field_manager);
         let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
-            if !seeded::active(Bug::ChildRefusalOnlyLogged) {
-                report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
-            }
+            report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
             Error::Apply(error)
         };
         let names = &self.names;
@@ -704,11 +624,7 @@ impl Pass<'_> {
     /// The per-CR counters after a pass.
     fn settle_counters(&self, step: &Result<Step, Error>) {
         // R-RL-3: any outcome other than a 429 (or waiting one out) ends a run of 429s.
-        let mut ends_rate_limits = !matches!(step, Ok(Step::RateLimited(_) | Step::HeldOff(_)));
-        if seeded::active(Bug::BackoffNotResetAfterSuccess) && step.is_ok() {
-            ends_rate_limits = false;
-        }
-        if ends_rate_limits {
+        if !matches!(step, Ok(Step::RateLimited(_) | Step::HeldOff(_))) {
             self.ctx.rate_limits.reset(&self.key);
         }
         // Error backoff grows until a pass gets past the key step or stops at a gate; a pass
@@ -726,9 +642,6 @@ impl Pass<'_> {
 /// deleted by id at once, or every retry would create another (the next create answers 409 and
 /// replaces it). Returns what became of it, for the condition message.
 async fn forget_unstored_key(client: &CoderdClient, record: &keys::KeyRecord) -> String {
-    if seeded::active(Bug::UnstoredKeyLeftInCoderd) {
-        return "the new key was left in coderd".to_owned();
-    }
     match keys::delete_by_id(client, &record.organization_id, &record.key_id).await {
         Ok(_) => "the new key was deleted from coderd".to_owned(),
         Err(error) => {

@@ -9,7 +9,6 @@ use crate::api::{
 
 use super::gates::ConditionUpdate;
 use super::keys::KeyRecord;
-use super::policy::Policy;
 
 /// What one reconcile pass learned, in gate order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,23 +37,15 @@ pub fn next_status(
     report: &PassReport,
     deployment: Option<&Deployment>,
     now: Timestamp,
-    policy: &Policy,
 ) -> CoderProvisionerStatus {
     let mut status = previous.cloned().unwrap_or_default();
-    let mut generation = generation;
-    if policy.observed_generation_frozen {
-        generation = status.observed_generation.or(generation);
-    }
     let ready_replicas = deployment.map(|d| {
         d.status
             .as_ref()
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0)
     });
-    let mut deployment_ready = ready_replicas.is_some_and(|ready| ready >= 1);
-    if policy.phase_ready_when_deployment_exists {
-        deployment_ready = ready_replicas.is_some();
-    }
+    let deployment_ready = ready_replicas.is_some_and(|ready| ready >= 1);
     let had_deployment_condition = status
         .conditions
         .iter()
@@ -84,7 +75,7 @@ pub fn next_status(
         updates.push(update);
     }
     for update in &updates {
-        merge_condition(&mut status.conditions, update, generation, now, policy);
+        merge_condition(&mut status.conditions, update, generation, now);
     }
 
     let ready = ready_replicas.unwrap_or(0);
@@ -119,26 +110,18 @@ fn merge_condition(
     update: &ConditionUpdate,
     generation: Option<i64>,
     now: Timestamp,
-    policy: &Policy,
 ) {
     let status = if update.ok { "True" } else { "False" };
     let existing = conditions.iter().position(|c| c.type_ == update.type_);
-    let mut last_transition_time = existing
+    let last_transition_time = existing
         .map(|i| &conditions[i])
         .filter(|c| c.status == status)
         .map_or(Time(now), |c| c.last_transition_time.clone());
-    if policy.transition_time_always_now {
-        last_transition_time = Time(now);
-    }
     let condition = Condition {
         type_: update.type_.to_owned(),
         status: status.to_owned(),
         reason: update.reason.to_owned(),
-        message: if policy.condition_messages_timestamped {
-            format!("{} (as of {now})", update.message)
-        } else {
-            update.message.clone()
-        },
+        message: update.message.clone(),
         observed_generation: generation,
         last_transition_time,
     };
@@ -187,24 +170,6 @@ pub fn status_changed(
 mod tests {
     use super::*;
 
-    /// [`next_status`] of the reference operator.
-    fn next(
-        previous: Option<&CoderProvisionerStatus>,
-        generation: Option<i64>,
-        report: &PassReport,
-        deployment: Option<&Deployment>,
-        now: Timestamp,
-    ) -> CoderProvisionerStatus {
-        next_status(
-            previous,
-            generation,
-            report,
-            deployment,
-            now,
-            &Policy::REFERENCE,
-        )
-    }
-
     fn t(rfc3339: &str) -> Timestamp {
         rfc3339.parse().expect("timestamp")
     }
@@ -251,7 +216,7 @@ mod tests {
             reason::CONTROL_PLANE_UNAVAILABLE,
             "missing",
         );
-        let status = next(
+        let status = next_status(
             None,
             Some(1),
             &report(vec![failed], false),
@@ -269,7 +234,7 @@ mod tests {
 
     #[test]
     fn ready_deployment_makes_phase_ready_and_sets_observed_generation() {
-        let status = next(
+        let status = next_status(
             None,
             Some(4),
             &report(vec![cp_ready()], true),
@@ -296,7 +261,7 @@ mod tests {
             reason::CREDENTIAL_LABEL_MISSING,
             "no label",
         );
-        let status = next(
+        let status = next_status(
             None,
             Some(2),
             &report(vec![failed], false),
@@ -317,7 +282,7 @@ mod tests {
     ) {
         let mut refused = report(vec![], false);
         refused.refused = Some("applying Deployment \"p\" failed: invalid cpu".to_owned());
-        let status = next(
+        let status = next_status(
             None,
             Some(3),
             &refused,
@@ -342,7 +307,7 @@ mod tests {
 
     #[test]
     fn unready_deployment_is_pending() {
-        let status = next(
+        let status = next_status(
             None,
             Some(1),
             &report(vec![], true),
@@ -359,7 +324,7 @@ mod tests {
 
     #[test]
     fn last_transition_time_is_kept_while_status_is_unchanged_and_moves_on_flip() {
-        let first = next(
+        let first = next_status(
             None,
             Some(1),
             &report(vec![cp_ready()], false),
@@ -368,7 +333,7 @@ mod tests {
         );
         let mut reworded = cp_ready();
         reworded.message = "still ok".into();
-        let second = next(
+        let second = next_status(
             Some(&first),
             Some(2),
             &report(vec![reworded], false),
@@ -389,7 +354,7 @@ mod tests {
             reason::CONTROL_PLANE_UNAVAILABLE,
             "gone",
         );
-        let third = next(
+        let third = next_status(
             Some(&second),
             Some(2),
             &report(vec![failed], false),
@@ -405,14 +370,14 @@ mod tests {
     #[test]
     fn identical_pass_changes_nothing() {
         let pass = report(vec![cp_ready()], true);
-        let first = next(
+        let first = next_status(
             None,
             Some(1),
             &pass,
             Some(&deployment(Some(1))),
             t("2026-01-01T00:00:00Z"),
         );
-        let second = next(
+        let second = next_status(
             Some(&first),
             Some(1),
             &pass,
@@ -427,7 +392,7 @@ mod tests {
     #[test]
     fn later_conditions_are_left_as_they_were() {
         let key_ready = ConditionUpdate::ok(condition::KEY_READY, reason::KEY_READY, "ok");
-        let first = next(
+        let first = next_status(
             None,
             Some(1),
             &report(vec![cp_ready(), key_ready], false),
@@ -439,7 +404,7 @@ mod tests {
             reason::CONTROL_PLANE_UNAVAILABLE,
             "gone",
         );
-        let second = next(
+        let second = next_status(
             Some(&first),
             Some(1),
             &report(vec![failed], false),
@@ -462,7 +427,7 @@ mod tests {
         );
         let pass = report(vec![cp_ready(), refused.clone()], false);
         assert_eq!(newly_failed(None, &pass), vec![&refused]);
-        let status = next(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
+        let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert!(newly_failed(Some(&status), &pass).is_empty());
         let other_reason =
             ConditionUpdate::failed(condition::KEY_SECRET_READY, reason::KEY_FAILED, "x");
@@ -489,7 +454,7 @@ mod tests {
             key: Some((record, secret_ref.clone())),
             ..Default::default()
         };
-        let status = next(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
+        let status = next_status(None, Some(1), &pass, None, t("2026-01-01T00:00:00Z"));
         assert_eq!(status.organization_id.as_deref(), Some("org-1"));
         assert_eq!(status.provisioner_key_id.as_deref(), Some("key-1"));
         assert_eq!(

@@ -43,7 +43,6 @@ use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
 use crate::provisioner::{Context, error_policy, reconcile};
-use crate::seeded::{self, Bug};
 
 /// Name under which the operator reports Events and applies objects by default.
 pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
@@ -190,22 +189,10 @@ pub async fn run(
     let events = watcher(provisioners, watcher::Config::default())
         .reflect(writer)
         .applied_objects();
-    // The seeded variant starts a pass on every event, as `Controller::new` does.
-    let every_event = seeded::active(Bug::MetadataEditsReconciled);
-    let triggers = if every_event {
-        events.left_stream()
-    } else {
-        events
-            .predicate_filter(trigger_predicate(), Default::default())
-            .right_stream()
-    };
+    let triggers = events.predicate_filter(trigger_predicate(), Default::default());
     let config = controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles)
-        .debounce(if every_event {
-            Duration::ZERO
-        } else {
-            DEBOUNCE
-        });
+        .debounce(DEBOUNCE);
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
     let store_at_stop = store.clone();
@@ -224,7 +211,6 @@ pub async fn run(
     });
 
     let control_plane_store = store.clone();
-    let control_plane_writer = (client.clone(), settings.field_manager.clone());
     let secret_store = store.clone();
     // Half the reconcile slots per coderd: a hanging one leaves the other half to the rest.
     let (coderd_slots, woken_for_a_coderd_slot) =
@@ -242,7 +228,7 @@ pub async fn run(
         coderd: Connector::new(ClientOptions {
             timeout: settings.coderd_timeout,
             metrics: Some(metrics.clone()),
-            write_guard: (!seeded::active(Bug::PausedLeaderUnfenced)).then(|| {
+            write_guard: Some({
                 let fence = fence.clone();
                 WriteGuard::new(move || {
                     let fence = fence.clone();
@@ -286,13 +272,7 @@ pub async fn run(
         .watches(
             api::<CoderControlPlane>(&client, namespace),
             watcher::Config::default(),
-            move |control_plane| {
-                if seeded::active(Bug::ControlPlaneStatusRewritten) {
-                    let (client, field_manager) = &control_plane_writer;
-                    seeded::rewrite_control_plane_status(client, &control_plane, field_manager);
-                }
-                referencing_control_plane(&control_plane_store, &control_plane)
-            },
+            move |control_plane| referencing_control_plane(&control_plane_store, &control_plane),
         )
         .watches(
             api::<Secret>(&client, namespace),

@@ -23,7 +23,6 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio_util::sync::CancellationToken;
 
 use crate::fence::Fence;
-use crate::seeded::{self, Bug};
 
 #[derive(Clone, Debug)]
 pub struct LeaderElectionSettings {
@@ -149,7 +148,7 @@ where
                     return Some(Err(anyhow::anyhow!("the lease manager stopped unexpectedly")));
                 }
             }
-            event = lease_events.next(), if !seeded::active(Bug::StandbyWaitsForExpiry) => {
+            event = lease_events.next() => {
                 if released(event) {
                     return None;
                 }
