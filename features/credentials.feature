@@ -146,11 +146,15 @@ Feature: Credential Secrets referenced by extraEnv
     Then the provisioner has condition "CredentialsReady" "True" with reason "CredentialsValid"
     And the provisioner becomes Ready
 
-  @R-CRED-7 @D-2 @core
+  @R-CRED-7 @R-CRED-3 @D-2 @core
   Scenario Outline: Every referenced Secret is checked on its own: <case>
     Given a credential Secret "proxy-credentials" with metadata:
       """
       labels: {coder.com/credential: "true"}
+      annotations: {coder.com/credential-destinations: "{origin}"}
+      """
+    And a credential Secret "unlabeled-credentials" with metadata:
+      """
       annotations: {coder.com/credential-destinations: "{origin}"}
       """
     When the sample provisioner is applied with spec:
@@ -163,11 +167,12 @@ Feature: Credential Secrets referenced by extraEnv
           valueFrom:
             secretKeyRef: {name: <second>, key: value<second optional>}
       """
-    # checks: R-CRED-7, D-2
+    # checks: R-CRED-7, R-CRED-3, D-2
     Then the provisioner has condition "CredentialsReady" "<status>" with reason "<reason>"
 
     Examples:
       | case                                                  | first             | first optional   | second         | second optional  | status | reason                   |
+      | an optional reference to a Secret without the label   | unlabeled-credentials | , optional: true | proxy-credentials |            | False  | CredentialLabelMissing   |
       | a cleared Secret, then a missing one                  | proxy-credentials |                  | no-such-secret |                  | False  | CredentialSecretNotFound |
       | a missing Secret, optional first, then required       | no-such-secret    | , optional: true | no-such-secret |                  | False  | CredentialSecretNotFound |
       | a missing Secret, required first, then optional       | no-such-secret    |                  | no-such-secret | , optional: true | False  | CredentialSecretNotFound |

@@ -36,7 +36,7 @@ Feature: The provisioner key in coderd
     And coderd holds no key of the scenario's organizations that no provisioner records
 
   @R-KEY-10 @D-5 @core
-  Scenario: A lost key Secret replaces the key once
+  Scenario Outline: A key Secret <loss> replaces the key once
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
     # checks: none
@@ -45,7 +45,7 @@ Feature: The provisioner key in coderd
     And the Secret "{provisioner}-provisioner-key" holds a provisioner key
     # checks: none
     And the provisioner pod template is remembered
-    When the provisioner key Secret is deleted
+    When the provisioner key Secret is <loss>
     # checks: R-KEY-10
     Then the Secret "{provisioner}-provisioner-key" gets a new provisioner key
     # checks: R-KEY-10, D-5
@@ -62,6 +62,11 @@ Feature: The provisioner key in coderd
     And the provisioner pod template changes
     # checks: none
     And the provisioner becomes Ready
+
+    Examples:
+      | loss    |
+      | deleted |
+      | emptied |
 
   @R-KEY-13 @R-KEY-14 @R-KEY-15 @R-KEY-17 @R-ST-8 @R-POD-3 @extended
   Scenario Outline: Changing <change> after Ready replaces the key

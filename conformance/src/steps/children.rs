@@ -1169,6 +1169,23 @@ async fn key_secret_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
     secret_deleted(world, name).await
 }
 
+/// R-KEY-10: "or its value emptied": the Secret stays, its key's value is the empty string.
+#[when("the provisioner key Secret is emptied")]
+async fn key_secret_emptied(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let name = key_secret_name(world);
+    world
+        .api::<Secret>()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"key": ""}})),
+        )
+        .await
+        .with_context(|| format!("emptying Secret {name}"))?;
+    Ok(())
+}
+
 /// R-SEC-2/3/5: an Opaque Secret controlled by the CR with a non-empty key under `key`;
 /// remembers a digest of the value so a later step can tell whether it was rewritten.
 #[then(expr = "the Secret {string} holds a provisioner key")]
