@@ -25,12 +25,14 @@ pub struct Context {
     pub control_planes: [String; 2],
 }
 
-/// One generated CoderProvisioner, and the entitlement its control plane reports.
+/// One generated CoderProvisioner, and the entitlement and image its control plane gives.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Case {
     pub name: String,
     pub spec: Value,
     pub entitlement: Entitlement,
+    /// The control plane's `spec.image` (R-POD-8's second choice), when the case sets one.
+    pub control_plane_image: Option<String>,
 }
 
 /// The control plane's own entitlement check (R-ENT-1…3), as the fixture writes it.
@@ -222,10 +224,14 @@ pub fn case(seed: u64, context: &Context) -> Case {
             Entitlement::FreshUnknown,
         ],
     );
+    let control_plane_image = rng
+        .random_bool(0.5)
+        .then(|| format!("registry.test/control-plane:v{}", rng.random_range(1..9)));
     Case {
         name,
         spec: Value::Object(spec),
         entitlement,
+        control_plane_image,
     }
 }
 
@@ -315,8 +321,8 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
 pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     let spec = serde_json::to_string(&case.spec).unwrap_or_default();
     let mut text = format!(
-        "generated case seed {seed}: CoderProvisioner {} with spec {spec}, control plane entitlement {:?}",
-        case.name, case.entitlement
+        "generated case seed {seed}: CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
+        case.name, case.entitlement, case.control_plane_image
     );
     if let Some(change) = change {
         text.push_str(&format!(
@@ -400,5 +406,15 @@ mod tests {
         assert!(changes.iter().any(|c| !c.may_rotate));
         assert!(cases.iter().any(|c| c.entitlement.settles()));
         assert!(cases.iter().any(|c| !c.entitlement.settles()));
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.control_plane_image.is_some() && c.spec.get("image").is_some())
+        );
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.control_plane_image.is_some() && c.spec.get("image").is_none())
+        );
     }
 }

@@ -58,6 +58,17 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
         &jiff::Timestamp::from_second(long_ago.as_second())?.to_string(),
     );
     super::fixture::patch_control_plane_status(world, &status).await?;
+    if let Some(image) = &case.control_plane_image {
+        world
+            .control_planes()
+            .patch(
+                CONTROL_PLANE,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"image": image}})),
+            )
+            .await
+            .context("setting the control plane's image")?;
+    }
     world.provisioner = case.name.clone();
     world.generated = Some(Generated {
         seed,
