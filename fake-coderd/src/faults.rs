@@ -118,11 +118,12 @@ impl FaultSpec {
         }
     }
 
-    /// The answer a `status` fault gives.
+    /// The answer a `status` fault gives: a 429 is the rate limiter's own answer, headers included.
     pub fn reply(status: u16, body: &Option<Value>) -> Reply {
         match body {
             Some(body) => Reply::json(status, body),
             None if status == 500 => ApiError::internal("fault injected by fake-coderd").into(),
+            None if status == 429 => crate::ratelimit::injected_too_many_requests(),
             None => ApiError::new(
                 status,
                 format!("Fault injected by fake-coderd (status {status})."),

@@ -136,6 +136,14 @@ fn too_many_requests(window: Window, remaining: i64, reset_unix: u64) -> Reply {
     reply.with_header("Retry-After", window.window_secs.to_string())
 }
 
+/// An injected 429 as coderd's limiter answers it at its default window: its message, the
+/// `X-Ratelimit-*` headers and `Retry-After: 60` (an operator that waits for `Retry-After`
+/// instead of its own backoff shows here as it would against coderd).
+pub(crate) fn injected_too_many_requests() -> Reply {
+    let reset_unix = unix_now_ms() / 1000 + DEFAULT_WINDOW.window_secs;
+    too_many_requests(DEFAULT_WINDOW, 0, reset_unix)
+}
+
 /// Milliseconds since the Unix epoch, the limiter's clock.
 pub fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()

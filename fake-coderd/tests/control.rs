@@ -84,6 +84,26 @@ async fn status_fault_bodies_default_per_status_or_are_given() {
     assert_eq!(answer.json(), body);
 }
 
+/// coderd's 429 comes from its rate limiter (coderd/httpmw/ratelimit.go, go-chi/httprate): an
+/// injected one carries the same message and headers, `Retry-After: 60` included.
+#[tokio::test]
+async fn an_injected_429_is_the_rate_limiters_answer() {
+    let env = Env::start().await;
+    env.fake
+        .inject_fault(FaultSpec::status("GET", routes::USER, 429))
+        .expect("valid");
+    let limited = env
+        .as_operator(Request::new("GET", "/api/v2/users/me"))
+        .await;
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.header("Retry-After"), Some("60"));
+    assert_eq!(limited.header("X-Ratelimit-Remaining"), Some("0"));
+    assert_eq!(
+        limited.json(),
+        json!({"message": "You've been rate limited for sending more than 512 requests in 1m0s."})
+    );
+}
+
 #[rstest]
 #[case::fail_only(false, 0)]
 #[case::apply_then_fail(true, 1)]
