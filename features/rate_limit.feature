@@ -62,10 +62,21 @@ Feature: Rate limiting by coderd
     Then coderd sees 2 POST on "provisionerkeys" since the last action spaced by a backoff doubling from 2 seconds
 
   @R-KEY-23 @R-RL-5 @extended
-  Scenario: Key requests carry the rate-limit bypass header
+  Scenario: Key and entitlement requests carry the rate-limit bypass header
     Given a Ready control plane with operator access
+    And the control plane's entitlement check is older than two minutes
     When the sample provisioner is applied
     # checks: none
     Then the provisioner becomes Ready
     # checks: R-KEY-23, R-RL-5
     And every POST on "provisionerkeys" carried the rate-limit bypass header
+    # checks: R-KEY-23, R-RL-5
+    And every GET on "entitlements" carried the rate-limit bypass header
+    When the provisioner spec is changed to:
+      """
+      tags: {scope: organization, team: red}
+      """
+    # checks: none
+    Then coderd saw exactly 1 DELETE on "provisionerkey"
+    # checks: R-KEY-23, R-RL-5
+    And every DELETE on "provisionerkey" carried the rate-limit bypass header

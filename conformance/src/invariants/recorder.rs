@@ -29,6 +29,9 @@ pub struct Recorded {
     /// the watch first saw each one being deleted.
     pub seen_provisioners: BTreeSet<String>,
     pub deletion_seen: std::collections::BTreeMap<String, jiff::Timestamp>,
+    /// Whether the last version of a CR seen before its deletion was settled.
+    settled_when_deleted: bool,
+    last_settled: bool,
     /// Versions of a CR the suite itself wrote (a status it edited on purpose): not checked.
     pub suite_versions: BTreeSet<String>,
     /// CR observations seen, so a report can say the watch ran.
@@ -131,9 +134,10 @@ impl Recorded {
             .collect()
     }
 
-    /// When the watch first saw the scenario's CR being deleted, if the scenario had one CR.
+    /// When the watch first saw the scenario's CR being deleted, if the scenario had one CR and
+    /// it was settled just before (so no pass of the live CR was still under way).
     pub fn only_cr_deleted_at(&self) -> Option<jiff::Timestamp> {
-        if self.seen_provisioners.len() != 1 {
+        if self.seen_provisioners.len() != 1 || !self.settled_when_deleted {
             return None;
         }
         self.deletion_seen.values().next().copied()
@@ -142,15 +146,20 @@ impl Recorded {
     fn provisioner(&mut self, cr: &DynamicObject) {
         self.observations += 1;
         let uid = cr.metadata.uid.clone().unwrap_or_default();
-        if cr.metadata.deletion_timestamp.is_some() {
-            self.deletion_seen
-                .entry(uid.clone())
-                .or_insert_with(jiff::Timestamp::now);
-        }
-        self.seen_provisioners.insert(uid);
         let Ok(json) = serde_json::to_value(cr) else {
             return;
         };
+        if cr.metadata.deletion_timestamp.is_some() {
+            if !self.deletion_seen.contains_key(&uid) {
+                self.settled_when_deleted = self.last_settled;
+            }
+            self.deletion_seen
+                .entry(uid.clone())
+                .or_insert_with(jiff::Timestamp::now);
+        } else {
+            self.last_settled = super::oracle::settled(&json);
+        }
+        self.seen_provisioners.insert(uid);
         let name = cr.metadata.name.clone().unwrap_or_default();
         let version = cr.metadata.resource_version.clone().unwrap_or_default();
         self.findings
