@@ -107,6 +107,18 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "transition-time-always-now",
     "observed-generation-frozen",
     "entitlements-unauthorized-as-query-failure",
+    // Blind mistakes (batch 1, 2026-12-02: written by someone who had not read the features),
+    // missed by the suite of 3380be8 and caught by its second design.
+    "fresh-grace-period-asks-coderd",
+    "status-org-name-from-coderd",
+    "emptied-key-secret-counts-as-usable",
+    "non-controller-owner-ref-accepted",
+    "optional-credential-refs-skipped",
+    "retry-after-as-floor",
+    "cleanup-checks-entitlements",
+    "entitlements-without-bypass-header",
+    "control-plane-image-wins",
+    "control-plane-ref-change-not-drift",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
