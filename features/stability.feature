@@ -89,8 +89,10 @@ Feature: No churn against coderd
     Then the provisioner container's image is "example.com/coder:v2.31.0"
 
   # R-KEY-7 is about order: a key recorded after the ServiceAccount is still visible when a later
-  # step fails, so only the API server's own record of the writes tells the two apart.
-  @R-KEY-7 @api-audit @operator-identity @core
+  # step fails, so only the API server's own record of the writes tells the two apart. Only the
+  # local tier has that record: the scenario is Extended so that a cluster run can claim Core
+  # (R-KEY-7's Core scenario is the refused Role's, above).
+  @R-KEY-7 @api-audit @operator-identity @extended
   Scenario: The key is recorded in status before the provisioner's other children are written
     Given a Ready control plane with operator access
     When the sample provisioner is applied

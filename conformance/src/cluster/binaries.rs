@@ -37,13 +37,17 @@ pub async fn resolve() -> anyhow::Result<PathBuf> {
             REQUIRED.join(", ")
         );
     }
+    // spawn + wait_with_output keeps the inherited stderr (tokio's `output()` would pipe it and
+    // swallow the script's progress lines).
     let output = tokio::process::Command::new("bash")
         .arg(&script)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
-        .output()
+        .spawn()
+        .with_context(|| format!("running {}", script.display()))?
+        .wait_with_output()
         .await
         .with_context(|| format!("running {}", script.display()))?;
     if !output.status.success() {

@@ -437,7 +437,12 @@ pub async fn reference_operator_binary() -> anyhow::Result<PathBuf> {
     {
         return Ok(found);
     }
-    build_reference_operator().await
+    // Built once per process: the operator and its leader-elected replicas use the same binary.
+    static BUILT: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    BUILT
+        .get_or_try_init(build_reference_operator)
+        .await
+        .cloned()
 }
 
 fn next_to_current_exe() -> Option<PathBuf> {
