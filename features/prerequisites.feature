@@ -40,17 +40,22 @@ Feature: Prerequisites on the referenced control plane
     Then the provisioner becomes Ready
 
   @R-PRE-5 @core
-  Scenario: Operator access that is not ready blocks the provisioner
+  Scenario Outline: Operator access that is <state> blocks the provisioner
     Given a Ready control plane with operator access
     And the control plane status is changed to:
       """
-      operatorAccessReady: false
+      operatorAccessReady: <value>
       """
     When the sample provisioner is applied
     Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
     And the OperatorAccessReady condition's message mentions "status.operatorAccessReady=true"
     And coderd saw no requests
     And no child object of the provisioner exists during the observation window
+
+    Examples:
+      | state     | value |
+      | not ready | false |
+      | unknown   | null  |
 
   @R-PRE-12 @D-1 @core
   Scenario: A failing gate leaves the later conditions unset on a new provisioner
@@ -96,23 +101,41 @@ Feature: Prerequisites on the referenced control plane
     When the sample provisioner is applied
     Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorTokenSecretUnavailable"
 
+  @R-PRE-9 @core
+  Scenario Outline: An operator token Secret with <shape> token blocks the provisioner
+    Given a Ready control plane with operator access
+    And the operator token Secret holds <shape> token
+    When the sample provisioner is applied
+    Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorTokenSecretUnavailable"
+    And coderd saw no requests
+
+    Examples:
+      | shape    |
+      | no       |
+      | an-empty |
+
   @R-PRE-8 @R-PRE-10 @R-PRE-11 @core
-  Scenario: Without a data key in the reference the token is read from "token"
+  Scenario Outline: With <data key> in the reference the token is read from "token"
     Given a Ready control plane with operator access
     And the control plane status is changed to:
       """
       operatorTokenSecretRef:
-        key: null
+        key: <value>
       """
     When the sample provisioner is applied
     # checks: R-PRE-11
     Then the provisioner has condition "ControlPlaneReady" "True" with reason "ControlPlaneAvailable"
-    # checks: R-PRE-11
+    # checks: R-PRE-8, R-PRE-11
     And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
     # checks: R-PRE-8
     And the provisioner becomes Ready
     # checks: R-PRE-8, R-PRE-10
     And every provisioner key request carried the operator token
+
+    Examples:
+      | data key          | value |
+      | no data key       | null  |
+      | an empty data key | ""    |
 
   @R-W-1 @extended
   Scenario: The provisioner proceeds once operator access becomes ready

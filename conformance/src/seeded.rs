@@ -119,6 +119,12 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "entitlements-without-bypass-header",
     "control-plane-image-wins",
     "control-plane-ref-change-not-drift",
+    // Blind mistakes (batch 2, 2026-12-02), missed by the second design when measured, then
+    // caught by every shape of the prerequisites (a blank data key, an absent flag, a token
+    // Secret without its key).
+    "blank-token-key-not-defaulted",
+    "access-ready-absent-treated-as-ready",
+    "token-key-absent-reported-ref-invalid",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

@@ -196,6 +196,27 @@ async fn no_operator_token_secret(world: &mut ProvisionerWorld) -> anyhow::Resul
     Ok(())
 }
 
+/// R-PRE-9's other shapes: the token Secret is there, but its `token` key is missing or empty.
+#[given(expr = "the operator token Secret holds {word} token")]
+async fn operator_token_shape(world: &mut ProvisionerWorld, shape: String) -> anyhow::Result<()> {
+    let data = match shape.as_str() {
+        "no" => json!({"token": null, "other": "bm90LWEtdG9rZW4="}),
+        "an-empty" => json!({"token": ""}),
+        other => bail!("unknown token shape {other:?} (no, an-empty)"),
+    };
+    let written = world
+        .api::<Secret>()
+        .patch(
+            OPERATOR_TOKEN_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "data": data })),
+        )
+        .await
+        .context("rewriting the operator token Secret")?;
+    world.suite_wrote_secret(&written);
+    Ok(())
+}
+
 #[when("the operator token Secret is deleted")]
 async fn operator_token_deleted(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
