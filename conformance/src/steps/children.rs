@@ -1052,14 +1052,24 @@ fn secret_digest(secret: &Secret) -> String {
 #[given(expr = "a Secret {string} that the provisioner does not own")]
 async fn foreign_secret(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
+    create_foreign_secret(world, &name, json!([])).await
+}
+
+/// A Secret someone else made under `name`, with `owners` as its owner references; remembers its
+/// digest ("is left unchanged") and its field managers (R-SEC-15).
+async fn create_foreign_secret(
+    world: &mut ProvisionerWorld,
+    name: &str,
+    owners: Value,
+) -> anyhow::Result<()> {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name, "labels": {"team": "someone-else"}},
+        "metadata": {"name": name, "labels": {"team": "someone-else"}, "ownerReferences": owners},
         "type": "Opaque",
         "stringData": {"key": "not-a-provisioner-key"},
     });
-    let api: Api<Secret> = world.api();
-    let created = api
+    let created = world
+        .api::<Secret>()
         .create(&PostParams::default(), &serde_json::from_value(secret)?)
         .await
         .with_context(|| format!("creating Secret {name}"))?;
@@ -1111,22 +1121,7 @@ async fn secret_owned(
         }
         other => bail!("unknown ownership shape {other:?}"),
     };
-    let secret = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name, "labels": {"team": "someone-else"}, "ownerReferences": owners},
-        "type": "Opaque",
-        "stringData": {"key": "not-a-provisioner-key"},
-    });
-    let created = world
-        .api::<Secret>()
-        .create(&PostParams::default(), &serde_json::from_value(secret)?)
-        .await
-        .with_context(|| format!("creating Secret {name}"))?;
-    world
-        .remembered
-        .insert(format!("secret:{name}"), secret_digest(&created));
-    world.suite_wrote_secret(&created);
-    Ok(())
+    create_foreign_secret(world, &name, owners).await
 }
 
 #[then(expr = "the Secret {string} is left unchanged")]
