@@ -30,13 +30,7 @@ async fn requests_while_annotated(
     most: usize,
     writes: u64,
 ) -> anyhow::Result<()> {
-    let log = world
-        .env
-        .audit_log
-        .clone()
-        .ok_or_else(|| anyhow!("no audit log: the suite reads one only on the local tier"))?;
-    let (namespace, name) = world.operator_service_account().await?;
-    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let (log, user) = audit_log_and_operator(world).await?;
     let first = writes_so_far(world).await?;
     let opened = std::fs::metadata(&log)
         .with_context(|| format!("reading {}", log.display()))?
@@ -91,13 +85,7 @@ async fn requests_while_annotated(
     "the operator wrote the provisioner's status after its key Secret and before its other children"
 )]
 async fn key_recorded_before_children(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let log = world
-        .env
-        .audit_log
-        .clone()
-        .ok_or_else(|| anyhow!("no audit log: the suite reads one only on the local tier"))?;
-    let (namespace, name) = world.operator_service_account().await?;
-    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let (log, user) = audit_log_and_operator(world).await?;
     let text =
         std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
     let writes = writes_by(&text, &user, &world.namespace)?;
@@ -160,6 +148,19 @@ fn key_record_order(writes: &[String]) -> Result<(), String> {
             writes[first_later]
         )),
     }
+}
+
+/// The API server's audit log and the user name the operator's requests carry in it.
+async fn audit_log_and_operator(
+    world: &ProvisionerWorld,
+) -> anyhow::Result<(std::path::PathBuf, String)> {
+    let log = world
+        .env
+        .audit_log
+        .clone()
+        .ok_or_else(|| anyhow!("no audit log: the suite reads one only on the local tier"))?;
+    let (namespace, name) = world.operator_service_account().await?;
+    Ok((log, format!("system:serviceaccount:{namespace}:{name}")))
 }
 
 /// The writer's count, from the annotation's current value (the writer may not have written yet).
