@@ -120,6 +120,26 @@ Feature: Clean-up when a provisioner is deleted
     And the recorded provisioner key still exists in coderd
     And coderd saw no DELETE on "provisionerkey"
 
+  # The token Secret is still there and still valid: the control plane's status alone says the
+  # operator may not use it.
+  @R-DEL-7 @core
+  Scenario Outline: With <shape> the provisioner is removed and the key stays
+    Given the sample provisioner is Ready
+    Then the provisioner status records its provisioner key
+    When the control plane status is changed to:
+      """
+      <status>
+      """
+    And the provisioner is deleted
+    Then the provisioner is gone
+    And the recorded provisioner key still exists in coderd
+    And coderd saw no DELETE on "provisionerkey"
+
+    Examples:
+      | shape                       | status                       |
+      | operator access not ready   | operatorAccessReady: false   |
+      | no operator token reference | operatorTokenSecretRef: null |
+
   @R-DEL-8 @tutorial @serial @fault-injection @core
   Scenario: When coderd is unreachable the provisioner is removed and the key stays
     Given the sample provisioner is Ready

@@ -34,7 +34,8 @@ Feature: The CoderProvisioner CRD and what the API server admits
       | spec.controlPlaneRef |
       | Required value       |
 
-  @R-CRD-7 @R-CRD-13 @D-4 @core
+  # R-CRD-7's limit is 128; D-4 lowers it to coderd's 64 (R-CRD-13).
+  @R-CRD-13 @D-4 @core
   Scenario: A key name of 65 characters is rejected
     When a provisioner is submitted with a spec of:
       """
@@ -43,7 +44,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
       key:
         name: {65 x a}
       """
-    # checks: R-CRD-7, R-CRD-13, D-4
+    # checks: R-CRD-13, D-4
     Then the API server rejects it with a message mentioning:
       | spec.key.name |
       | 64            |
@@ -60,7 +61,8 @@ Feature: The CoderProvisioner CRD and what the API server admits
     # checks: R-CRD-7, D-4
     Then the API server accepts it
 
-  @R-CRD-8 @D-4 @core
+  # R-CRD-8 sets no minimum; D-4 does.
+  @D-4 @core
   Scenario: A negative replica count is rejected
     When a provisioner is submitted with spec:
       """
@@ -68,29 +70,29 @@ Feature: The CoderProvisioner CRD and what the API server admits
         name: codercontrolplane-sample
       replicas: -1
       """
-    # checks: R-CRD-8, D-4
+    # checks: D-4
     Then the API server rejects it with a message mentioning:
       | spec.replicas              |
       | greater than or equal to 0 |
 
-  @R-CRD-5 @R-CRD-6 @R-CRD-8 @R-CRD-9 @R-CRD-10 @R-CRD-11 @extended
+  @R-CRD-4 @R-CRD-5 @R-CRD-6 @R-CRD-8 @R-CRD-9 @R-CRD-10 @R-CRD-11 @D-4 @extended
   Scenario: The spec declares its optional fields with their types and limits, and no credential field
-    # checks: R-CRD-5, R-CRD-6, R-CRD-8, R-CRD-9, R-CRD-10
+    # checks: R-CRD-4, R-CRD-5, R-CRD-6, R-CRD-8, R-CRD-9, R-CRD-10, D-4
     Then the CRD "coderprovisioners.coder.com" declares these spec fields:
-      | field                         | type    | maxLength |
-      | controlPlaneRef.name          | string  |           |
-      | organizationName              | string  | 128       |
-      | key.name                      | string  | 64        |
-      | key.secretName                | string  | 253       |
-      | key.secretKey                 | string  | 253       |
-      | replicas                      | integer |           |
-      | tags                          | object  |           |
-      | image                         | string  |           |
-      | extraArgs                     | array   |           |
-      | extraEnv                      | array   |           |
-      | resources                     | object  |           |
-      | imagePullSecrets              | array   |           |
-      | terminationGracePeriodSeconds | integer |           |
+      | field                         | type    | maxLength | rule     |
+      | controlPlaneRef.name          | string  |           | R-CRD-4  |
+      | organizationName              | string  | 128       | R-CRD-5  |
+      | key.name                      | string  | 64        | D-4      |
+      | key.secretName                | string  | 253       | R-CRD-6  |
+      | key.secretKey                 | string  | 253       | R-CRD-6  |
+      | replicas                      | integer |           | R-CRD-8  |
+      | tags                          | object  |           | R-CRD-9  |
+      | image                         | string  |           | R-CRD-10 |
+      | extraArgs                     | array   |           | R-CRD-10 |
+      | extraEnv                      | array   |           | R-CRD-10 |
+      | resources                     | object  |           | R-CRD-10 |
+      | imagePullSecrets              | array   |           | R-CRD-10 |
+      | terminationGracePeriodSeconds | integer |           | R-CRD-10 |
     # checks: R-CRD-11
     And the CRD "coderprovisioners.coder.com" declares no spec field "bootstrap"
 
@@ -129,7 +131,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
       | key.secretName   | 253   | key: {secretName: {254 x s}}    |
       | key.secretKey    | 253   | key: {secretKey: {254 x k}}     |
 
-  @R-CRD-6 @extended
+  @R-CRD-14 @extended
   Scenario Outline: A <field> the API server could not store is rejected at admission: <value>
     When a provisioner is submitted with a spec of:
       """

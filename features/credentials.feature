@@ -195,9 +195,17 @@ Feature: Credential Secrets referenced by extraEnv
     # checks: D-2
     And the provisioner becomes Ready
 
+  # The Secret to fix is not the first one referenced: every reference is watched.
   @R-CRED-11 @extended
   Scenario: Fixing the Secret lets the provisioner proceed without editing it
-    Given a credential Secret "proxy-credentials" with metadata:
+    Given a credential Secret "proxy-user" with metadata:
+      """
+      labels:
+        coder.com/credential: "true"
+      annotations:
+        coder.com/credential-destinations: "{origin}"
+      """
+    And a credential Secret "proxy-credentials" with metadata:
       """
       labels:
         coder.com/credential: "true"
@@ -205,6 +213,11 @@ Feature: Credential Secrets referenced by extraEnv
     When the sample provisioner is applied with spec:
       """
       extraEnv:
+        - name: PROXY_USER
+          valueFrom:
+            secretKeyRef:
+              name: proxy-user
+              key: value
         - name: PROXY_PASSWORD
           valueFrom:
             secretKeyRef:
@@ -235,6 +248,7 @@ Feature: Credential Secrets referenced by extraEnv
     When the provisioner spec is changed to:
       """
       image: example.com/coder:changed
+      replicas: 2
       extraEnv:
         - name: PROXY_PASSWORD
           valueFrom:

@@ -154,6 +154,22 @@ Feature: The provisioner Deployment
     # checks: R-POD-4, R-RES-1, R-RES-3
     Then the provisioner pod template uses ServiceAccount "{provisioner}-provisioner"
 
+  # D-1's order: the pods run as the ServiceAccount, with the Role bound to it, so the Deployment
+  # is written only once all three are.
+  @D-1 @slow @core
+  Scenario Outline: While the namespace refuses new <kind> no Deployment is written
+    Given the namespace refuses new <kind>
+    When the sample provisioner is applied
+    Then no Deployment named "provisioner-{provisioner}" exists during the observation window
+    When the namespace accepts new <kind> again
+    Then the provisioner becomes Ready
+
+    Examples:
+      | kind            |
+      | ServiceAccounts |
+      | Roles           |
+      | RoleBindings    |
+
   @R-POD-3 @D-6 @R-KEY-10 @core
   Scenario: A key rotation rolls the pods
     Given the sample provisioner is Ready

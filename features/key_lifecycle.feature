@@ -225,15 +225,25 @@ Feature: The provisioner key in coderd
   # coderd treats only the exact path value "default" as the default organization; any other
   # spelling is a case-insensitive name lookup, and no organization is named "default" (its name is
   # first-organization). coderd's 404 body for an unknown organization holds two JSON objects.
+  # A provisioner already running in the default organization (its key named after the
+  # scenario's own organization, unique to the scenario) must not make another spelling of
+  # "default" name it.
   @R-KEY-19 @extended
   Scenario Outline: An organization unknown to coderd creates no key
     Given a Ready control plane with operator access
-    When the sample provisioner is applied with spec:
+    And the sample provisioner is applied with spec:
+      """
+      organizationName: default
+      key: {name: "{organization}"}
+      """
+    # checks: none
+    Then the provisioner becomes Ready
+    When a second provisioner "elsewhere" is applied with spec:
       """
       organizationName: <organization>
       """
-    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
-    And coderd saw no POST on "provisionerkeys"
+    Then the provisioner "elsewhere" has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And coderd saw exactly 1 POST on "provisionerkeys"
 
     Examples:
       | organization         |

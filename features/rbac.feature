@@ -25,7 +25,26 @@ Feature: RBAC of the provisioner and of the operator
 
   @R-RES-6 @PR @operator-identity @core
   Scenario: The operator's own RBAC allows granting the provisioner's Role
-    Then the operator's ServiceAccount may get, list, watch, create, update, patch and delete pods and persistentvolumeclaims
+    Then the operator's ServiceAccount may, in the provisioner's namespace:
+      | resource               | verbs                                           |
+      | pods                   | get, list, watch, create, update, patch, delete |
+      | persistentvolumeclaims | get, list, watch, create, update, patch, delete |
+
+  # What the operator reads, watches (R-W-1, R-W-2, R-CRED-11) and writes. Setting
+  # blockOwnerDeletion on a child needs update on its owner's finalizers.
+  @R-RES-6 @operator-identity @core
+  Scenario: The operator's own RBAC covers what it watches and manages
+    Then the operator's ServiceAccount may, in the provisioner's namespace:
+      | resource                               | verbs                                     |
+      | codercontrolplanes.coder.com           | get, list, watch                          |
+      | coderprovisioners.coder.com            | get, list, watch, update or patch         |
+      | coderprovisioners.coder.com/status     | update or patch                           |
+      | coderprovisioners.coder.com/finalizers | update                                    |
+      | secrets                                | get, list, watch, create, update or patch |
+      | serviceaccounts                        | get, list, watch, create, update or patch |
+      | roles.rbac.authorization.k8s.io        | get, list, watch, create, update or patch |
+      | rolebindings.rbac.authorization.k8s.io | get, list, watch, create, update or patch |
+      | deployments.apps                       | get, list, watch, create, update or patch |
 
   @R-RES-6 @PR @core
   Scenario: Under its own RBAC the operator brings a provisioner to Ready

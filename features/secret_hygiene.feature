@@ -6,7 +6,7 @@ Feature: No secret leaves its Secret
   fails the scenario when it finds one. This scenario walks the paths most likely to print one:
   credentials, a key rotation, a rate-limited request and the clean-up.
 
-  @R-SEC-14 @core
+  @R-SEC-14 @operator-log @core
   Scenario: The token, the keys and the credential values appear in no log line, Event or status
     Given a Ready control plane with operator access
     And a credential Secret "proxy-credentials" with metadata:

@@ -53,8 +53,12 @@ Feature: Deploy an External Provisioner, as the tutorial tells it
       """
     # checks: R-PRE-11, R-ENT-1, R-ST-2, R-ST-6, R-CRED-2
     Then running it again eventually prints "Ready" first and includes the lines:
-      | CredentialsReady=True |
-      | DeploymentReady=True  |
+      | line                                         | rules             |
+      | ControlPlaneReady=True ControlPlaneAvailable | R-PRE-11, R-ST-6  |
+      | OperatorAccessReady=True OperatorAccessReady | R-PRE-11, R-ST-6  |
+      | ExternalProvisionersEntitled=True Entitled   | R-ENT-1, R-ST-6   |
+      | CredentialsReady=True                        | R-CRED-2, R-ST-6  |
+      | DeploymentReady=True                         | R-ST-6            |
     # checks: R-RES-1, R-RES-3
     And these objects exist, controlled by the provisioner:
       | kind           | name                                    |

@@ -34,7 +34,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use cucumber::gherkin;
 
-use crate::report::collector::{feature_file, rule_tags};
+use crate::report::collector::{feature_file, rule_tags, rules_named_in};
 use crate::report::model::{RuleVerdict, ScenarioResult, Status};
 
 /// Opens a marker comment: `# checks: R-RL-4, D-5`.
@@ -240,13 +240,26 @@ impl Attribution {
     }
 
     /// The rules the failing step of `result` checks (none when it did not fail on a step).
+    /// A step that checks several rules may name in its message, in parentheses, the ones its
+    /// failure is about (a table row's rule): then only those.
     pub fn failing_step_checks(&self, result: &ScenarioResult) -> Vec<String> {
-        match (result.status, result.failed_step, self.scenario(result)) {
+        let checks = match (result.status, result.failed_step, self.scenario(result)) {
             (Status::Failed, Some(line), Some(scenario)) => scenario
                 .step(line)
                 .map(|step| step.checks(&result.rules))
                 .unwrap_or_default(),
-            _ => Vec::new(),
+            _ => return Vec::new(),
+        };
+        let named = rules_named_in(result.reason.as_deref().unwrap_or_default());
+        let narrowed: Vec<String> = checks
+            .iter()
+            .filter(|rule| named.contains(rule))
+            .cloned()
+            .collect();
+        if narrowed.is_empty() {
+            checks
+        } else {
+            narrowed
         }
     }
 
@@ -499,6 +512,21 @@ Feature: f
         assert_eq!(blamed, ["R-RL-1"]);
         // R-RL-4's step 14 never ran.
         assert_eq!(verdicts, [RuleVerdict::Failed, RuleVerdict::NotReached]);
+    }
+
+    /// A foreign operator whose CRD differs in one table row: only that row's rule fails.
+    #[test]
+    fn a_failure_naming_its_rules_blames_only_those() {
+        let mut result = failed_at(Some(10), 7, TWO);
+        result.reason =
+            Some("spec.key.name has maxLength \"128\", expected \"64\" (R-RL-4)".into());
+        let (blamed, verdicts) = judged(result.clone());
+        assert_eq!(blamed, ["R-RL-4"]);
+        // R-RL-1's other step (12) never ran.
+        assert_eq!(verdicts, [RuleVerdict::NotReached, RuleVerdict::Failed]);
+        // A rule the step does not check, named in passing, blames nothing of its own.
+        result.reason = Some("see R-KEY-4 (R-KEY-4)".into());
+        assert_eq!(judged(result).0, TWO);
     }
 
     #[test]

@@ -387,6 +387,13 @@ impl Selection {
                 "needs the operator's ServiceAccount, unknown with --operator installed without --operator-deployment".to_owned(),
             );
         }
+        if self.operator_installed && has("operator-log") {
+            return Some(
+                "searches the operator's log for secrets, which the suite cannot read with --operator installed without --operator-deployment \
+                 (the after-scenario leak checks still search the Events and the provisioners)"
+                    .to_owned(),
+            );
+        }
         if !self.audit_log && has("api-audit") {
             return Some(
                 "counts the operator's API requests in the API server's audit log, which the suite reads only on the local tier (where it starts kube-apiserver)".to_owned(),

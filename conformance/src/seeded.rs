@@ -8,8 +8,8 @@
 //!
 //! The runner copies the workspace once into a scratch folder, and for each variant resets the
 //! copy, applies the patch (`git apply`), builds the operator there (in the workspace's target
-//! directory under another binary name, so that only the operator crate recompiles and the
-//! reference binary stays as it is) and runs the suite against that binary, under the copy's
+//! directory under another package and binary name, so that only the operator crate recompiles
+//! and the reference's artifacts stay as they are) and runs the suite against that binary, under the copy's
 //! `config/rbac` (and `config/crd`) when the patch changed them, with only the scenarios of the
 //! variant. Builds run one after another while earlier variants' suites run. The **unbroken**
 //! operator runs twice on the union of the variants' scenarios.
@@ -125,6 +125,20 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "blank-token-key-not-defaulted",
     "access-ready-absent-treated-as-ready",
     "token-key-absent-reported-ref-invalid",
+    // Blind mistakes (batch 2) still missed after it, caught once their rule was checked in every
+    // shape: a provisioner already in `default`, every Secret reference, every grant, every
+    // child before the Deployment, every reason the token may not be used.
+    "organization-cache-folds-case",
+    "control-plane-watch-not-granted",
+    "credential-watch-first-reference-only",
+    "deployment-applied-before-rbac",
+    "cleanup-ignores-operator-access",
+    // Checks that hold in every scenario, each proved by a variant only it can see in the
+    // variant's selection: Secrets the suite wrote (R-SEC-15), abandoned keys (R-KEY-25), the
+    // whole Deployment spec (R-CRED-8).
+    "token-secret-labelled-for-watch",
+    "moved-key-looked-up-in-new-organization",
+    "replicas-followed-before-the-gates",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
@@ -558,6 +572,12 @@ pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
 /// it must not replace the reference binary there.
 const VARIANT_BINARY: &str = "coder-provisioner-operator-variant";
 
+/// The operator's package name in the scratch copy. Cargo names a workspace member's artifacts
+/// after its package, not its path: under the reference's name a variant's library would
+/// overwrite the reference's in the shared target directory, and a later build of the reference
+/// could link the variant's code. Its library keeps the crate name `operator`.
+const VARIANT_PACKAGE: &str = "operator-seeded-variant";
+
 /// One copy of the workspace (without `target/` and `.git`), a git repository of its own so
 /// that each variant starts from the same tree (`git reset --hard` rewrites only the files the
 /// last patch changed, so cargo's incremental build reuses the rest).
@@ -584,22 +604,32 @@ impl Scratch {
             std::fs::copy(&from, &to)
                 .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         }
-        // The binary under another name (see VARIANT_BINARY).
-        let manifest = dir.join("operator/Cargo.toml");
-        let text = std::fs::read_to_string(&manifest)
-            .with_context(|| format!("reading {}", manifest.display()))?;
-        let renamed = text.replacen(
-            &format!("name = \"{REFERENCE_BINARY}\""),
-            &format!("name = \"{VARIANT_BINARY}\""),
-            1,
-        );
-        if renamed == text {
-            bail!(
-                "{} declares no binary named {REFERENCE_BINARY}",
-                manifest.display()
-            );
-        }
-        std::fs::write(&manifest, renamed)?;
+        // The package and the binary under other names (see VARIANT_PACKAGE, VARIANT_BINARY),
+        // in the manifest and in the lock file, so that `--locked` still holds.
+        rename_in(
+            &dir.join("operator/Cargo.toml"),
+            &[
+                (
+                    "name = \"operator\"\n",
+                    &format!("name = \"{VARIANT_PACKAGE}\"\n"),
+                ),
+                (
+                    &format!("name = \"{REFERENCE_BINARY}\""),
+                    &format!("name = \"{VARIANT_BINARY}\""),
+                ),
+                (
+                    "\n[[bin]]",
+                    "\n[lib]\nname = \"operator\"\npath = \"src/lib.rs\"\n\n[[bin]]",
+                ),
+            ],
+        )?;
+        rename_in(
+            &dir.join("Cargo.lock"),
+            &[(
+                "\nname = \"operator\"\n",
+                &format!("\nname = \"{VARIANT_PACKAGE}\"\n"),
+            )],
+        )?;
         let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
             Some(dir) => std::path::absolute(PathBuf::from(dir))?,
             None => repo.join("target"),
@@ -709,7 +739,7 @@ impl Scratch {
             &[
                 "build",
                 "-p",
-                "operator",
+                VARIANT_PACKAGE,
                 "--bin",
                 VARIANT_BINARY,
                 "--message-format=json-render-diagnostics",
@@ -749,6 +779,20 @@ impl Scratch {
             .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
         Ok(copy)
     }
+}
+
+/// Replaces the first occurrence of each `(from, to)` in the file at `path`; fails when one is
+/// missing (the workspace no longer looks as the runner expects).
+fn rename_in(path: &Path, replacements: &[(&str, &str)]) -> anyhow::Result<()> {
+    let mut text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    for (from, to) in replacements {
+        if !text.contains(from) {
+            bail!("{} holds no {from:?}", path.display());
+        }
+        text = text.replacen(from, to, 1);
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `git <args>` in `dir`: its stdout, or an error with its stderr.

@@ -240,6 +240,62 @@ pub fn expects_prompt_outcome(tags: &[String]) -> bool {
     !tags.iter().any(|t| LONGER.contains(&t.as_str()))
 }
 
+/// D-10: notices that the operator settled without the state a step awaits: the CR's status
+/// the same, its current generation observed and no new coderd request for a third of the
+/// tier's deadline. Only in scenarios whose outcome must show promptly
+/// ([`expects_prompt_outcome`]); elsewhere it never fires.
+pub struct SettleWatch {
+    window: Option<std::time::Duration>,
+    /// The status and journal length last seen, and since when.
+    last: std::sync::Mutex<(String, usize, tokio::time::Instant)>,
+}
+
+impl SettleWatch {
+    pub fn for_world(world: &ProvisionerWorld) -> Self {
+        Self {
+            window: world
+                .prompt_outcome
+                .then(|| world.timeouts().eventually / 3),
+            last: std::sync::Mutex::new((String::new(), 0, tokio::time::Instant::now())),
+        }
+    }
+
+    /// Records an observation of `cr` that lacks the awaited state (`why`); a
+    /// [`wait::Hopeless`] error once the operator has settled without it.
+    pub async fn observe(
+        &self,
+        world: &ProvisionerWorld,
+        cr: &Value,
+        why: &str,
+    ) -> anyhow::Result<()> {
+        let Some(window) = self.window else {
+            return Ok(());
+        };
+        let requests = match (&world.env.coderd.admin, &world.coderd) {
+            (Some(_), Some(_)) => world.journal().await?.len(),
+            _ => 0,
+        };
+        let status = cr.get("status").map(Value::to_string).unwrap_or_default();
+        let current =
+            cr.pointer("/metadata/generation") == cr.pointer("/status/observedGeneration");
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.0 != status || last.1 != requests || !current {
+            *last = (status, requests, tokio::time::Instant::now());
+        }
+        if current && last.2.elapsed() >= window {
+            return Err(wait::Hopeless(format!(
+                "the operator settled without it ({:.0} s with the same status, the current generation observed and no coderd request; D-10): {why}",
+                window.as_secs_f64()
+            ))
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// Whether a request path names one of `organizations` (`/api/v2/organizations/{name or id}/…`).
 fn names_organization(path: &str, organizations: &[String]) -> bool {
     let path = path.split('?').next().unwrap_or_default();
@@ -621,6 +677,33 @@ impl ProvisionerWorld {
                 .await?
                 .ok_or_else(|| anyhow!("the CoderProvisioner vanished"))?;
             Ok(check(&cr))
+        })
+        .await
+    }
+
+    /// Polls the scenario's CR until `check` accepts it, failing early when the operator has
+    /// settled without it (D-10, see [`SettleWatch`]).
+    pub async fn provisioner_promptly<T>(
+        &self,
+        what: &str,
+        check: impl Fn(&Value) -> Observation<T>,
+    ) -> anyhow::Result<T> {
+        let (check, settle) = (&check, &SettleWatch::for_world(self));
+        wait::eventually(what, self.timeouts(), || async move {
+            if let Some(exit) = self.operator_exit().await {
+                return Err(wait::Hopeless(format!("the operator exited ({exit})")).into());
+            }
+            let Some(cr) = self.provisioner_json().await? else {
+                return Ok(Err(format!(
+                    "CoderProvisioner {} does not exist",
+                    self.provisioner
+                )));
+            };
+            let observed = check(&cr);
+            if let Err(why) = &observed {
+                settle.observe(self, &cr, why).await?;
+            }
+            Ok(observed)
         })
         .await
     }

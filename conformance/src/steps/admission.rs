@@ -223,7 +223,8 @@ pub fn field_problem(
         .then(|| format!("has maxLength {actual_max:?}, expected {max_length:?}"))
 }
 
-/// R-CRD-5…R-CRD-11: each row's field is declared with that type and maxLength.
+/// R-CRD-4…R-CRD-10, D-4: each row's field is declared with that type and maxLength; a problem
+/// names the row's rule, so that only that rule is blamed.
 #[then(expr = "the CRD {string} declares these spec fields:")]
 async fn declares_spec_fields(
     world: &mut ProvisionerWorld,
@@ -235,10 +236,13 @@ async fn declares_spec_fields(
         .into_iter()
         .skip(1)
         .filter_map(|row| {
-            let (field, kind) = (row.first()?.clone(), row.get(1)?.clone());
-            let max = row.get(2).cloned().unwrap_or_default();
-            field_problem(field_schema(&schema, "spec", &field), &kind, &max)
-                .map(|problem| format!("spec.{field} {problem}"))
+            let [field, kind, max, rule] = row.as_slice() else {
+                return Some(format!(
+                    "row {row:?} needs a field, a type, a maxLength and a rule"
+                ));
+            };
+            field_problem(field_schema(&schema, "spec", field), kind, max)
+                .map(|problem| format!("spec.{field} {problem} ({rule})"))
         })
         .collect();
     if !problems.is_empty() {

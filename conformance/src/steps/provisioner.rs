@@ -390,7 +390,7 @@ fn ready_observation(cr: &Value) -> Result<(), String> {
 #[then("the provisioner becomes Ready")]
 async fn becomes_ready(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world
-        .provisioner_eventually("the CoderProvisioner to be Ready", ready_observation)
+        .provisioner_promptly("the CoderProvisioner to be Ready", ready_observation)
         .await
 }
 
@@ -536,40 +536,9 @@ async fn expect_condition(
     reason: Option<&str>,
 ) -> anyhow::Result<()> {
     let what = format!("condition {kind}={status} {}", reason.unwrap_or(""));
-    let settle = (world.prompt_outcome).then(|| world.timeouts().eventually / 3);
-    // D-10: the same status and no new coderd request for `settle`, the current generation
-    // observed, and still not the awaited condition: the operator settled without it.
-    let stable = std::sync::Mutex::new((String::new(), 0usize, tokio::time::Instant::now()));
-    let stable = &stable;
-    let world_ref = &*world;
-    let found = wait::eventually(&what, world.timeouts(), || async move {
-        let Some(cr) = world_ref.provisioner_json().await? else {
-            return Ok(Err(format!("CoderProvisioner {} does not exist", world_ref.provisioner)));
-        };
-        let observed = condition_observation(&cr, kind, status, reason);
-        let (Err(why), Some(settle)) = (&observed, settle) else {
-            return Ok(observed);
-        };
-        let requests = match (&world_ref.env.coderd.admin, &world_ref.coderd) {
-            (Some(_), Some(_)) => world_ref.journal().await?.len(),
-            _ => 0,
-        };
-        let state = cr.get("status").map(Value::to_string).unwrap_or_default();
-        let current = cr.pointer("/metadata/generation") == cr.pointer("/status/observedGeneration");
-        let mut last = stable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.0 != state || last.1 != requests || !current {
-            *last = (state, requests, tokio::time::Instant::now());
-        }
-        if current && last.2.elapsed() >= settle {
-            return Err(wait::Hopeless(format!(
-                "the operator settled without it ({:.0} s with the same status, the current generation observed and no coderd request; D-10): {why}",
-                settle.as_secs_f64()
-            ))
-            .into());
-        }
-        Ok(observed)
-    })
-    .await?;
+    let found = world
+        .provisioner_promptly(&what, |cr| condition_observation(cr, kind, status, reason))
+        .await?;
     if let Some(message) = str_at(&found, "/message") {
         world
             .remembered

@@ -130,31 +130,57 @@ async fn output_mentions(world: &mut ProvisionerWorld, step: &Step) -> anyhow::R
     Ok(())
 }
 
-/// Checks the first output line and that each table cell starts some line; re-runs the command
-/// until that holds, as a reader would while the operator works.
-fn verify_observation(output: &CommandOutput, first: &str, lines: &[String]) -> Result<(), String> {
+/// An expected output line and the rules it shows (`R-CRED-2, R-ST-6`).
+struct ExpectedLine {
+    text: String,
+    rules: String,
+}
+
+/// Checks the first output line (the phase) and that each expected line starts some line;
+/// re-runs the command until that holds, as a reader would while the operator works. Each
+/// problem names its rules, so that a failure blames only them: a line's own, and for the phase
+/// R-ST-2 when the Deployment is reported ready (else R-ST-6: some gate kept it from Ready).
+fn verify_observation(
+    output: &CommandOutput,
+    first: &str,
+    lines: &[ExpectedLine],
+) -> Result<(), String> {
     if !output.success {
         return Err(format!("the command failed: {}", output.stderr.trim()));
     }
     let mut printed = output.stdout.lines();
-    if printed.next() != Some(first) {
-        return Err(format!("printed {:?}", output.stdout));
-    }
+    let phase = printed.next().unwrap_or_default();
     let rest: Vec<&str> = printed.collect();
-    let missing: Vec<&String> = lines
-        .iter()
-        .filter(|wanted| {
-            !rest
-                .iter()
-                .any(|line| *line == wanted.as_str() || line.starts_with(&format!("{wanted} ")))
-        })
-        .collect();
-    if missing.is_empty() {
+    let shows = |wanted: &str| {
+        rest.iter()
+            .any(|line| *line == wanted || line.starts_with(&format!("{wanted} ")))
+    };
+    let mut problems = Vec::new();
+    if phase != first {
+        let rule = if shows("DeploymentReady=True") {
+            "R-ST-2"
+        } else {
+            "R-ST-6"
+        };
+        problems.push(format!(
+            "the first line is {phase:?}, not {first:?} ({rule})"
+        ));
+    }
+    for line in lines.iter().filter(|line| !shows(&line.text)) {
+        let rules: Vec<String> = line
+            .rules
+            .split(',')
+            .map(|r| format!("({})", r.trim()))
+            .collect();
+        problems.push(format!("no line {:?} {}", line.text, rules.join(" ")));
+    }
+    if problems.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "printed {:?}, which lacks {missing:?}",
-            output.stdout
+            "printed {:?}: {}",
+            output.stdout,
+            problems.join("; ")
         ))
     }
 }
@@ -165,14 +191,22 @@ async fn eventually_prints(
     first: String,
     step: &Step,
 ) -> anyhow::Result<()> {
-    let lines: Vec<String> = table_rows(step)?
+    let lines = table_rows(step)?
         .into_iter()
-        .filter_map(|row| row.into_iter().next())
-        .collect();
+        .skip(1)
+        .map(|row| match row.as_slice() {
+            [text, rules] => Ok(ExpectedLine {
+                text: text.clone(),
+                rules: rules.clone(),
+            }),
+            _ => Err(anyhow::anyhow!("row {row:?} needs a line and its rules")),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let command = last(world)?.0.clone();
     let world = &*world;
+    let texts: Vec<&str> = lines.iter().map(|line| line.text.as_str()).collect();
     wait::eventually(
-        &format!("`{command}` to print {first} and {lines:?}"),
+        &format!("`{command}` to print {first} and {texts:?}"),
         world.timeouts(),
         || async {
             let output = run(world, &command).await?;
@@ -220,13 +254,35 @@ mod tests {
         false
     )]
     fn verify_output_is_checked_line_by_line(#[case] stdout: &str, #[case] ok: bool) {
-        let lines = vec![
-            "CredentialsReady=True".to_owned(),
-            "DeploymentReady=True".to_owned(),
-        ];
         assert_eq!(
-            verify_observation(&printed(stdout), "Ready", &lines).is_ok(),
+            verify_observation(&printed(stdout), "Ready", &tutorial_lines()).is_ok(),
             ok
+        );
+    }
+
+    fn tutorial_lines() -> Vec<ExpectedLine> {
+        vec![
+            ExpectedLine {
+                text: "CredentialsReady=True".to_owned(),
+                rules: "R-CRED-2, R-ST-6".to_owned(),
+            },
+            ExpectedLine {
+                text: "DeploymentReady=True".to_owned(),
+                rules: "R-ST-6".to_owned(),
+            },
+        ]
+    }
+
+    #[rstest]
+    #[case::credentials_missing("Pending\nDeploymentReady=True MinimumReplicasReady\n", &["R-ST-2", "R-CRED-2", "R-ST-6"])]
+    #[case::not_ready_yet("Pending\nCredentialsReady=True CredentialsValid\n", &["R-ST-6"])]
+    fn each_problem_names_its_rules(#[case] stdout: &str, #[case] rules: &[&str]) {
+        let message = verify_observation(&printed(stdout), "Ready", &tutorial_lines())
+            .expect_err("a problem");
+        assert_eq!(
+            crate::report::collector::rules_named_in(&message),
+            rules.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>(),
+            "{message}"
         );
     }
 }
