@@ -224,7 +224,8 @@ Feature: The provisioner key in coderd
 
   # coderd treats only the exact path value "default" as the default organization; any other
   # spelling is a case-insensitive name lookup, and no organization is named "default" (its name is
-  # first-organization). coderd's 404 body for an unknown organization holds two JSON objects.
+  # coder since coderd v2.16, first-organization before). coderd's 404 body for an unknown
+  # organization is one JSON object (two in coderd before PR #13629; see the legacy-body scenario).
   @R-KEY-19 @extended
   Scenario Outline: An organization unknown to coderd creates no key
     Given a Ready control plane with operator access

@@ -14,9 +14,14 @@ use crate::api::ApiError;
 use crate::error::Error;
 use crate::seed::{Seed, SeedUser};
 
-/// The name of the default organization coderd creates for a new deployment; no real
-/// organization is named `default` (issue 14, item 1).
-pub const DEFAULT_ORGANIZATION_NAME: &str = "first-organization";
+/// The name of the default organization of a deployment: coderd's migrations insert it as
+/// `first-organization` and `000259_rename_first_organization.up.sql` (coder/coder, read at commit
+/// bdaae5e3e280ec5069b5daadbd7966c59f6d0dda, PR #14808, v2.16) renames it to `coder`, display name
+/// `Coder`. No organization is named `default`: that is a path alias (issue 25, item 1). Clients
+/// must find the default organization through the alias, never by this name.
+pub const DEFAULT_ORGANIZATION_NAME: &str = "coder";
+/// The display name migration 000259 gives the default organization.
+pub const DEFAULT_ORGANIZATION_DISPLAY_NAME: &str = "Coder";
 /// The path value that means "the default organization", compared exactly (case-sensitive), as in
 /// coderd's `httpmw.ExtractOrganizationParam` (`arg == codersdk.DefaultOrganization`).
 pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
@@ -295,7 +300,12 @@ impl State {
             last_timestamp: Timestamp::UNIX_EPOCH,
         };
         let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);
-        let default_org = state.insert_organization(DEFAULT_ORGANIZATION_NAME, default_id, true)?;
+        let default_org = state.insert_organization(
+            DEFAULT_ORGANIZATION_NAME,
+            DEFAULT_ORGANIZATION_DISPLAY_NAME,
+            default_id,
+            true,
+        )?;
         for (name, id) in RESERVED_KEYS {
             let created_at = state.next_timestamp();
             state.keys.push(StoredKey {
@@ -311,7 +321,12 @@ impl State {
             });
         }
         for org in &seed.organizations {
-            state.insert_organization(&org.name, org.id.unwrap_or_else(Uuid::new_v4), false)?;
+            state.insert_organization(
+                &org.name,
+                &org.name,
+                org.id.unwrap_or_else(Uuid::new_v4),
+                false,
+            )?;
         }
         let mut operator = SeedUser::new(OPERATOR_USERNAME, UserRole::Owner);
         operator.token = Some(operator_token.to_string());
@@ -338,6 +353,7 @@ impl State {
     fn insert_organization(
         &mut self,
         name: &str,
+        display_name: &str,
         id: Uuid,
         is_default: bool,
     ) -> Result<Organization, Error> {
@@ -359,7 +375,7 @@ impl State {
         let org = Organization {
             id,
             name: name.to_string(),
-            display_name: name.to_string(),
+            display_name: display_name.to_string(),
             icon: String::new(),
             description: String::new(),
             updated_at: created_at.clone(),
@@ -372,7 +388,7 @@ impl State {
 
     /// Adds a non-default organization.
     pub fn add_organization(&mut self, name: &str) -> Result<Organization, Error> {
-        self.insert_organization(name, Uuid::new_v4(), false)
+        self.insert_organization(name, name, Uuid::new_v4(), false)
     }
 
     pub fn organizations(&self) -> &[Organization] {
@@ -691,8 +707,8 @@ mod tests {
     #[rstest]
     #[case("default", true)]
     #[case(NIL_UUID, true)]
-    #[case("first-organization", true)]
-    #[case("FIRST-Organization", true)]
+    #[case("coder", true)]
+    #[case("CODER", true)]
     #[case("acme", false)]
     #[case("ACME", false)]
     fn organization_lookup(#[case] ident: &str, #[case] is_default: bool) {
@@ -711,6 +727,17 @@ mod tests {
     #[case("default ")]
     fn only_the_exact_lower_case_default_means_the_default_organization(#[case] ident: &str) {
         assert!(state().organization(ident).is_none());
+    }
+
+    #[test]
+    fn the_default_organization_is_no_longer_named_first_organization() {
+        let state = state();
+        assert!(state.organization("first-organization").is_none());
+        let org = state.organization("default").expect("default org");
+        assert_eq!(
+            (org.name.as_str(), org.display_name.as_str()),
+            ("coder", "Coder")
+        );
     }
 
     #[test]

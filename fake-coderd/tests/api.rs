@@ -357,7 +357,7 @@ const ME: &str = "/api/v2/users/me";
     org_not_found("nope")
 )]
 // coderd `httpmw/organizationparam.go`: only the exact path value `default` means the default
-// organization; `Default` is a name lookup, and the default organization is `first-organization`.
+// organization; `Default` is a name lookup, and the default organization is `coder`.
 #[case::org_default_capitalised(
     Given::Nothing,
     Who::Operator,
@@ -835,8 +835,8 @@ async fn users_me_accepts_the_token_from_header_cookie_or_query(#[case] carrier:
 #[case::default_by_id("{default_id}", true)]
 #[case::name("acme", false)]
 #[case::name_other_case("ACME", false)]
-#[case::default_by_name("first-organization", true)]
-#[case::default_by_name_other_case("First-Organization", true)]
+#[case::default_by_name("coder", true)]
+#[case::default_by_name_other_case("Coder", true)]
 #[case::id("{acme_id}", false)]
 #[tokio::test]
 async fn organizations_resolve_by_default_nil_uuid_id_or_name(
@@ -1258,17 +1258,32 @@ async fn bypass_header_from_non_owner_is_428_plain_text(#[case] value: &str) {
     assert_eq!(ignored.content_type(), Some(JSON));
 }
 
-// coderd `httpmw/organizationparam.go` + the deployment's first organization: `default` is a path
-// alias, not a name; the organization behind it is called `first-organization`.
+// coderd `httpmw/organizationparam.go` + migration `000259_rename_first_organization.up.sql`
+// (commit bdaae5e3e280ec5069b5daadbd7966c59f6d0dda): `default` is a path alias, not a name; the
+// organization behind it is called `coder` (display name `Coder`), reachable by that name too, and
+// the pre-v2.16 name `first-organization` names nothing.
 #[tokio::test]
-async fn the_default_organization_is_named_first_organization() {
+async fn the_default_organization_is_named_coder() {
     let env = Env::start().await;
     let by_alias = env
         .as_operator(Request::new("GET", "/api/v2/organizations/default"))
         .await
         .json();
-    assert_eq!(by_alias["name"], "first-organization");
+    assert_eq!(by_alias["name"], "coder");
+    assert_eq!(by_alias["display_name"], "Coder");
     assert_eq!(by_alias["is_default"], true);
+    let by_name = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/coder"))
+        .await;
+    assert_eq!(by_name.status, 200, "{}", by_name.text);
+    assert_eq!(by_name.json(), by_alias);
+    let old_name = env
+        .as_operator(Request::new(
+            "GET",
+            "/api/v2/organizations/first-organization",
+        ))
+        .await;
+    assert_eq!(old_name.status, 404, "{}", old_name.text);
     let orgs = env
         .fake
         .admin()

@@ -692,8 +692,8 @@ async fn refusals_are_typed_errors_with_the_same_text_over_the_admin_api() {
     );
 
     assert!(matches!(
-        env.fake.add_organization("First-Organization"),
-        Err(Error::DuplicateOrganization { name, .. }) if name == "First-Organization"
+        env.fake.add_organization("Coder"),
+        Err(Error::DuplicateOrganization { name, .. }) if name == "Coder"
     ));
     let reserved = env
         .fake
