@@ -242,6 +242,19 @@ Feature: The provisioner key in coderd
       | Default              |
       | DEFAULT              |
 
+  # Before coderd PR #13629 the organization 404 held two JSON objects in one body; an operator
+  # decodes the first JSON value of an error body and decides on the status code (coderd-api.md §2.3).
+  @R-KEY-19 @fault-injection @extended
+  Scenario: An unknown organization's legacy two-object 404 body creates no key either
+    Given a Ready control plane with operator access
+    And coderd answers an unknown organization with its legacy two-object body
+    When the sample provisioner is applied with spec:
+      """
+      organizationName: no-such-organization
+      """
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And coderd saw no POST on "provisionerkeys"
+
   @R-KEY-18 @fault-injection @extended
   Scenario: A failing key request is reported and changes nothing else
     Given a Ready control plane with operator access

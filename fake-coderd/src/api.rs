@@ -45,7 +45,8 @@ pub struct ApiError {
     pub status: u16,
     pub body: ApiResponse,
     /// A second `codersdk.Response` written into the same body after `body`, as coderd's
-    /// organization middleware does for an unknown organization (§2.3).
+    /// organization middleware did for an unknown organization before PR #13629 (§2.3; the
+    /// `legacy_organization_not_found` fault).
     pub second: Option<Box<ApiResponse>>,
 }
 
@@ -114,9 +115,18 @@ impl ApiError {
         Self::new(404, RESOURCE_NOT_FOUND_MESSAGE)
     }
 
-    /// §2.3: an organization path value that names no organization the caller may read. coderd's
-    /// `ExtractOrganizationParam` writes the generic not-found response and then a second object.
-    pub fn organization_not_found(arg: &str) -> Self {
+    /// §2.3: an organization path value that names no organization the caller may read. Current
+    /// coderd's `ExtractOrganizationParam` answers the generic not-found response alone (the second
+    /// object was removed by coder/coder PR #13629, 2024-06); `arg` is kept for the legacy body.
+    pub fn organization_not_found(_arg: &str) -> Self {
+        Self::resource_not_found()
+    }
+
+    /// §2.3, coderd before PR #13629 (`coderd/httpmw/organizationparam.go` as stored at commit
+    /// c8554470416a63dd34dfd9a035d2138665185fa9): `httpapi.ResourceNotFound(rw)` followed by a
+    /// second `httpapi.Write` into the same body. Served only through the
+    /// `legacy_organization_not_found` fault.
+    pub fn legacy_organization_not_found(arg: &str) -> Self {
         let mut error = Self::resource_not_found();
         error.second = Some(Box::new(ApiResponse {
             message: format!("Organization {} not found.", go_quote(arg)),
@@ -156,7 +166,7 @@ impl ApiError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReplyBody {
     Json(Value),
-    /// Several JSON values written one after the other into one body (§2.3's doubled 404).
+    /// Several JSON values written one after the other into one body (§2.3's legacy doubled 404).
     JsonSeq(Vec<Value>),
     Text(String),
     Empty,

@@ -513,7 +513,7 @@ impl State {
     }
 
     /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no
-    /// read access" is 404, with coderd's two-object body).
+    /// read access" is 404, the same answer as an unknown organization).
     pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
         if ident.is_empty() {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
