@@ -19,6 +19,12 @@ pub const RESOURCE_NOT_FOUND_MESSAGE: &str =
 pub const ROUTE_NOT_FOUND_MESSAGE: &str = "Route not found.";
 pub const INTERNAL_ERROR_MESSAGE: &str = "An internal server error occurred.";
 pub const FORBIDDEN_DETAIL: &str = "You don't have permission to view this content. If you believe this is a mistake, please contact your administrator or try signing in with different credentials.";
+/// `detail` of the 500 a handler writes when coderd's database authorizer refuses a query:
+/// `dbauthz.NotAuthorizedError` ("unauthorized: " + its cause) around `rbac.UnauthorizedError`,
+/// whose text outside Go tests is `rbac: forbidden` (coderd `coderd/rbac/error.go`, commit
+/// fbaaff8302859e9acff9b0ebb5afe4d8ceca52f5; `coderd/database/dbauthz/dbauthz.go`, commit
+/// ccc309e8c341aef9c8e3483a4b9d8fd693f94364).
+pub const AUTHORIZER_REFUSED_DETAIL: &str = "unauthorized: rbac: forbidden";
 pub const FEATURE_GATE_MESSAGE: &str =
     "External Provisioner Daemons is an Enterprise feature. Contact sales!";
 
@@ -149,6 +155,12 @@ impl ApiError {
     /// §1.5 enterprise feature gate for `external_provisioner_daemons`.
     pub fn feature_gate() -> Self {
         Self::new(403, FEATURE_GATE_MESSAGE)
+    }
+
+    /// The 500 coderd answers when its database authorizer refuses a write the handler does not
+    /// map to another status (`httpapi.InternalServerError` with the dbauthz error as `detail`).
+    pub fn authorizer_refused() -> Self {
+        Self::internal(AUTHORIZER_REFUSED_DETAIL)
     }
 
     /// §1.5 internal error.

@@ -68,11 +68,17 @@ impl Entitlement {
     }
 }
 
-/// Site role of a user. Owners may do everything and may bypass rate limits (§1.7).
+/// Site role of a user (coderd `coderd/rbac/roles.go`, read at commit
+/// db4576d1f43808142247814bdebcf6e4aeb437e9). Owners may do everything and may bypass rate limits
+/// (§1.7). A template admin holds create/read/update/delete on provisioner daemons (the RBAC
+/// resource of provisioner keys) and read on every organization, site-wide. A member's site role
+/// holds only read on provisioner daemons ("All users can see the provisioner daemons").
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum UserRole {
     Owner,
+    #[serde(alias = "template-admin")]
+    TemplateAdmin,
     Member,
 }
 
@@ -164,14 +170,23 @@ impl User {
         self.role == UserRole::Owner
     }
 
-    /// May manage the organization's provisioner keys: the site owner, or an organization admin
-    /// (coderd RBAC: `organization-admin` holds every action on the organization's provisioner daemons).
+    /// May create and delete the organization's provisioner keys: the site owner, a template
+    /// admin (site-wide CRUD on provisioner daemons), or an organization admin (coderd RBAC:
+    /// `organization-admin` holds every action in its organization). A plain member may only read
+    /// them; coderd's database authorizer refuses the insert or delete (see
+    /// [`State::create_key`], [`State::delete_key`]).
     pub fn may_manage_keys_in(&self, organization_id: &str) -> bool {
-        self.is_owner()
+        matches!(self.role, UserRole::Owner | UserRole::TemplateAdmin)
             || self
                 .admin_organization_ids
                 .iter()
                 .any(|id| id == organization_id)
+    }
+
+    /// May read every organization (owners; template admins read `organization` site-wide);
+    /// anyone else reads only the organizations they are a member of.
+    pub fn reads_every_organization(&self) -> bool {
+        matches!(self.role, UserRole::Owner | UserRole::TemplateAdmin)
     }
 }
 
@@ -519,16 +534,18 @@ impl State {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
         }
         self.organization(ident)
-            .filter(|org| user.is_owner() || user.organization_ids.contains(&org.id))
+            .filter(|org| user.reads_every_organization() || user.organization_ids.contains(&org.id))
             .ok_or_else(|| ApiError::organization_not_found(ident))
     }
 
     pub fn user_view(&self, user: &User) -> UserView {
+        let role = |name: &str, display_name: &str| RoleView {
+            name: name.to_string(),
+            display_name: display_name.to_string(),
+        };
         let roles = match user.role {
-            UserRole::Owner => vec![RoleView {
-                name: "owner".to_string(),
-                display_name: "Owner".to_string(),
-            }],
+            UserRole::Owner => vec![role("owner", "Owner")],
+            UserRole::TemplateAdmin => vec![role("template-admin", "Template Admin")],
             UserRole::Member => Vec::new(),
         };
         UserView {
@@ -591,12 +608,29 @@ impl State {
         keys
     }
 
-    /// §2.6 validation (after JSON decoding) and insert; returns the plaintext secret.
+    /// §2.6 validation (after JSON decoding) and insert as a caller allowed to create keys;
+    /// returns the plaintext secret.
     pub fn create_key(
         &mut self,
         organization_id: &str,
         name: &str,
         tags: BTreeMap<String, String>,
+    ) -> Result<String, ApiError> {
+        self.create_key_as(organization_id, name, tags, true)
+    }
+
+    /// §2.6 in coderd's order (`enterprise/coderd/provisionerkeys.go` `postProvisionerKey`, read at
+    /// commit 09e87fc2b0283d5c2988fccbd6d3a2bd00877ec8): the name checks (400), then the insert,
+    /// which coderd's database authorizer (`coderd/database/dbauthz/dbauthz.go`
+    /// `InsertProvisionerKey`, commit ccc309e8c341aef9c8e3483a4b9d8fd693f94364) refuses for a
+    /// caller without create on the organization's provisioner daemons; the handler turns that
+    /// error into a 500 (`httpapi.InternalServerError`), before any duplicate (409) could show.
+    pub fn create_key_as(
+        &mut self,
+        organization_id: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+        may_create: bool,
     ) -> Result<String, ApiError> {
         if name.is_empty() {
             return Err(ApiError::validation("name", "Name is required"));
@@ -612,6 +646,9 @@ impl State {
                 "name",
                 format!("Name cannot be reserved name '{name}'"),
             ));
+        }
+        if !may_create {
+            return Err(ApiError::authorizer_refused());
         }
         if self.find_key(organization_id, name).is_some() {
             return Err(ApiError::new(
@@ -643,9 +680,22 @@ impl State {
             .find(|key| key.view.organization == organization_id && key.view.name == lowered)
     }
 
-    /// §2.7: 404 when the name is unknown in the organization (checked first, as the middleware does),
-    /// then 400 for a reserved key, else removed.
+    /// §2.7 as a caller allowed to delete keys.
     pub fn delete_key(&mut self, organization_id: &str, name: &str) -> Result<(), ApiError> {
+        self.delete_key_as(organization_id, name, true)
+    }
+
+    /// §2.7: 404 when the name is unknown in the organization (checked first, by
+    /// `httpmw.ExtractProvisionerKeyParam`, which every reader of provisioner daemons passes), then
+    /// 400 for a reserved key, then the delete, which coderd's database authorizer
+    /// (`dbauthz.go` `DeleteProvisionerKey`: `deleteQ`, action delete) refuses for a caller
+    /// without delete on provisioner daemons; `deleteProvisionerKey` answers that error 500.
+    pub fn delete_key_as(
+        &mut self,
+        organization_id: &str,
+        name: &str,
+        may_delete: bool,
+    ) -> Result<(), ApiError> {
         if name.is_empty() {
             return Err(ApiError::new(400, "\"provisionerkey\" must be provided."));
         }
@@ -657,6 +707,9 @@ impl State {
                 400,
                 format!("Cannot delete reserved '{}' provisioner key", key.view.name),
             ));
+        }
+        if !may_delete {
+            return Err(ApiError::authorizer_refused());
         }
         let id = key.view.id.clone();
         self.keys.retain(|key| key.view.id != id);
