@@ -51,7 +51,9 @@ pub enum Error {
     ResetCannotApplyThenFail,
     #[error("a legacy_organization_not_found fault needs a route with {{organization}}, not {0:?}")]
     NoOrganizationInRoute(String),
-    #[error("a legacy_organization_not_found fault changes only a body; apply_then_fail does not apply")]
+    #[error(
+        "a legacy_organization_not_found fault changes only a body; apply_then_fail does not apply"
+    )]
     LegacyBodyCannotApplyThenFail,
 
     #[error("operator token is not <10>-<22> shaped: {0}")]

@@ -534,7 +534,9 @@ impl State {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
         }
         self.organization(ident)
-            .filter(|org| user.reads_every_organization() || user.organization_ids.contains(&org.id))
+            .filter(|org| {
+                user.reads_every_organization() || user.organization_ids.contains(&org.id)
+            })
             .ok_or_else(|| ApiError::organization_not_found(ident))
     }
 

@@ -630,8 +630,11 @@ async fn coderd_legacy_organization_body(world: &mut ProvisionerWorld) -> anyhow
         ("POST", routes::CREATE_KEY),
         ("DELETE", routes::DELETE_KEY),
     ] {
-        inject_scenario_fault(world, FaultSpec::legacy_organization_not_found(method, route))
-            .await?;
+        inject_scenario_fault(
+            world,
+            FaultSpec::legacy_organization_not_found(method, route),
+        )
+        .await?;
     }
     Ok(())
 }
