@@ -224,7 +224,8 @@ Feature: The provisioner key in coderd
 
   # coderd treats only the exact path value "default" as the default organization; any other
   # spelling is a case-insensitive name lookup, and no organization is named "default" (its name is
-  # first-organization). coderd's 404 body for an unknown organization holds two JSON objects.
+  # coder since coderd v2.16, first-organization before). coderd's 404 body for an unknown
+  # organization is one JSON object (two in coderd before PR #13629; see the legacy-body scenario).
   # A provisioner already running in the default organization (its key named after the
   # scenario's own organization, unique to the scenario) must not make another spelling of
   # "default" name it.
@@ -250,6 +251,19 @@ Feature: The provisioner key in coderd
       | no-such-organization |
       | Default              |
       | DEFAULT              |
+
+  # Before coderd PR #13629 the organization 404 held two JSON objects in one body; an operator
+  # decodes the first JSON value of an error body and decides on the status code (coderd-api.md §2.3).
+  @R-KEY-19 @fault-injection @extended
+  Scenario: An unknown organization's legacy two-object 404 body creates no key either
+    Given a Ready control plane with operator access
+    And coderd answers an unknown organization with its legacy two-object body
+    When the sample provisioner is applied with spec:
+      """
+      organizationName: no-such-organization
+      """
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    And coderd saw no POST on "provisionerkeys"
 
   @R-KEY-18 @fault-injection @extended
   Scenario: A failing key request is reported and changes nothing else

@@ -19,6 +19,12 @@ pub const RESOURCE_NOT_FOUND_MESSAGE: &str =
 pub const ROUTE_NOT_FOUND_MESSAGE: &str = "Route not found.";
 pub const INTERNAL_ERROR_MESSAGE: &str = "An internal server error occurred.";
 pub const FORBIDDEN_DETAIL: &str = "You don't have permission to view this content. If you believe this is a mistake, please contact your administrator or try signing in with different credentials.";
+/// `detail` of the 500 a handler writes when coderd's database authorizer refuses a query:
+/// `dbauthz.NotAuthorizedError` ("unauthorized: " + its cause) around `rbac.UnauthorizedError`,
+/// whose text outside Go tests is `rbac: forbidden` (coderd `coderd/rbac/error.go`, commit
+/// fbaaff8302859e9acff9b0ebb5afe4d8ceca52f5; `coderd/database/dbauthz/dbauthz.go`, commit
+/// ccc309e8c341aef9c8e3483a4b9d8fd693f94364).
+pub const AUTHORIZER_REFUSED_DETAIL: &str = "unauthorized: rbac: forbidden";
 pub const FEATURE_GATE_MESSAGE: &str =
     "External Provisioner Daemons is an Enterprise feature. Contact sales!";
 
@@ -45,7 +51,8 @@ pub struct ApiError {
     pub status: u16,
     pub body: ApiResponse,
     /// A second `codersdk.Response` written into the same body after `body`, as coderd's
-    /// organization middleware does for an unknown organization (§2.3).
+    /// organization middleware did for an unknown organization before PR #13629 (§2.3; the
+    /// `legacy_organization_not_found` fault).
     pub second: Option<Box<ApiResponse>>,
 }
 
@@ -114,9 +121,18 @@ impl ApiError {
         Self::new(404, RESOURCE_NOT_FOUND_MESSAGE)
     }
 
-    /// §2.3: an organization path value that names no organization the caller may read. coderd's
-    /// `ExtractOrganizationParam` writes the generic not-found response and then a second object.
-    pub fn organization_not_found(arg: &str) -> Self {
+    /// §2.3: an organization path value that names no organization the caller may read. Current
+    /// coderd's `ExtractOrganizationParam` answers the generic not-found response alone (the second
+    /// object was removed by coder/coder PR #13629, 2024-06); `arg` is kept for the legacy body.
+    pub fn organization_not_found(_arg: &str) -> Self {
+        Self::resource_not_found()
+    }
+
+    /// §2.3, coderd before PR #13629 (`coderd/httpmw/organizationparam.go` as stored at commit
+    /// c8554470416a63dd34dfd9a035d2138665185fa9): `httpapi.ResourceNotFound(rw)` followed by a
+    /// second `httpapi.Write` into the same body. Served only through the
+    /// `legacy_organization_not_found` fault.
+    pub fn legacy_organization_not_found(arg: &str) -> Self {
         let mut error = Self::resource_not_found();
         error.second = Some(Box::new(ApiResponse {
             message: format!("Organization {} not found.", go_quote(arg)),
@@ -141,6 +157,12 @@ impl ApiError {
         Self::new(403, FEATURE_GATE_MESSAGE)
     }
 
+    /// The 500 coderd answers when its database authorizer refuses a write the handler does not
+    /// map to another status (`httpapi.InternalServerError` with the dbauthz error as `detail`).
+    pub fn authorizer_refused() -> Self {
+        Self::internal(AUTHORIZER_REFUSED_DETAIL)
+    }
+
     /// §1.5 internal error.
     pub fn internal(detail: impl Into<String>) -> Self {
         Self::new(500, INTERNAL_ERROR_MESSAGE).with_detail(detail)
@@ -156,7 +178,7 @@ impl ApiError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReplyBody {
     Json(Value),
-    /// Several JSON values written one after the other into one body (§2.3's doubled 404).
+    /// Several JSON values written one after the other into one body (§2.3's legacy doubled 404).
     JsonSeq(Vec<Value>),
     Text(String),
     Empty,

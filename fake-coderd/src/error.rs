@@ -49,6 +49,12 @@ pub enum Error {
     NotAnErrorStatus(u16),
     #[error("apply_then_fail needs an HTTP answer; use a status fault")]
     ResetCannotApplyThenFail,
+    #[error("a legacy_organization_not_found fault needs a route with {{organization}}, not {0:?}")]
+    NoOrganizationInRoute(String),
+    #[error(
+        "a legacy_organization_not_found fault changes only a body; apply_then_fail does not apply"
+    )]
+    LegacyBodyCannotApplyThenFail,
 
     #[error("operator token is not <10>-<22> shaped: {0}")]
     MalformedOperatorToken(TokenFormatError),

@@ -28,6 +28,13 @@ pub enum FaultKind {
     Delay { millis: u64 },
     /// Close the connection without an HTTP answer (the state change does not apply).
     Reset,
+    /// Handle the request normally, but when the answer is the 404 of an organization the caller
+    /// cannot see (coderd-api.md §2.3), write coderd's legacy body: the generic not-found object
+    /// followed by `{"message":"Organization \"<arg>\" not found.","detail":"Provide either the
+    /// organization id or name."}` in the same body, as coderd did before PR #13629. Any other
+    /// answer passes unchanged (and still uses up one of the fault's `times`). Only for routes
+    /// with `{organization}`.
+    LegacyOrganizationNotFound,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -64,6 +71,12 @@ impl FaultSpec {
     /// A one-shot connection reset.
     pub fn reset(method: &str, route: &str) -> Self {
         Self::once(method, route, FaultKind::Reset)
+    }
+
+    /// The legacy two-object body for the organization 404, for the next matching request
+    /// (`.sticky()` for all of them).
+    pub fn legacy_organization_not_found(method: &str, route: &str) -> Self {
+        Self::once(method, route, FaultKind::LegacyOrganizationNotFound)
     }
 
     fn once(method: &str, route: &str, kind: FaultKind) -> Self {
@@ -114,6 +127,12 @@ impl FaultSpec {
                 Err(Error::NotAnErrorStatus(*status))
             }
             FaultKind::Reset if self.apply_then_fail => Err(Error::ResetCannotApplyThenFail),
+            FaultKind::LegacyOrganizationNotFound if !self.route.contains("{organization}") => {
+                Err(Error::NoOrganizationInRoute(self.route.clone()))
+            }
+            FaultKind::LegacyOrganizationNotFound if self.apply_then_fail => {
+                Err(Error::LegacyBodyCannotApplyThenFail)
+            }
             _ => Ok(()),
         }
     }
@@ -237,6 +256,8 @@ mod tests {
     #[case(FaultSpec::status("POST", CREATE_KEY, 200))]
     #[case(FaultSpec::status("POST", CREATE_KEY, 500).times(0))]
     #[case(FaultSpec::reset("POST", CREATE_KEY).apply_then_fail())]
+    #[case(FaultSpec::legacy_organization_not_found("GET", crate::routes::ENTITLEMENTS))]
+    #[case(FaultSpec::legacy_organization_not_found("POST", CREATE_KEY).apply_then_fail())]
     fn invalid_specs_are_rejected(#[case] spec: FaultSpec) {
         assert!(Faults::default().inject(spec).is_err());
     }

@@ -14,9 +14,14 @@ use crate::api::ApiError;
 use crate::error::Error;
 use crate::seed::{Seed, SeedUser};
 
-/// The name of the default organization coderd creates for a new deployment; no real
-/// organization is named `default` (issue 14, item 1).
-pub const DEFAULT_ORGANIZATION_NAME: &str = "first-organization";
+/// The name of the default organization of a deployment: coderd's migrations insert it as
+/// `first-organization` and `000259_rename_first_organization.up.sql` (coder/coder, read at commit
+/// bdaae5e3e280ec5069b5daadbd7966c59f6d0dda, PR #14808, v2.16) renames it to `coder`, display name
+/// `Coder`. No organization is named `default`: that is a path alias (issue 25, item 1). Clients
+/// must find the default organization through the alias, never by this name.
+pub const DEFAULT_ORGANIZATION_NAME: &str = "coder";
+/// The display name migration 000259 gives the default organization.
+pub const DEFAULT_ORGANIZATION_DISPLAY_NAME: &str = "Coder";
 /// The path value that means "the default organization", compared exactly (case-sensitive), as in
 /// coderd's `httpmw.ExtractOrganizationParam` (`arg == codersdk.DefaultOrganization`).
 pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
@@ -63,11 +68,17 @@ impl Entitlement {
     }
 }
 
-/// Site role of a user. Owners may do everything and may bypass rate limits (§1.7).
+/// Site role of a user (coderd `coderd/rbac/roles.go`, read at commit
+/// db4576d1f43808142247814bdebcf6e4aeb437e9). Owners may do everything and may bypass rate limits
+/// (§1.7). A template admin holds create/read/update/delete on provisioner daemons (the RBAC
+/// resource of provisioner keys) and read on every organization, site-wide. A member's site role
+/// holds only read on provisioner daemons ("All users can see the provisioner daemons").
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum UserRole {
     Owner,
+    #[serde(alias = "template-admin")]
+    TemplateAdmin,
     Member,
 }
 
@@ -159,14 +170,23 @@ impl User {
         self.role == UserRole::Owner
     }
 
-    /// May manage the organization's provisioner keys: the site owner, or an organization admin
-    /// (coderd RBAC: `organization-admin` holds every action on the organization's provisioner daemons).
+    /// May create and delete the organization's provisioner keys: the site owner, a template
+    /// admin (site-wide CRUD on provisioner daemons), or an organization admin (coderd RBAC:
+    /// `organization-admin` holds every action in its organization). A plain member may only read
+    /// them; coderd's database authorizer refuses the insert or delete (see
+    /// [`State::create_key`], [`State::delete_key`]).
     pub fn may_manage_keys_in(&self, organization_id: &str) -> bool {
-        self.is_owner()
+        matches!(self.role, UserRole::Owner | UserRole::TemplateAdmin)
             || self
                 .admin_organization_ids
                 .iter()
                 .any(|id| id == organization_id)
+    }
+
+    /// May read every organization (owners; template admins read `organization` site-wide);
+    /// anyone else reads only the organizations they are a member of.
+    pub fn reads_every_organization(&self) -> bool {
+        matches!(self.role, UserRole::Owner | UserRole::TemplateAdmin)
     }
 }
 
@@ -295,7 +315,12 @@ impl State {
             last_timestamp: Timestamp::UNIX_EPOCH,
         };
         let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);
-        let default_org = state.insert_organization(DEFAULT_ORGANIZATION_NAME, default_id, true)?;
+        let default_org = state.insert_organization(
+            DEFAULT_ORGANIZATION_NAME,
+            DEFAULT_ORGANIZATION_DISPLAY_NAME,
+            default_id,
+            true,
+        )?;
         for (name, id) in RESERVED_KEYS {
             let created_at = state.next_timestamp();
             state.keys.push(StoredKey {
@@ -311,7 +336,12 @@ impl State {
             });
         }
         for org in &seed.organizations {
-            state.insert_organization(&org.name, org.id.unwrap_or_else(Uuid::new_v4), false)?;
+            state.insert_organization(
+                &org.name,
+                &org.name,
+                org.id.unwrap_or_else(Uuid::new_v4),
+                false,
+            )?;
         }
         let mut operator = SeedUser::new(OPERATOR_USERNAME, UserRole::Owner);
         operator.token = Some(operator_token.to_string());
@@ -338,6 +368,7 @@ impl State {
     fn insert_organization(
         &mut self,
         name: &str,
+        display_name: &str,
         id: Uuid,
         is_default: bool,
     ) -> Result<Organization, Error> {
@@ -359,7 +390,7 @@ impl State {
         let org = Organization {
             id,
             name: name.to_string(),
-            display_name: name.to_string(),
+            display_name: display_name.to_string(),
             icon: String::new(),
             description: String::new(),
             updated_at: created_at.clone(),
@@ -372,7 +403,7 @@ impl State {
 
     /// Adds a non-default organization.
     pub fn add_organization(&mut self, name: &str) -> Result<Organization, Error> {
-        self.insert_organization(name, Uuid::new_v4(), false)
+        self.insert_organization(name, name, Uuid::new_v4(), false)
     }
 
     pub fn organizations(&self) -> &[Organization] {
@@ -497,22 +528,26 @@ impl State {
     }
 
     /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no
-    /// read access" is 404, with coderd's two-object body).
+    /// read access" is 404, the same answer as an unknown organization).
     pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
         if ident.is_empty() {
             return Err(ApiError::new(400, "\"organization\" must be provided."));
         }
         self.organization(ident)
-            .filter(|org| user.is_owner() || user.organization_ids.contains(&org.id))
+            .filter(|org| {
+                user.reads_every_organization() || user.organization_ids.contains(&org.id)
+            })
             .ok_or_else(|| ApiError::organization_not_found(ident))
     }
 
     pub fn user_view(&self, user: &User) -> UserView {
+        let role = |name: &str, display_name: &str| RoleView {
+            name: name.to_string(),
+            display_name: display_name.to_string(),
+        };
         let roles = match user.role {
-            UserRole::Owner => vec![RoleView {
-                name: "owner".to_string(),
-                display_name: "Owner".to_string(),
-            }],
+            UserRole::Owner => vec![role("owner", "Owner")],
+            UserRole::TemplateAdmin => vec![role("template-admin", "Template Admin")],
             UserRole::Member => Vec::new(),
         };
         UserView {
@@ -575,12 +610,29 @@ impl State {
         keys
     }
 
-    /// §2.6 validation (after JSON decoding) and insert; returns the plaintext secret.
+    /// §2.6 validation (after JSON decoding) and insert as a caller allowed to create keys;
+    /// returns the plaintext secret.
     pub fn create_key(
         &mut self,
         organization_id: &str,
         name: &str,
         tags: BTreeMap<String, String>,
+    ) -> Result<String, ApiError> {
+        self.create_key_as(organization_id, name, tags, true)
+    }
+
+    /// §2.6 in coderd's order (`enterprise/coderd/provisionerkeys.go` `postProvisionerKey`, read at
+    /// commit 09e87fc2b0283d5c2988fccbd6d3a2bd00877ec8): the name checks (400), then the insert,
+    /// which coderd's database authorizer (`coderd/database/dbauthz/dbauthz.go`
+    /// `InsertProvisionerKey`, commit ccc309e8c341aef9c8e3483a4b9d8fd693f94364) refuses for a
+    /// caller without create on the organization's provisioner daemons; the handler turns that
+    /// error into a 500 (`httpapi.InternalServerError`), before any duplicate (409) could show.
+    pub fn create_key_as(
+        &mut self,
+        organization_id: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+        may_create: bool,
     ) -> Result<String, ApiError> {
         if name.is_empty() {
             return Err(ApiError::validation("name", "Name is required"));
@@ -596,6 +648,9 @@ impl State {
                 "name",
                 format!("Name cannot be reserved name '{name}'"),
             ));
+        }
+        if !may_create {
+            return Err(ApiError::authorizer_refused());
         }
         if self.find_key(organization_id, name).is_some() {
             return Err(ApiError::new(
@@ -627,9 +682,22 @@ impl State {
             .find(|key| key.view.organization == organization_id && key.view.name == lowered)
     }
 
-    /// §2.7: 404 when the name is unknown in the organization (checked first, as the middleware does),
-    /// then 400 for a reserved key, else removed.
+    /// §2.7 as a caller allowed to delete keys.
     pub fn delete_key(&mut self, organization_id: &str, name: &str) -> Result<(), ApiError> {
+        self.delete_key_as(organization_id, name, true)
+    }
+
+    /// §2.7: 404 when the name is unknown in the organization (checked first, by
+    /// `httpmw.ExtractProvisionerKeyParam`, which every reader of provisioner daemons passes), then
+    /// 400 for a reserved key, then the delete, which coderd's database authorizer
+    /// (`dbauthz.go` `DeleteProvisionerKey`: `deleteQ`, action delete) refuses for a caller
+    /// without delete on provisioner daemons; `deleteProvisionerKey` answers that error 500.
+    pub fn delete_key_as(
+        &mut self,
+        organization_id: &str,
+        name: &str,
+        may_delete: bool,
+    ) -> Result<(), ApiError> {
         if name.is_empty() {
             return Err(ApiError::new(400, "\"provisionerkey\" must be provided."));
         }
@@ -641,6 +709,9 @@ impl State {
                 400,
                 format!("Cannot delete reserved '{}' provisioner key", key.view.name),
             ));
+        }
+        if !may_delete {
+            return Err(ApiError::authorizer_refused());
         }
         let id = key.view.id.clone();
         self.keys.retain(|key| key.view.id != id);
@@ -691,8 +762,8 @@ mod tests {
     #[rstest]
     #[case("default", true)]
     #[case(NIL_UUID, true)]
-    #[case("first-organization", true)]
-    #[case("FIRST-Organization", true)]
+    #[case("coder", true)]
+    #[case("CODER", true)]
     #[case("acme", false)]
     #[case("ACME", false)]
     fn organization_lookup(#[case] ident: &str, #[case] is_default: bool) {
@@ -711,6 +782,17 @@ mod tests {
     #[case("default ")]
     fn only_the_exact_lower_case_default_means_the_default_organization(#[case] ident: &str) {
         assert!(state().organization(ident).is_none());
+    }
+
+    #[test]
+    fn the_default_organization_is_no_longer_named_first_organization() {
+        let state = state();
+        assert!(state.organization("first-organization").is_none());
+        let org = state.organization("default").expect("default org");
+        assert_eq!(
+            (org.name.as_str(), org.display_name.as_str()),
+            ("coder", "Coder")
+        );
     }
 
     #[test]

@@ -84,6 +84,86 @@ async fn status_fault_bodies_default_per_status_or_are_given() {
     assert_eq!(answer.json(), body);
 }
 
+/// coderd before PR #13629 (`coderd/httpmw/organizationparam.go` at commit c8554470) wrote a second
+/// object after the generic 404; the `legacy_organization_not_found` fault brings that body back,
+/// only for an organization the caller cannot see, and over the admin API as JSON too.
+#[tokio::test]
+async fn the_legacy_organization_404_body_is_a_fault() {
+    let env = Env::start().await;
+    let unknown = "/api/v2/organizations/no-such-org";
+    let single = env.as_operator(Request::new("GET", unknown)).await;
+    assert_eq!(single.status, 404);
+    assert_eq!(
+        single.json(),
+        json!({"message": "Resource not found or you do not have access to this resource"}),
+        "one JSON object by default"
+    );
+
+    env.fake.add_organization("Acme").expect("org");
+    let member = env
+        .fake
+        .add_user("plain", UserRole::Member)
+        .expect("member of the default organization only");
+    let spec: FaultSpec = serde_json::from_value(json!({
+        "method": "GET",
+        "route": routes::ORGANIZATION,
+        "kind": {"type": "legacy_organization_not_found"},
+    }))
+    .expect("the admin API's JSON form");
+    env.fake.admin().inject_fault(spec).await.expect("injected");
+
+    let legacy = env.as_operator(Request::new("GET", unknown)).await;
+    assert_eq!(legacy.status, 404);
+    assert_eq!(
+        legacy.json_values(),
+        [
+            json!({"message": "Resource not found or you do not have access to this resource"}),
+            json!({
+                "message": "Organization \"no-such-org\" not found.",
+                "detail": "Provide either the organization id or name."
+            }),
+        ]
+    );
+    let hidden = env
+        .send(Request::new("GET", "/api/v2/organizations/acme").token(&member))
+        .await;
+    assert_eq!(hidden.status, 404);
+    assert_eq!(
+        hidden.json_values().len(),
+        2,
+        "hidden from the caller is the same 404: {}",
+        hidden.text
+    );
+    let known = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await;
+    assert_eq!(known.status, 200, "a known organization is untouched");
+    assert_eq!(known.json()["is_default"], true);
+    let signed_out = env.send(Request::new("GET", unknown)).await;
+    assert_eq!(signed_out.status, 401, "authentication still comes first");
+
+    env.fake.clear_faults();
+    assert_eq!(
+        env.as_operator(Request::new("GET", unknown))
+            .await
+            .json_values()
+            .len(),
+        1
+    );
+}
+
+#[rstest]
+#[case::no_organization_in_route(FaultSpec::legacy_organization_not_found("GET", routes::USER))]
+#[case::apply_then_fail(
+    FaultSpec::legacy_organization_not_found("POST", routes::CREATE_KEY).apply_then_fail()
+)]
+#[tokio::test]
+async fn a_legacy_organization_fault_needs_an_organization_route(#[case] spec: FaultSpec) {
+    let env = Env::start().await;
+    assert!(env.fake.inject_fault(spec.clone()).is_err());
+    assert!(env.fake.admin().inject_fault(spec).await.is_err());
+}
+
 /// coderd's 429 comes from its rate limiter (coderd/httpmw/ratelimit.go, go-chi/httprate): an
 /// injected one carries the same message and headers, `Retry-After: 60` included.
 #[tokio::test]
@@ -692,8 +772,8 @@ async fn refusals_are_typed_errors_with_the_same_text_over_the_admin_api() {
     );
 
     assert!(matches!(
-        env.fake.add_organization("First-Organization"),
-        Err(Error::DuplicateOrganization { name, .. }) if name == "First-Organization"
+        env.fake.add_organization("Coder"),
+        Err(Error::DuplicateOrganization { name, .. }) if name == "Coder"
     ));
     let reserved = env
         .fake

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Env, Request};
-use fake_coderd::{Entitlement, RateLimitSpec, routes};
+use fake_coderd::{Entitlement, FaultSpec, RateLimitSpec, routes};
 use serde_json::Value;
 
 const SWAGGER: &str = include_str!("schema/coderd-swagger-subset.json");
@@ -166,9 +166,52 @@ fn check(schemas: &Schemas, template: &str, method: &str, answer: &common::Answe
             "{what}"
         );
     } else {
+        // One `codersdk.Response` per error body: coderd's organization 404 has been a single
+        // object since PR #13629 (the legacy doubled body is a fault, checked below).
         let response = schemas.definition("codersdk.Response");
-        for value in answer.json_values() {
-            schemas.assert_valid(response, &value, &what);
+        schemas.assert_valid(response, &answer.json(), &what);
+    }
+}
+
+/// The `legacy_organization_not_found` fault: both objects of coderd's pre-PR-#13629 organization
+/// 404 are `codersdk.Response`s, on the organization route and on the key routes.
+#[tokio::test]
+async fn the_legacy_organization_404_is_two_codersdk_responses() {
+    let schemas = Schemas::load();
+    let env = Env::start().await;
+    let response = schemas.definition("codersdk.Response");
+    let operator = env.fake.operator_token();
+    for (template, method, path) in [
+        (routes::ORGANIZATION, "GET", "/api/v2/organizations/nope"),
+        (
+            routes::LIST_KEYS,
+            "GET",
+            "/api/v2/organizations/nope/provisionerkeys",
+        ),
+        (
+            routes::CREATE_KEY,
+            "POST",
+            "/api/v2/organizations/nope/provisionerkeys",
+        ),
+        (
+            routes::DELETE_KEY,
+            "DELETE",
+            "/api/v2/organizations/nope/provisionerkeys/k",
+        ),
+    ] {
+        env.fake
+            .inject_fault(FaultSpec::legacy_organization_not_found(method, template))
+            .expect("valid fault");
+        let mut request = Request::new(method, path).token(&operator);
+        if method == "POST" {
+            request = request.body(r#"{"name":"k"}"#);
+        }
+        let answer = env.send(request).await;
+        assert_eq!(answer.status, 404, "{method} {path}: {}", answer.text);
+        let values = answer.json_values();
+        assert_eq!(values.len(), 2, "{method} {path}: {}", answer.text);
+        for value in &values {
+            schemas.assert_valid(response, value, &format!("{method} {template} → 404"));
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use cucumber::{given, then, when};
-use fake_coderd::{Entitlement, FaultSpec, JournalEntry};
+use fake_coderd::{Entitlement, FaultSpec, JournalEntry, routes};
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
@@ -617,6 +617,26 @@ async fn coderd_fault(
 ) -> anyhow::Result<()> {
     let fault = FaultSpec::status(&method, route_template(&alias)?, status);
     inject_scenario_fault(world, fault).await
+}
+
+/// coderd before PR #13629 wrote a second JSON object after an organization's 404 into the same
+/// body (coderd-api.md §2.3); current coderd writes one. Every route the operator resolves an
+/// organization on answers that legacy body, so a client that decodes error bodies strictly fails.
+#[given("coderd answers an unknown organization with its legacy two-object body")]
+async fn coderd_legacy_organization_body(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    for (method, route) in [
+        ("GET", routes::ORGANIZATION),
+        ("GET", routes::LIST_KEYS),
+        ("POST", routes::CREATE_KEY),
+        ("DELETE", routes::DELETE_KEY),
+    ] {
+        inject_scenario_fault(
+            world,
+            FaultSpec::legacy_organization_not_found(method, route),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 #[when(expr = "coderd delays its answers to every {word} on {string} by {int} seconds")]

@@ -470,6 +470,33 @@ enum FaultAnswer {
     },
     /// The real answer, held back.
     Delay(Duration),
+    /// The real answer, with the legacy §2.3 body if it is an organization's 404.
+    LegacyOrganizationNotFound,
+}
+
+/// The `legacy_organization_not_found` fault: an organization 404 (the organization is unknown
+/// or hidden from the authenticated caller) gets coderd's pre-PR-#13629 two-object body, headers
+/// kept; any other answer is left alone.
+fn with_legacy_organization_body(world: &World, call: &Call, reply: Reply) -> Reply {
+    if reply.status != 404 {
+        return reply;
+    }
+    let ident = call.param(0);
+    let organization_hidden = world
+        .state
+        .authenticate(call.session_token.as_deref())
+        .is_ok_and(|user| {
+            world
+                .state
+                .organization_for(user, ident)
+                .is_err_and(|error| error.status == 404)
+        });
+    if !organization_hidden {
+        return reply;
+    }
+    let mut legacy = Reply::from(ApiError::legacy_organization_not_found(ident));
+    legacy.headers = reply.headers;
+    legacy
 }
 
 /// wiremock responder of a `status` or `delay` fault.
@@ -498,12 +525,16 @@ impl Respond for FaultResponder {
                 FaultSpec::reply(*status, body)
             }
             FaultAnswer::Delay(_) => handle(&mut world, endpoint, &call),
+            FaultAnswer::LegacyOrganizationNotFound => {
+                let reply = handle(&mut world, endpoint, &call);
+                with_legacy_organization_body(&world, &call, reply)
+            }
         };
         let template = finish(&mut world, endpoint, &call, reply).into_template();
         match self.answer {
             // wiremock waits out the delay after this returns, holding neither a thread nor the world.
             FaultAnswer::Delay(delay) => template.set_delay(delay),
-            FaultAnswer::Replace { .. } => template,
+            FaultAnswer::Replace { .. } | FaultAnswer::LegacyOrganizationNotFound => template,
         }
     }
 }
@@ -537,6 +568,9 @@ pub fn fault_mock(shared: &Arc<Shared>, id: FaultId, spec: &FaultSpec) -> Option
         })),
         FaultKind::Delay { millis } => {
             given.respond_with(answer(FaultAnswer::Delay(Duration::from_millis(*millis))))
+        }
+        FaultKind::LegacyOrganizationNotFound => {
+            given.respond_with(answer(FaultAnswer::LegacyOrganizationNotFound))
         }
         FaultKind::Reset => {
             let shared = Arc::clone(shared);

@@ -96,7 +96,7 @@ struct ErrorBody {
 const MAX_EXCERPT: usize = 200;
 
 /// The human-readable message of an error body: `message: detail` from the FIRST JSON value
-/// (coderd's organization 404 writes two JSON objects into one body, coderd-api.md §2.3), or a
+/// (coderd before PR #13629 wrote two JSON objects into one organization 404, coderd-api.md §2.3), or a
 /// short excerpt of a non-JSON body (e.g. the plain-text 428). `secret` is replaced by
 /// `<redacted>` wherever it appears.
 pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
