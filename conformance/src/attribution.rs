@@ -97,6 +97,8 @@ pub struct Attribution {
     keys: BTreeMap<(String, usize), usize>,
     /// What is wrong with the markers, found while reading them.
     marker_problems: Vec<String>,
+    /// The scenarios cucumber runs, keyed as results are (an outline's rows, not the outline).
+    runnable: Vec<(String, usize)>,
 }
 
 impl Attribution {
@@ -176,13 +178,18 @@ impl Attribution {
                 attribution
                     .keys
                     .insert((file.clone(), scenario.position.line), index);
+                if scenario.examples.is_empty() {
+                    attribution
+                        .runnable
+                        .push((file.clone(), scenario.position.line));
+                }
                 // cucumber keys an Examples row by the `Examples:` line + 2 + its index.
                 for examples in &scenario.examples {
                     let rows = examples.table.as_ref().map_or(0, |t| t.rows.len());
                     for id in 0..rows.saturating_sub(1) {
-                        attribution
-                            .keys
-                            .insert((file.clone(), examples.position.line + id + 2), index);
+                        let key = (file.clone(), examples.position.line + id + 2);
+                        attribution.runnable.push(key.clone());
+                        attribution.keys.insert(key, index);
                     }
                 }
             }
@@ -226,6 +233,12 @@ impl Attribution {
             features.push(feature);
         }
         Ok(Self::new(&features, &texts))
+    }
+
+    /// Every scenario cucumber runs, as the report keys results: `(feature file, line)`, one per
+    /// Examples row of an outline.
+    pub fn scenario_keys(&self) -> impl Iterator<Item = &(String, usize)> {
+        self.runnable.iter()
     }
 
     pub fn scenarios(&self) -> &[ScenarioSteps] {

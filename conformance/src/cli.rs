@@ -1397,14 +1397,13 @@ fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = ConformanceReport::from_yaml(&text)?;
     let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
     let mut problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
-    // The rule verdicts, recomputed from the results with this suite's features and catalogue.
-    if report.coverage.iter().any(|r| r.verdict.is_some()) {
-        problems.extend(crate::coverage::verdict_problems(
-            &report,
-            &crate::coverage::load_rules(&inputs.features)?,
-            &crate::attribution::Attribution::load(&inputs.features)?,
-        ));
-    }
+    // Every scenario listed, and the rule verdicts recomputed from the results with this suite's
+    // features and catalogue.
+    problems.extend(crate::coverage::verdict_problems(
+        &report,
+        &crate::coverage::load_rules(&inputs.features)?,
+        &crate::attribution::Attribution::load(&inputs.features)?,
+    ));
     problems.extend(model::unmet_requirements(
         &report,
         &model::Requirements {

@@ -508,11 +508,30 @@ pub fn verdict_problems(
     rules: &[RuleEntry],
     attribution: &Attribution,
 ) -> Vec<String> {
+    let mut problems = Vec::new();
+    // A report says something only about what it lists: every scenario of the features it
+    // hashed has a result (run, or skipped with its reason), and the rules their verdicts.
+    let listed: BTreeSet<(&str, usize)> = report
+        .results
+        .iter()
+        .map(|r| (r.feature.as_str(), r.line))
+        .collect();
+    for (feature, line) in attribution.scenario_keys() {
+        if !listed.contains(&(feature.as_str(), *line)) {
+            problems.push(format!(
+                "{feature}:{line}, a scenario of the suite's features, has no result in the report (every scenario is listed, run or skipped with its reason)"
+            ));
+        }
+    }
+    if report.coverage.is_empty() {
+        problems.push("the report has no coverage section: no rule has a verdict".to_owned());
+        return problems;
+    }
     if report.coverage.iter().all(|r| r.verdict.is_none()) {
-        return Vec::new();
+        problems.push("the coverage section gives no rule a verdict".to_owned());
+        return problems;
     }
     let mut results = report.results.clone();
-    let mut problems = Vec::new();
     for (ours, theirs) in results.iter_mut().zip(&report.results) {
         ours.failed_rules.retain(|rule| {
             ours.reason.as_deref().is_some_and(|reason| {
@@ -1027,6 +1046,37 @@ mod tests {
             problems.iter().any(|p| p.contains(
                 "the verdict of R-KEY-4 (failed) does not follow from the results (not reached)"
             )),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn verify_refuses_a_deleted_row_and_a_missing_coverage() {
+        let text =
+            "Feature: f\n  @D-3\n  Scenario: s\n    Then y\n  @D-3\n  Scenario: t\n    Then z\n";
+        let mut feature =
+            gherkin::Feature::parse(text, gherkin::GherkinEnv::default()).expect("valid gherkin");
+        feature.path = Some(PathBuf::from("a.feature"));
+        let attribution = Attribution::new(
+            &[feature],
+            &BTreeMap::from([("a.feature".to_owned(), text.to_owned())]),
+        );
+        // The failed scenario at line 6 was deleted from the report.
+        let results = vec![result("a.feature", 3, &["D-3"], Status::Passed)];
+        let mut report = crate::report::model::tests::report(results.clone());
+        report.coverage = report_coverage(&rules(), &results, &variants(), &attribution);
+        let problems = verdict_problems(&report, &rules(), &attribution);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p
+                    .starts_with("a.feature:6, a scenario of the suite's features, has no result")),
+            "{problems:?}"
+        );
+        report.coverage.clear();
+        let problems = verdict_problems(&report, &rules(), &attribution);
+        assert!(
+            problems.iter().any(|p| p.contains("no coverage section")),
             "{problems:?}"
         );
     }

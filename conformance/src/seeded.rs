@@ -572,11 +572,20 @@ pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
 /// it must not replace the reference binary there.
 const VARIANT_BINARY: &str = "coder-provisioner-operator-variant";
 
-/// The operator's package name in the scratch copy. Cargo names a workspace member's artifacts
-/// after its package, not its path: under the reference's name a variant's library would
-/// overwrite the reference's in the shared target directory, and a later build of the reference
-/// could link the variant's code. Its library keeps the crate name `operator`.
-const VARIANT_PACKAGE: &str = "operator-seeded-variant";
+/// The operator's package name in a scratch copy at `dir`. Cargo names a workspace member's
+/// artifacts after its package, not its path: under the reference's name a variant's library
+/// would overwrite the reference's in the shared target directory (and a later build of the
+/// reference could link the variant's code); under one name for every copy, a copy elsewhere
+/// (another `--out-dir`) would find the last copy's artifacts fresh, because cargo checks the
+/// source files recorded for them, which are the other copy's. Its library keeps the crate name
+/// `operator`.
+fn variant_package(dir: &Path) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    // SipHash with fixed keys: the same folder gives the same name in every run.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    format!("operator-seeded-{:016x}", hasher.finish())
+}
 
 /// One copy of the workspace (without `target/` and `.git`), a git repository of its own so
 /// that each variant starts from the same tree (`git reset --hard` rewrites only the files the
@@ -604,15 +613,13 @@ impl Scratch {
             std::fs::copy(&from, &to)
                 .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         }
-        // The package and the binary under other names (see VARIANT_PACKAGE, VARIANT_BINARY),
+        // The package and the binary under other names (see variant_package, VARIANT_BINARY),
         // in the manifest and in the lock file, so that `--locked` still holds.
+        let package = variant_package(dir);
         rename_in(
             &dir.join("operator/Cargo.toml"),
             &[
-                (
-                    "name = \"operator\"\n",
-                    &format!("name = \"{VARIANT_PACKAGE}\"\n"),
-                ),
+                ("name = \"operator\"\n", &format!("name = \"{package}\"\n")),
                 (
                     &format!("name = \"{REFERENCE_BINARY}\""),
                     &format!("name = \"{VARIANT_BINARY}\""),
@@ -627,7 +634,7 @@ impl Scratch {
             &dir.join("Cargo.lock"),
             &[(
                 "\nname = \"operator\"\n",
-                &format!("\nname = \"{VARIANT_PACKAGE}\"\n"),
+                &format!("\nname = \"{package}\"\n"),
             )],
         )?;
         let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
@@ -739,7 +746,7 @@ impl Scratch {
             &[
                 "build",
                 "-p",
-                VARIANT_PACKAGE,
+                &variant_package(&self.dir),
                 "--bin",
                 VARIANT_BINARY,
                 "--message-format=json-render-diagnostics",
