@@ -1098,7 +1098,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let hook_outcomes = outcomes.clone();
     let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
-        .with_parser(crate::schedule::SlowFirst::default())
+        .with_parser(
+            if inputs.features_source == crate::assets::Source::Embedded {
+                crate::schedule::SlowFirst::showing_embedded_as_features(&inputs.features)
+            } else {
+                crate::schedule::SlowFirst::default()
+            },
+        )
         .max_concurrent_scenarios(args.concurrency())
         .retries(args.retry)
         .before(|feature, rule, scenario, world| {

@@ -74,14 +74,32 @@ pub fn lines_mentioning(log: &str, needles: &[String], max: usize) -> String {
     out
 }
 
-/// `metadata.name` of each object.
-fn names(objects: &anyhow::Result<Vec<Value>>) -> Vec<String> {
+/// `metadata.uid` of each object.
+fn uids(objects: &anyhow::Result<Vec<Value>>) -> Vec<String> {
     objects
         .iter()
         .flatten()
-        .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+        .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
         .map(str::to_owned)
         .collect()
+}
+
+/// Each diagnostics file is cut at this size, saying so: a bundle stays readable and small.
+const FILE_LIMIT: usize = 256 * 1024;
+
+/// `text` cut to at most `limit` bytes (its end kept, where a failure's last lines are).
+fn capped(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut start = text.len() - limit;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!(
+        "… the first {start} bytes are left out (each diagnostics file keeps its last {limit})\n{}",
+        &text[start..]
+    )
 }
 
 /// Removes terminal colour sequences (`ESC [ … m`) that some loggers write even to files.
@@ -221,9 +239,12 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
             .await,
         ),
     ];
-    let mut needles = vec![world.namespace.clone(), world.provisioner.clone()];
-    needles.extend(names(&groups[0].1));
-    needles.extend(names(&groups[1].1));
+    // The namespace and the objects' uids are the scenario's own; names are not (every scenario
+    // has a `coderprovisioner-sample`).
+    let mut needles = vec![world.namespace.clone()];
+    for (_, objects) in &groups {
+        needles.extend(uids(objects));
+    }
     needles.sort();
     needles.dedup();
     for (file, objects) in groups {
@@ -305,9 +326,12 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     parts.push(("coderd-journal.yaml", journal));
 
     for (file, text) in parts {
-        tokio::fs::write(dir.join(file), mask(&text, &known_secrets))
-            .await
-            .with_context(|| format!("writing {file}"))?;
+        tokio::fs::write(
+            dir.join(file),
+            capped(&mask(&text, &known_secrets), FILE_LIMIT),
+        )
+        .await
+        .with_context(|| format!("writing {file}"))?;
     }
     Ok(dir.to_path_buf())
 }
@@ -347,6 +371,19 @@ mod tests {
         let log = "=== start #1\nreconcile ns-a/p\nreconcile ns-b/p\nkey-x created\n=== start #2\nns-a done\n";
         let needles: Vec<String> = needles.iter().map(|n| (*n).to_owned()).collect();
         assert_eq!(lines_mentioning(log, &needles, max), expected);
+    }
+
+    #[test]
+    fn long_files_keep_their_end_and_say_so() {
+        assert_eq!(capped("short", 10), "short");
+        let cut = capped("0123456789abcdef", 6);
+        assert!(
+            cut.starts_with("… the first 10 bytes are left out"),
+            "{cut}"
+        );
+        assert!(cut.ends_with("\nabcdef"), "{cut}");
+        // A multi-byte character is never split.
+        assert!(capped("ééééé", 3).ends_with("é"));
     }
 
     #[test]

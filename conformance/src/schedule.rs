@@ -15,7 +15,23 @@ const SLOW: &str = "slow";
 
 /// cucumber's own parser, with the features reordered by [`slow_first`].
 #[derive(Debug, Default)]
-pub struct SlowFirst(parser::Basic);
+pub struct SlowFirst {
+    basic: parser::Basic,
+    /// The scratch folder of the embedded features, whose files are shown as `features/…`.
+    embedded: Option<std::path::PathBuf>,
+}
+
+impl SlowFirst {
+    /// Names the features read from `dir` (the embedded ones, written to a scratch folder that
+    /// is gone after the run) `features/<file>` wherever cucumber prints where a step is
+    /// defined: the file the user has in the repository.
+    pub fn showing_embedded_as_features(dir: &Path) -> Self {
+        Self {
+            basic: parser::Basic::default(),
+            embedded: Some(dir.to_path_buf()),
+        }
+    }
+}
 
 impl<I: AsRef<Path>> Parser<I> for SlowFirst {
     type Cli = <parser::Basic as Parser<I>>::Cli;
@@ -24,11 +40,23 @@ impl<I: AsRef<Path>> Parser<I> for SlowFirst {
     fn parse(self, input: I, cli: Self::Cli) -> Self::Output {
         // The basic parser reads every file before it answers: its stream is a ready list.
         let (features, errors): (Vec<_>, Vec<_>) = self
-            .0
+            .basic
             .parse(input, cli)
             .into_inner()
             .partition(Result::is_ok);
         let mut features: Vec<Feature> = features.into_iter().filter_map(Result::ok).collect();
+        if let Some(dir) = &self.embedded {
+            for feature in &mut features {
+                let shown = feature
+                    .path
+                    .as_deref()
+                    .and_then(|path| path.strip_prefix(dir).ok())
+                    .map(|file| Path::new(crate::assets::FEATURES_DIR).join(file));
+                if shown.is_some() {
+                    feature.path = shown;
+                }
+            }
+        }
         slow_first(&mut features);
         stream::iter(
             features
