@@ -282,7 +282,8 @@ impl SettleWatch {
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.0 != status || last.1 != requests || !current {
+        // Pods that are still starting are the cluster's to finish, not the operator's.
+        if last.0 != status || last.1 != requests || !current || waiting_for_pods(cr) {
             *last = (status, requests, tokio::time::Instant::now());
         }
         if current && last.2.elapsed() >= window {
@@ -294,6 +295,30 @@ impl SettleWatch {
         }
         Ok(())
     }
+}
+
+/// Every gate passed and only the Deployment's readiness is still to come.
+fn waiting_for_pods(cr: &Value) -> bool {
+    let conditions = cr
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let type_of = |c: &Value| {
+        c.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let deployment_ready = conditions
+        .iter()
+        .any(|c| type_of(c) == "DeploymentReady" && c.get("status") == Some(&json!("True")));
+    !conditions.is_empty()
+        && !deployment_ready
+        && conditions
+            .iter()
+            .filter(|c| type_of(c) != "DeploymentReady")
+            .all(|c| c.get("status") == Some(&json!("True")))
 }
 
 /// Whether a request path names one of `organizations` (`/api/v2/organizations/{name or id}/…`).
@@ -924,7 +949,27 @@ impl ProvisionerWorld {
 
 #[cfg(test)]
 mod tests {
-    use super::{expects_prompt_outcome, names_organization};
+    use super::{expects_prompt_outcome, names_organization, waiting_for_pods};
+
+    #[test]
+    fn pods_still_starting_are_not_a_settled_operator() {
+        let cr = |conditions: serde_json::Value| serde_json::json!({"status": {"conditions": conditions}});
+        let ok = |t: &str| serde_json::json!({"type": t, "status": "True"});
+        let no = |t: &str| serde_json::json!({"type": t, "status": "False"});
+        assert!(waiting_for_pods(&cr(serde_json::json!([
+            ok("ProvisionerKeyReady"),
+            no("DeploymentReady")
+        ]))));
+        assert!(!waiting_for_pods(&cr(serde_json::json!([
+            no("CredentialsReady"),
+            no("DeploymentReady")
+        ]))));
+        assert!(!waiting_for_pods(&cr(serde_json::json!([
+            ok("ProvisionerKeyReady"),
+            ok("DeploymentReady")
+        ]))));
+        assert!(!waiting_for_pods(&cr(serde_json::json!([]))));
+    }
 
     #[test]
     fn scenarios_with_faults_or_retry_schedules_may_take_longer() {
