@@ -137,7 +137,8 @@ Feature: Prerequisites on the referenced control plane
       | no data key       | null  |
       | an empty data key | ""    |
 
-  @R-W-1 @extended
+  # D-10: the change of the control plane is seen promptly (a watch), not at the next requeue.
+  @R-W-1 @D-10 @extended
   Scenario: The provisioner proceeds once operator access becomes ready
     Given a Ready control plane with operator access
     And the control plane status is changed to:
@@ -145,9 +146,11 @@ Feature: Prerequisites on the referenced control plane
       operatorAccessReady: false
       """
     When the sample provisioner is applied
+    # checks: none
     Then the provisioner has condition "OperatorAccessReady" "False" with reason "OperatorAccessNotReady"
     When the control plane status is changed to:
       """
       operatorAccessReady: true
       """
+    # checks: R-W-1, D-10
     Then the provisioner becomes Ready

@@ -23,7 +23,7 @@ Feature: Rate limiting by coderd
 
   # Deleting the old key after a rotation is best effort (R-KEY-16), but a 429 is not a failure
   # to shrug off: it stops the pass like any rate-limited key request, and the delete is retried.
-  @R-RL-1 @R-KEY-16 @extended
+  @R-RL-1 @R-KEY-16 @D-9 @extended
   Scenario: A rate-limited delete of the old key stops the pass and is retried
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
@@ -32,12 +32,12 @@ Feature: Rate limiting by coderd
       """
       key: {name: renamed-key}
       """
-    # checks: R-RL-1
+    # checks: R-RL-1, D-9
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
     When coderd answers normally again
     # checks: none
     Then the provisioner becomes Ready
-    # checks: R-RL-1
+    # checks: R-RL-1, D-9
     And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
     # checks: R-KEY-16
     And coderd holds exactly 1 provisioner key named "renamed-key"
