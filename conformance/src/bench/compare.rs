@@ -257,6 +257,62 @@ pub fn compare(implementations: Vec<BenchReport>) -> Comparison {
     }
 }
 
+/// The phases of `report` in which not every CR reached Ready, as `(figure prefix, why)`: their
+/// figures describe a broken run, not the implementation's speed.
+pub fn unready_phases(report: &BenchReport) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut check = |phase: String, ready: usize, size: usize| {
+        if ready < size {
+            out.push((phase, format!("{ready} of {size} CRs Ready")));
+        }
+    };
+    for s in &report.scale {
+        check(format!("scale N={}", s.size), s.ready, s.size);
+    }
+    if let Some(steady) = &report.steady {
+        check(
+            format!("steady N={}", steady.size),
+            steady.ready_at_end,
+            steady.size,
+        );
+    }
+    if let Some(restart) = &report.restart {
+        check(
+            format!("restart N={}", restart.size),
+            restart.ready_at_end,
+            restart.size,
+        );
+    }
+    if let Some(churn) = &report.churn {
+        let phase = format!("churn N={} under 429s", churn.size);
+        check(phase.clone(), churn.faulted.ready, churn.size);
+        check(phase, churn.healthy.ready, churn.size);
+    }
+    out
+}
+
+/// Drops the ratio of every figure of a phase where either side did not bring every CR to
+/// Ready, and says which side and phase that was (`logs` names where each side's logs are).
+pub fn withhold_broken_ratios(comparison: &mut Comparison, logs: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (index, report) in comparison.implementations.iter().enumerate() {
+        for (phase, why) in unready_phases(report) {
+            for compared in &mut comparison.figures {
+                if compared.figure.starts_with(&format!("{phase}:")) {
+                    compared.ratio = None;
+                }
+            }
+            problems.push(format!(
+                "{}: {phase}: {why}, so no ratio is given for that phase (its operator's log: {})",
+                report.environment.implementation,
+                logs.get(index).map_or("not kept", String::as_str)
+            ));
+        }
+    }
+    problems.dedup();
+    problems
+}
+
 impl Comparison {
     pub fn names(&self) -> Vec<&str> {
         self.implementations
@@ -332,6 +388,35 @@ mod tests {
         let mut report = sample_report();
         report.environment.implementation = name.to_owned();
         report
+    }
+
+    /// An implementation that never became Ready (it rewrote the fixture, it crashed) gives no
+    /// ratio for that phase, and the run names it.
+    #[test]
+    fn a_side_that_never_became_ready_gets_no_ratio() {
+        let reference = named("reference");
+        let mut broken = named("other");
+        for scale in &mut broken.scale {
+            scale.ready = 0;
+        }
+        let mut comparison = compare(vec![reference, broken]);
+        let size = comparison.implementations[0].scale[0].size;
+        let problems = withhold_broken_ratios(&mut comparison, &["a".into(), "b/logs".into()]);
+        assert!(
+            problems[0].starts_with(&format!("other: scale N={size}: 0 of {size} CRs Ready")),
+            "{problems:?}"
+        );
+        assert!(
+            problems[0].ends_with("(its operator's log: b/logs)"),
+            "{problems:?}"
+        );
+        assert!(
+            comparison
+                .figures
+                .iter()
+                .filter(|f| f.figure.starts_with("scale N="))
+                .all(|f| f.ratio.is_none())
+        );
     }
 
     #[test]

@@ -328,7 +328,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             || report.suite.is_some()
     });
     let errors: Vec<String> = reports.iter().flat_map(|r| r.errors.clone()).collect();
-    write_results(&out, reports)?;
+    let logs: Vec<String> = contenders
+        .iter()
+        .map(|c| c.files.join("logs").display().to_string())
+        .collect();
+    write_results(&out, reports, &logs)?;
     if !measured {
         bail!("no phase could be measured: {}", errors.join("; "));
     }
@@ -596,7 +600,11 @@ async fn churn(
 
 /// One implementation: its report, the table and the line chart of its scale phase. Side by
 /// side: the comparison with both reports, its table followed by each report's, and its chart.
-fn write_results(out: &Path, mut reports: Vec<BenchReport>) -> anyhow::Result<()> {
+/// Side by side, a phase where either side did not bring every CR to Ready gets no ratio, and
+/// the run fails after writing its results, saying which side and why (`logs`: each side's
+/// log folder).
+fn write_results(out: &Path, mut reports: Vec<BenchReport>, logs: &[String]) -> anyhow::Result<()> {
+    let mut broken = Vec::new();
     let (json, text, chart) = if reports.len() == 1 {
         let report = reports.remove(0);
         (
@@ -605,7 +613,8 @@ fn write_results(out: &Path, mut reports: Vec<BenchReport>) -> anyhow::Result<()
             svg::render_chart(&report.scale),
         )
     } else {
-        let comparison = compare::compare(reports);
+        let mut comparison = compare::compare(reports);
+        broken = compare::withhold_broken_ratios(&mut comparison, logs);
         (
             serde_json::to_string_pretty(&comparison)?,
             compare::render(&comparison),
@@ -622,6 +631,9 @@ fn write_results(out: &Path, mut reports: Vec<BenchReport>) -> anyhow::Result<()
         std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\nresults: {}", out.display());
+    if !broken.is_empty() {
+        bail!("the comparison is not valid:\n  {}", broken.join("\n  "));
+    }
     Ok(())
 }
 

@@ -133,7 +133,8 @@ pub struct OperatorUnderTest {
     /// Passed as [`WATCH_NAMESPACE_ENV`] when set.
     pub watch_namespace: Option<String>,
     pub extra_env: Vec<(String, String)>,
-    /// Where `operator.log` and the kubeconfig live; `None` = a scratch folder removed on drop.
+    /// Where `operator.log` goes; `None` = the scratch folder (removed on drop) that always holds
+    /// the operator's kubeconfig.
     pub work_dir: Option<PathBuf>,
 }
 
@@ -160,7 +161,8 @@ pub fn default_rbac_dir() -> PathBuf {
 pub struct OperatorProcess {
     spec: OperatorUnderTest,
     child: Option<ManagedChild>,
-    /// Keeps the scratch folder alive when no `work_dir` was given.
+    /// Keeps the scratch folder (the kubeconfig, and the log without a `work_dir`) alive; a
+    /// replica shares its first process's.
     scratch: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
     log: PathBuf,
@@ -193,29 +195,29 @@ impl OperatorProcess {
             &service_account.1,
         )
         .await?;
-        let (scratch, dir) = match &spec.work_dir {
+        // The kubeconfig (the operator's credentials) always lives in a private scratch folder,
+        // removed on drop, never in a results folder a user publishes; the log goes to
+        // `work_dir` when one is given.
+        let scratch = tempfile::Builder::new()
+            .prefix("coder-conformance-operator-")
+            .tempdir()
+            .context("creating the operator's scratch folder")?;
+        // exit(130) in the interrupt handler skips TempDir's drop.
+        children::register_scratch_dir(scratch.path());
+        let dir = match &spec.work_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
-                (None, dir.clone())
+                dir.clone()
             }
-            None => {
-                let scratch = tempfile::Builder::new()
-                    .prefix("coder-conformance-operator-")
-                    .tempdir()
-                    .context("creating the operator's scratch folder")?;
-                let dir = scratch.path().to_path_buf();
-                // exit(130) in the interrupt handler skips TempDir's drop.
-                children::register_scratch_dir(&dir);
-                (Some(scratch), dir)
-            }
+            None => scratch.path().to_path_buf(),
         };
-        let kubeconfig = dir.join("operator.kubeconfig");
+        let kubeconfig = scratch.path().join("operator.kubeconfig");
         kubeconfig::write_private(&kubeconfig, &yaml)?;
         let mut process = Self {
             spec,
             child: None,
-            scratch,
+            scratch: Some(scratch),
             kubeconfig,
             log: dir.join("operator.log"),
             service_account,
