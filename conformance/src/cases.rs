@@ -333,8 +333,50 @@ pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     text
 }
 
+/// The generated cases' feature text with its Examples rows replaced by `seeds` (`--explore`):
+/// the same scenario, other cases. Fails when the text has no `| seed |` table.
+pub fn with_seeds(feature: &str, seeds: impl IntoIterator<Item = u64>) -> anyhow::Result<String> {
+    let seeds: Vec<u64> = seeds.into_iter().collect();
+    let header = feature
+        .lines()
+        .find(|line| line.trim() == "| seed |")
+        .ok_or_else(|| anyhow::anyhow!("the generated cases' feature has no `| seed |` table"))?;
+    let indent = &header[..header.len() - header.trim_start().len()];
+    let mut out = String::new();
+    let mut in_table = false;
+    for line in feature.lines() {
+        if line == header {
+            in_table = true;
+            out.push_str(line);
+            out.push('\n');
+            for seed in &seeds {
+                out.push_str(&format!("{indent}| {seed} |\n"));
+            }
+            continue;
+        }
+        if in_table && line.trim_start().starts_with('|') {
+            continue;
+        }
+        in_table = false;
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn exploring_replaces_the_seed_rows() {
+        let feature = "Feature: g\n  Scenario Outline: s <seed>\n    Given x <seed>\n\n    Examples:\n      | seed |\n      | 1    |\n      | 2    |\n\n  Scenario: after\n";
+        let explored = super::with_seeds(feature, [40, 41]).unwrap();
+        assert_eq!(
+            explored,
+            "Feature: g\n  Scenario Outline: s <seed>\n    Given x <seed>\n\n    Examples:\n      | seed |\n      | 40 |\n      | 41 |\n\n  Scenario: after\n"
+        );
+        assert!(super::with_seeds("Feature: none\n", [1]).is_err());
+    }
+
     use super::*;
 
     fn context() -> Context {

@@ -246,6 +246,15 @@ pub struct RunArgs {
     /// Deadline of "eventually" assertions, e.g. 90s or 3m (overrides the tier's default).
     #[arg(long, value_parser = parse_duration)]
     pub wait_timeout: Option<Duration>,
+    /// Explore: run the generated cases (`@generated`, unless --tags says otherwise) with N seeds
+    /// instead of the fixed ones, starting at --explore-from. Its report is not a conformance
+    /// report (its features differ from the suite's); a failing seed reruns alone with
+    /// `--explore 1 --explore-from <seed>`.
+    #[arg(long, value_name = "N")]
+    pub explore: Option<u64>,
+    /// The first seed of --explore (default: drawn from the clock, and printed).
+    #[arg(long, value_name = "SEED", requires = "explore")]
+    pub explore_from: Option<u64>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -1025,9 +1034,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             "--operator-deployment names the Deployment of an installed operator: use it with --operator installed"
         );
     }
+    let tags = match (&args.tags, args.explore) {
+        (None, Some(_)) => Some("@generated".to_owned()),
+        (tags, _) => tags.clone(),
+    };
     let selection = Selection {
-        tags: args
-            .tags
+        tags: tags
             .as_deref()
             .map(|t| {
                 t.parse::<TagOperation>()
@@ -1048,7 +1060,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             && (args.started.operator_cmd.is_none() || args.started.replica_cmd.is_some()),
         audit_log: args.cluster == ClusterTier::Local,
     };
-    let inputs = args.started.inputs(args.features.as_deref())?;
+    let mut inputs = args.started.inputs(args.features.as_deref())?;
+    if let Some(count) = args.explore {
+        inputs.features = explored_features(&inputs, count, args.explore_from)?;
+    }
     let features = parse_features(&inputs.features)?;
     if args.list {
         list(&features, &selection);
@@ -1234,6 +1249,51 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A copy of the features (in the run's scratch folder) whose generated cases run `count` seeds
+/// from `from` (default: from the clock), said on the terminal so that the run can be repeated.
+fn explored_features(
+    inputs: &crate::assets::Inputs,
+    count: u64,
+    from: Option<u64>,
+) -> anyhow::Result<PathBuf> {
+    if count == 0 {
+        anyhow::bail!("--explore needs at least one seed");
+    }
+    let from = from.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Small enough to read and type back; seeds 1–8 are the fixed ones.
+        1_000 + now.as_secs() % 1_000_000
+    });
+    let dir = inputs.bundle.root().join("explored-features");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for entry in std::fs::read_dir(&inputs.features)
+        .with_context(|| format!("reading {}", inputs.features.display()))?
+    {
+        let path = entry?.path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "feature") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let text = if name == "generated.feature" {
+            crate::cases::with_seeds(&text, from..from + count)?
+        } else {
+            text
+        };
+        std::fs::write(dir.join(name), text)?;
+    }
+    eprintln!(
+        "conformance: exploring {count} generated case(s), seeds {from}–{} (repeat with --explore {count} --explore-from {from})",
+        from + count - 1
+    );
+    Ok(dir)
 }
 
 fn print_summary(report: &ConformanceReport, report_dir: &Path) {
