@@ -135,10 +135,11 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "cleanup-ignores-operator-access",
     // Checks that hold in every scenario, each proved by a variant only it can see in the
     // variant's selection: Secrets the suite wrote (R-SEC-15), abandoned keys (R-KEY-25), the
-    // whole Deployment spec (R-CRED-8).
+    // whole Deployment spec (R-CRED-8), every status write seen by the namespace watch (R-ST-9).
     "token-secret-labelled-for-watch",
     "moved-key-looked-up-in-new-organization",
     "replicas-followed-before-the-gates",
+    "rollout-reported-as-progressing",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
