@@ -81,6 +81,16 @@ impl CoderdError {
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Self::RateLimited { .. })
     }
+
+    /// A failure that says nothing about the request itself, so the same request may succeed
+    /// later: a 429, a 5xx, a timeout, an unreachable coderd.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::RateLimited { .. } | Self::Timeout | Self::Unreachable { .. } => true,
+            Self::Api { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
 }
 
 /// `codersdk.Response`, the body of every JSON error.
@@ -211,6 +221,19 @@ mod tests {
             error_for_status(status, retry_after, br#"{"message":"m"}"#, TOKEN),
             expected
         );
+    }
+
+    #[rstest]
+    #[case::rate_limited(CoderdError::RateLimited { retry_after: None }, true)]
+    #[case::server_error(CoderdError::Api { status: 503, message: "m".into() }, true)]
+    #[case::timeout(CoderdError::Timeout, true)]
+    #[case::unreachable(CoderdError::Unreachable { detail: "d".into() }, true)]
+    #[case::client_error(CoderdError::Api { status: 400, message: "m".into() }, false)]
+    #[case::unauthorized(CoderdError::Unauthorized { message: "m".into() }, false)]
+    #[case::not_found(CoderdError::NotFound { message: "m".into() }, false)]
+    #[case::invalid_answer(CoderdError::InvalidResponse { detail: "d".into() }, false)]
+    fn retryable_failures(#[case] error: CoderdError, #[case] retryable: bool) {
+        assert_eq!(error.is_retryable(), retryable);
     }
 
     #[test]
