@@ -141,6 +141,7 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "replicas-followed-before-the-gates",
     // The operator under faults, round three (issue 26).
     "rate-limited-lookup-discards-key",
+    "key-created-before-secret-checked",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

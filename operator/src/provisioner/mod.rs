@@ -66,6 +66,8 @@ use self::status::PassReport;
 const RESYNC: Duration = Duration::from_secs(300);
 /// When a pass finds all of its coderd's slots taken, it comes again after this long.
 const CODERD_BUSY_RETRY: Duration = Duration::from_secs(2);
+/// The value the key Secret's dry-run carries (no key exists yet; the value is not validated).
+const DRY_RUN_PLAINTEXT: &str = "dry-run-placeholder";
 /// Message of R-RL-1.
 pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
 
@@ -648,6 +650,32 @@ impl Pass<'_> {
         Stop::Wait(Step::RateLimited(delay))
     }
 
+    /// The key Secret this pass would write (same name, data key, owner, namespace), tried with
+    /// a server-side dry-run before any key request: a Secret the API server refuses (a data key
+    /// it rejects, a namespace whose Secret quota is full) would make the new key one to delete
+    /// again, on every retry. The refusal is reported as a refused Secret write is.
+    async fn secret_would_be_stored(
+        &self,
+        inputs: &ChildInputs<'_>,
+        report: &mut PassReport,
+    ) -> Result<(), Stop> {
+        let secret = children::key_secret(inputs, DRY_RUN_PLAINTEXT);
+        match apply::dry_run_apply(&self.ctx.client, &self.ctx.field_manager, &secret).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                report.set(ConditionUpdate::failed(
+                    condition::KEY_READY,
+                    reason::KEY_FAILED,
+                    format!(
+                        "the provisioner key Secret {:?} could not be written ({error}); no key was created in coderd",
+                        self.names.key_secret
+                    ),
+                ));
+                Err(KeyError::SecretWrite(error).into())
+            }
+        }
+    }
+
     /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
     async fn establish_key(
         &self,
@@ -662,6 +690,7 @@ impl Pass<'_> {
             Ok(client) => client,
             Err(error) => return Err(key_failed(report, error.clone())),
         };
+        self.secret_would_be_stored(inputs, report).await?;
         info!(provisioner = %self.key, %cause, "establishing provisioner key");
         let established = keys::establish(
             client,
