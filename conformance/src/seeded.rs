@@ -142,6 +142,7 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     // The operator under faults, round three (issue 26).
     "rate-limited-lookup-discards-key",
     "key-created-before-secret-checked",
+    "daemon-key-401-blames-session-token",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

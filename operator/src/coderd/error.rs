@@ -13,6 +13,10 @@ pub enum CoderdError {
     NotFound { message: String },
     #[error("coderd rejected the session token (401): {message}")]
     Unauthorized { message: String },
+    /// A 401 to a request authenticated by a provisioner daemon key (a key's own lookup): the
+    /// key is not (or no longer) valid; the session token was not sent.
+    #[error("coderd refused the provisioner daemon key (401): {message}")]
+    DaemonKeyRefused { message: String },
     #[error("coderd refused the request (403): {message}")]
     Forbidden { message: String },
     #[error("coderd reported a conflict (409): {message}")]
@@ -53,6 +57,9 @@ impl CoderdError {
                 message: scrub(message),
             },
             Self::Unauthorized { message } => Self::Unauthorized {
+                message: scrub(message),
+            },
+            Self::DaemonKeyRefused { message } => Self::DaemonKeyRefused {
                 message: scrub(message),
             },
             Self::Forbidden { message } => Self::Forbidden {

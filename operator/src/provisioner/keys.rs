@@ -390,7 +390,7 @@ pub async fn identify(
 ) -> Result<Option<ProvisionerKey>, CoderdError> {
     match client.key_by_plaintext(plaintext).await {
         Ok(key) => Ok(Some(key)),
-        Err(CoderdError::Unauthorized { .. }) => Ok(None),
+        Err(CoderdError::DaemonKeyRefused { .. }) => Ok(None),
         Err(error) => Err(error),
     }
 }

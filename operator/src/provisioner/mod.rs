@@ -161,10 +161,10 @@ impl<'a> StatusWriter<'a> {
         if !status::status_changed(self.current.as_ref(), &next) {
             return Ok(());
         }
-        // A key established in this pass is recorded only while this replica leads.
-        if report.key.is_some() {
-            self.ctx.fence.check().await?;
-        }
+        // Every status write, failure statuses included, only while this replica leads: a
+        // deposed leader's status would be written over the new leader's pass (the precondition
+        // on the CR's resourceVersion does not see a pass that has not written yet).
+        self.ctx.fence.check().await?;
         let mut attempt = 1;
         let written = loop {
             match apply::apply_status(
@@ -258,6 +258,11 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
     }
     if let Ok(deferred @ Step::Deferred(_)) = step {
         return Ok(deferred.action());
+    }
+    // What this pass found is the leader's to announce and record (see `StatusWriter::write`).
+    if let Err(fenced) = ctx.fence.check().await {
+        warn!(provisioner = %pass.key, error = %fenced, "leadership ended during the pass; writing no status");
+        return Err(StatusError::Fenced(fenced).into());
     }
     pass.settle_counters(&step);
     for failure in status::newly_failed(cr.status.as_ref(), &report) {
