@@ -1062,13 +1062,20 @@ async fn a_scoped_fault_can_cover_its_organizations_daemon_keys() {
                 .or_key_of_organization(&ours.id),
         )
         .expect("valid");
-    let lookup = |key: &str| {
-        Request::new("GET", &format!("/api/v2/provisionerkeys/{key}"))
-            .header("Coder-Provisioner-Daemon-Key", key)
-    };
-    assert_eq!(env.send(lookup(&other_key)).await.status, 200);
-    assert_eq!(env.send(lookup(&our_key)).await.status, 429);
-    assert_eq!(env.send(lookup(&our_key)).await.status, 200, "used up");
+    let (other_path, our_path) = (
+        format!("/api/v2/provisionerkeys/{other_key}"),
+        format!("/api/v2/provisionerkeys/{our_key}"),
+    );
+    fn lookup<'a>(path: &'a str, key: &str) -> Request<'a> {
+        Request::new("GET", path).header("Coder-Provisioner-Daemon-Key", key)
+    }
+    assert_eq!(env.send(lookup(&other_path, &other_key)).await.status, 200);
+    assert_eq!(env.send(lookup(&our_path, &our_key)).await.status, 429);
+    assert_eq!(
+        env.send(lookup(&our_path, &our_key)).await.status,
+        200,
+        "used up"
+    );
     assert!(
         env.fake
             .inject_fault(

@@ -741,8 +741,12 @@ mod tests {
         async fn a_refused_lookup_of_the_new_key_fails_the_step() {
             let (fake, client) = fake().await;
             let desired = desired_at(&fake);
-            fake.inject_fault(FaultSpec::status("GET", fake_coderd::routes::DAEMON_KEY, 400))
-                .expect("valid fault");
+            fake.inject_fault(FaultSpec::status(
+                "GET",
+                fake_coderd::routes::DAEMON_KEY,
+                400,
+            ))
+            .expect("valid fault");
             let outcome = establish(
                 &client,
                 |_| panic!("no other coderd"),
@@ -765,7 +769,10 @@ mod tests {
             );
             let id = fake.keys("default").expect("keys")[0].id.clone();
             fake.delete_key_directly("default", &id).expect("deleted");
-            assert_eq!(identify(&client, &plaintext).await.expect("an answer"), None);
+            assert_eq!(
+                identify(&client, &plaintext).await.expect("an answer"),
+                None
+            );
         }
 
         #[tokio::test]
