@@ -273,6 +273,20 @@ Feature: The provisioner key in coderd
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     And no child object of the provisioner exists during the observation window
 
+  # The new key's own lookup is authenticated by the key, not by the session token: coderd's
+  # 401 there refuses the key, and the condition must not send the human to the operator token.
+  @R-KEY-18 @fault-injection @extended
+  Scenario: A refused lookup of a new key names the daemon key, not the session token
+    Given a Ready control plane with operator access
+    And coderd answers the next GET on "daemon-key" with status 401
+    When the sample provisioner is applied
+    # checks: R-KEY-18
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    # checks: R-KEY-18
+    And the ProvisionerKeyReady condition's message mentions "daemon key"
+    # checks: none
+    And the provisioner becomes Ready
+
   @R-KEY-22 @D-5 @extended
   Scenario: A same-named key the provisioner has no plaintext for is replaced
     Given a Ready control plane with operator access

@@ -121,3 +121,17 @@ Feature: The provisioner key Secret
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
     # checks: R-KEY-8
     And coderd answered no POST on "provisionerkeys" with status 409
+
+  # The key Secret is tried first (a server-side dry-run): a Secret the API server refuses costs
+  # coderd nothing, however often the pass is retried, instead of a create and a delete each time.
+  @R-KEY-18 @R-KEY-8 @extended
+  Scenario: No key is created while the key Secret would be refused
+    Given a Ready control plane with operator access
+    And the namespace refuses new Secrets
+    When the sample provisioner is applied
+    # checks: R-KEY-18
+    Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    # checks: R-KEY-8
+    And coderd saw no POST on "provisionerkeys"
+    # checks: R-KEY-8
+    And coderd saw no DELETE on "provisionerkey"

@@ -42,6 +42,23 @@ Feature: Rate limiting by coderd
     # checks: R-KEY-16
     And coderd holds exactly 1 provisioner key named "renamed-key"
 
+  # After a create the operator learns the new key's id with the key itself. A 429 on that
+  # lookup says nothing against the key: it is stored and recorded, and only the lookup is
+  # retried; deleting it and creating another would meet the same 429 again (key churn).
+  @R-RL-1 @R-KEY-4 @extended
+  Scenario: A rate-limited lookup of a new key keeps the key
+    Given a Ready control plane with operator access
+    And coderd answers the next GET on "daemon-key" with status 429
+    When the sample provisioner is applied
+    # checks: R-RL-1
+    Then the provisioner becomes Ready
+    # checks: R-KEY-4
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-4
+    And coderd saw no DELETE on "provisionerkey"
+    # checks: none
+    And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
+
   @R-RL-2 @slow @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access

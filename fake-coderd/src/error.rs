@@ -45,6 +45,8 @@ pub enum Error {
     UnknownRouteTemplate(String),
     #[error("times must be at least 1 (omit it for a sticky fault)")]
     ZeroFaultTimes,
+    #[error("key_organization widens a session-token scope; set session_token_fingerprint too")]
+    KeyOrganizationWithoutFingerprint,
     #[error("fault status {0} is not an error status (400..=599)")]
     NotAnErrorStatus(u16),
     #[error("apply_then_fail needs an HTTP answer; use a status fault")]

@@ -54,6 +54,11 @@ pub struct FaultSpec {
     /// `None` = every caller. Lets concurrent tests fault their own client and nobody else's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_token_fingerprint: Option<String>,
+    /// With `session_token_fingerprint`: also requests authenticated by a provisioner key of this
+    /// organization (id), which carry no session token (the daemon-key route,
+    /// `GET /api/v2/provisionerkeys/{key}`), so a test can fault its own keys' lookups too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_organization: Option<String>,
 }
 
 impl FaultSpec {
@@ -87,6 +92,7 @@ impl FaultSpec {
             times: Some(1),
             apply_then_fail: false,
             session_token_fingerprint: None,
+            key_organization: None,
         }
     }
 
@@ -114,6 +120,12 @@ impl FaultSpec {
         self
     }
 
+    /// With a session-token scope: also requests authenticated by a key of `organization_id`.
+    pub fn or_key_of_organization(mut self, organization_id: impl Into<String>) -> Self {
+        self.key_organization = Some(organization_id.into());
+        self
+    }
+
     /// Rejects specs the fake could not honour.
     pub fn validate(&self) -> Result<(), Error> {
         if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
@@ -121,6 +133,9 @@ impl FaultSpec {
         }
         if self.times == Some(0) {
             return Err(Error::ZeroFaultTimes);
+        }
+        if self.key_organization.is_some() && self.session_token_fingerprint.is_none() {
+            return Err(Error::KeyOrganizationWithoutFingerprint);
         }
         match &self.kind {
             FaultKind::Status { status, .. } if !(400..=599).contains(status) => {

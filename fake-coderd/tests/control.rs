@@ -1040,6 +1040,52 @@ async fn scoped_faults_hit_only_their_session_token() {
     );
 }
 
+/// A scoped fault widened to an organization's keys also hits the daemon-key route (which
+/// carries no session token) for a key of that organization, and no other key.
+#[tokio::test]
+async fn a_scoped_fault_can_cover_its_organizations_daemon_keys() {
+    let env = Env::start().await;
+    let mine = env.fake.operator_token();
+    let ours = env.fake.add_organization("ours").expect("organization");
+    let our_key = env
+        .fake
+        .create_key_directly("ours", "k", BTreeMap::new())
+        .expect("key");
+    let other_key = env
+        .fake
+        .create_key_directly("default", "k", BTreeMap::new())
+        .expect("key");
+    env.fake
+        .inject_fault(
+            FaultSpec::status("GET", routes::DAEMON_KEY, 429)
+                .for_session_token_fingerprint(fingerprint(&mine))
+                .or_key_of_organization(&ours.id),
+        )
+        .expect("valid");
+    let (other_path, our_path) = (
+        format!("/api/v2/provisionerkeys/{other_key}"),
+        format!("/api/v2/provisionerkeys/{our_key}"),
+    );
+    fn lookup<'a>(path: &'a str, key: &str) -> Request<'a> {
+        Request::new("GET", path).header("Coder-Provisioner-Daemon-Key", key)
+    }
+    assert_eq!(env.send(lookup(&other_path, &other_key)).await.status, 200);
+    assert_eq!(env.send(lookup(&our_path, &our_key)).await.status, 429);
+    assert_eq!(
+        env.send(lookup(&our_path, &our_key)).await.status,
+        200,
+        "used up"
+    );
+    assert!(
+        env.fake
+            .inject_fault(
+                FaultSpec::status("GET", routes::DAEMON_KEY, 429).or_key_of_organization(&ours.id)
+            )
+            .is_err(),
+        "an organization scope widens a session-token scope"
+    );
+}
+
 /// One user's own entitlement: its `/entitlements` and its key requests follow it, every other
 /// caller keeps the deployment's, and `null` gives the user the deployment's again.
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The leadership fence: proof, asked before every step that changes a provisioner key or writes
-//! its plaintext or record, that this replica still holds its Lease.
+//! its plaintext, and before every status write (a failure status included), that this replica
+//! still holds its Lease.
 //!
 //! A leader that was paused (SIGSTOP, a frozen VM, a long GC) can wake after its Lease expired and
 //! a standby took over, with passes in flight; such a pass must stop instead of overwriting the

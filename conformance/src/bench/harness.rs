@@ -658,6 +658,7 @@ fn key_faults() -> [FaultSpec; 3] {
         times: None,
         apply_then_fail: false,
         session_token_fingerprint: None,
+        key_organization: None,
     };
     [
         rate_limited("GET", routes::PROVISIONER_KEYS),

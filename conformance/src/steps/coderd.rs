@@ -619,6 +619,27 @@ async fn coderd_fault(
     inject_scenario_fault(world, fault).await
 }
 
+/// A one-shot fault: only the scenario's next such request gets the status. It also covers the
+/// requests authenticated by a key of the scenario's organization, which carry no session token
+/// (the lookup of a new key's own record on "daemon-key").
+#[given(expr = "coderd answers the next {word} on {string} with status {int}")]
+#[when(expr = "coderd answers the next {word} on {string} with status {int}")]
+async fn coderd_fault_once(
+    world: &mut ProvisionerWorld,
+    method: String,
+    alias: String,
+    status: u16,
+) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let coderd = world.scenario_coderd()?;
+    let mut fault = FaultSpec::status(&method, route_template(&alias)?, status)
+        .for_session_token_fingerprint(coderd.token_fingerprint.clone());
+    if !coderd.organization_id.is_empty() {
+        fault = fault.or_key_of_organization(coderd.organization_id.clone());
+    }
+    world.admin()?.inject_fault(fault).await
+}
+
 /// coderd before PR #13629 wrote a second JSON object after an organization's 404 into the same
 /// body (coderd-api.md §2.3); current coderd writes one. Every route the operator resolves an
 /// organization on answers that legacy body, so a client that decodes error bodies strictly fails.

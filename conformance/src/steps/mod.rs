@@ -113,6 +113,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ),
     ("entitlements", "/api/v2/entitlements"),
     ("organization", "/api/v2/organizations/{organization}"),
+    // A key's own record, fetched with the key (the operator learns a new key's id there).
+    ("daemon-key", "/api/v2/provisionerkeys/{provisionerkey}"),
 ];
 
 pub fn route_template(alias: &str) -> anyhow::Result<&'static str> {

@@ -435,12 +435,30 @@ pub fn mocks(shared: &Arc<Shared>) -> Vec<Mock> {
     endpoints.chain(std::iter::once(fallback)).collect()
 }
 
-/// wiremock matcher: the request's session token has this fingerprint.
-struct SessionTokenFingerprint(String);
+/// wiremock matcher: the request's session token has this fingerprint, or (with
+/// `key_organization`) its daemon key is a key of that organization.
+struct CallerScope {
+    fingerprint: String,
+    key_organization: Option<String>,
+    shared: Arc<Shared>,
+}
 
-impl Match for SessionTokenFingerprint {
+impl Match for CallerScope {
     fn matches(&self, request: &Request) -> bool {
-        session_token(request).is_some_and(|token| fingerprint(&token) == self.0)
+        if session_token(request).is_some_and(|token| fingerprint(&token) == self.fingerprint) {
+            return true;
+        }
+        let Some(organization) = &self.key_organization else {
+            return false;
+        };
+        let Some(key) = header(request, DAEMON_KEY_HEADER).filter(|key| !key.is_empty()) else {
+            return false;
+        };
+        let world = self.shared.lock();
+        world
+            .state
+            .key_by_secret(&key)
+            .is_some_and(|found| found.organization.eq_ignore_ascii_case(organization))
     }
 }
 
@@ -547,7 +565,11 @@ pub fn fault_mock(shared: &Arc<Shared>, id: FaultId, spec: &FaultSpec) -> Option
     })?;
     let mut given = Mock::given(RouteIs(Some(endpoint)));
     if let Some(wanted) = &spec.session_token_fingerprint {
-        given = given.and(SessionTokenFingerprint(wanted.clone()));
+        given = given.and(CallerScope {
+            fingerprint: wanted.clone(),
+            key_organization: spec.key_organization.clone(),
+            shared: Arc::clone(shared),
+        });
     }
     given = given.and(FaultInForce {
         id,

@@ -13,6 +13,10 @@ pub enum CoderdError {
     NotFound { message: String },
     #[error("coderd rejected the session token (401): {message}")]
     Unauthorized { message: String },
+    /// A 401 to a request authenticated by a provisioner daemon key (a key's own lookup): the
+    /// key is not (or no longer) valid; the session token was not sent.
+    #[error("coderd refused the provisioner daemon key (401): {message}")]
+    DaemonKeyRefused { message: String },
     #[error("coderd refused the request (403): {message}")]
     Forbidden { message: String },
     #[error("coderd reported a conflict (409): {message}")]
@@ -55,6 +59,9 @@ impl CoderdError {
             Self::Unauthorized { message } => Self::Unauthorized {
                 message: scrub(message),
             },
+            Self::DaemonKeyRefused { message } => Self::DaemonKeyRefused {
+                message: scrub(message),
+            },
             Self::Forbidden { message } => Self::Forbidden {
                 message: scrub(message),
             },
@@ -80,6 +87,16 @@ impl CoderdError {
 
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Self::RateLimited { .. })
+    }
+
+    /// A failure that says nothing about the request itself, so the same request may succeed
+    /// later: a 429, a 5xx, a timeout, an unreachable coderd.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::RateLimited { .. } | Self::Timeout | Self::Unreachable { .. } => true,
+            Self::Api { status, .. } => *status >= 500,
+            _ => false,
+        }
     }
 }
 
@@ -211,6 +228,19 @@ mod tests {
             error_for_status(status, retry_after, br#"{"message":"m"}"#, TOKEN),
             expected
         );
+    }
+
+    #[rstest]
+    #[case::rate_limited(CoderdError::RateLimited { retry_after: None }, true)]
+    #[case::server_error(CoderdError::Api { status: 503, message: "m".into() }, true)]
+    #[case::timeout(CoderdError::Timeout, true)]
+    #[case::unreachable(CoderdError::Unreachable { detail: "d".into() }, true)]
+    #[case::client_error(CoderdError::Api { status: 400, message: "m".into() }, false)]
+    #[case::unauthorized(CoderdError::Unauthorized { message: "m".into() }, false)]
+    #[case::not_found(CoderdError::NotFound { message: "m".into() }, false)]
+    #[case::invalid_answer(CoderdError::InvalidResponse { detail: "d".into() }, false)]
+    fn retryable_failures(#[case] error: CoderdError, #[case] retryable: bool) {
+        assert_eq!(error.is_retryable(), retryable);
     }
 
     #[test]

@@ -263,7 +263,13 @@ impl CoderdClient {
             .execute(routes::DAEMON_KEY, request)
             .await
             .map_err(|e| e.redacted(secret))?;
-        let body = expect(answer, StatusCode::OK, plaintext).map_err(|e| e.redacted(secret))?;
+        let body = expect(answer, StatusCode::OK, plaintext)
+            .map_err(|e| match e {
+                // Only the key authenticated this request: a 401 refuses the key.
+                CoderdError::Unauthorized { message } => CoderdError::DaemonKeyRefused { message },
+                other => other,
+            })
+            .map_err(|e| e.redacted(secret))?;
         self.decode(body).map_err(|e| e.redacted(secret))
     }
 

@@ -302,6 +302,28 @@ async fn real_coderd_answers_map_to_typed_errors() {
     assert!(!format!("{unknown} {unknown:?}").contains(stranger));
 }
 
+/// A 401 to a key's own lookup refuses the daemon key, not the session token (not even sent).
+#[tokio::test]
+async fn a_refused_daemon_key_is_named_as_such() {
+    let fake = fake().await;
+    let coderd = client(&fake);
+    let plaintext = SecretString::new(
+        fake.create_key_directly("default", "gone", BTreeMap::new())
+            .unwrap(),
+    );
+    let id = fake.keys("default").unwrap()[0].id.clone();
+    fake.delete_key_directly("default", &id).unwrap();
+    let refused = coderd.key_by_plaintext(&plaintext).await.unwrap_err();
+    assert!(
+        matches!(refused, CoderdError::DaemonKeyRefused { .. }),
+        "{refused:?}"
+    );
+    let text = refused.to_string();
+    assert!(text.contains("daemon key"), "{text}");
+    assert!(!text.contains("session token"), "{text}");
+    assert!(!format!("{text} {refused:?}").contains(plaintext.expose()));
+}
+
 #[tokio::test]
 async fn too_many_requests_carries_retry_after() {
     let fake = fake().await;

@@ -137,6 +137,20 @@ where
         .await
 }
 
+/// A server-side dry-run of [`apply`] (`dryRun=All`): the API server validates and admits the
+/// object (a ResourceQuota included) as it would for the real write, and stores nothing.
+pub async fn dry_run_apply<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
+where
+    K: Child,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let mut params = PatchParams::apply(field_manager).force();
+    params.dry_run = true;
+    api_for(client, object)
+        .patch(&name, &params, &Patch::Apply(object))
+        .await
+}
+
 /// The API of `object`'s kind in `object`'s namespace.
 fn api_for<K>(client: &Client, object: &K) -> Api<K>
 where

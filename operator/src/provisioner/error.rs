@@ -39,7 +39,8 @@ pub enum KeyError {
 pub enum StatusError {
     #[error("writing the status failed: {0}")]
     Write(#[from] kube::Error),
-    #[error("stopped before recording a provisioner key: {0}")]
+    /// Every status write is fenced: a deposed leader writes none, failure statuses included.
+    #[error("stopped before writing the status: {0}")]
     Fenced(#[from] FenceError),
 }
 

@@ -1,8 +1,26 @@
 //! The coderd provisioner-key lifecycle (contract §4, D-3, D-4, D-5).
 //!
 //! `decide` is pure: desired settings vs. what status recorded vs. the key Secret's state give a
-//! [`KeyAction`]. `establish` carries out an `Establish` action against coderd. Steady state and
-//! retries after a later failure are `Reuse`, which makes no coderd call (R-KEY-8/9).
+//! [`KeyAction`]. `establish` carries out an `Establish` action against coderd, `identify` an
+//! `Identify` action. Steady state and retries after a later failure are `Reuse`, which makes no
+//! coderd call (R-KEY-8/9).
+//!
+//! # Where a new key's plaintext is, and what a crash costs
+//!
+//! coderd shows a key's plaintext once, in the answer to its `POST`. From that answer until the
+//! key Secret is written, the plaintext exists only in this process's memory (the
+//! [`EstablishedKey`] of the running pass); the new key's id is learned in between, with the key
+//! itself (`GET /api/v2/provisionerkeys/{key}`). A crash in that window leaves a key in coderd
+//! that neither a Secret nor the status records. R-KEY-25 still holds: the next pass finds nothing
+//! recorded, its create answers 409, and the key is listed, deleted and replaced with a Warning
+//! Event `ReplacedUnrecordedKey` (D-5), so an unrecorded key lasts until the CR's next pass.
+//!
+//! A retryable failure (429, 5xx, timeout, unreachable) of that lookup does not make the new key
+//! unusable: `establish` keeps it ([`EstablishedKey::unidentified`]), the pass writes the
+//! plaintext to the Secret and records the key in status without `provisionerKeyID`, then stops
+//! like any failed key request (429: `RateLimited` and its backoff; else `ProvisionerKeyFailed`
+//! and the error backoff). The next pass finds that record and `Identify`s the key from the Secret
+//! before anything else, so the key is created once however often its lookup fails.
 use std::collections::BTreeMap;
 
 use crate::api::CoderProvisionerStatus;
@@ -27,7 +45,8 @@ pub struct DesiredKey {
 pub struct KeyRecord {
     pub organization_id: String,
     pub organization_name: String,
-    pub key_id: String,
+    /// `None` while the key's own lookup has not succeeded (see the module docs).
+    pub key_id: Option<String>,
     pub key_name: String,
     pub tags_hash: String,
     pub control_plane_ref: String,
@@ -54,6 +73,8 @@ pub enum KeyCause {
     BaselineMissing,
     /// These settings differ from the recorded ones (R-KEY-13…15).
     Drift(Vec<&'static str>),
+    /// coderd refused the key in the Secret (401 on its own lookup): it is no key any more.
+    KeyRefused,
 }
 
 impl std::fmt::Display for KeyCause {
@@ -63,6 +84,7 @@ impl std::fmt::Display for KeyCause {
             Self::SecretLost => f.write_str("the key Secret lost its value"),
             Self::BaselineMissing => f.write_str("status records no key baseline"),
             Self::Drift(fields) => write!(f, "changed: {}", fields.join(", ")),
+            Self::KeyRefused => f.write_str("coderd refused the key in the Secret"),
         }
     }
 }
@@ -75,6 +97,13 @@ pub enum KeyAction {
     Establish {
         cause: KeyCause,
         retire: Option<RecordedKey>,
+    },
+    /// The Secret holds a key that status records without its id (its own lookup failed after
+    /// the create): learn the id with the key itself, at the coderd where it was created, before
+    /// deciding anything else.
+    Identify {
+        plaintext: SecretString,
+        control_plane_url: String,
     },
 }
 
@@ -138,6 +167,18 @@ pub fn decide(
     status: &CoderProvisionerStatus,
     secret: &KeySecretState,
 ) -> KeyAction {
+    if let KeySecretState::Usable(plaintext) = secret
+        && recorded(&status.organization_id).is_some()
+        && recorded(&status.provisioner_key_name).is_some()
+        && recorded(&status.provisioner_key_id).is_none()
+    {
+        return KeyAction::Identify {
+            plaintext: plaintext.clone(),
+            control_plane_url: recorded(&status.control_plane_url)
+                .unwrap_or(&desired.control_plane_url)
+                .to_owned(),
+        };
+    }
     let retire = recorded_key(status, &desired.control_plane_url);
     let drift = drift(desired, status);
     match (secret, drift) {
@@ -226,6 +267,9 @@ impl KeyEventSink for Vec<KeyEvent> {
 pub struct EstablishedKey {
     pub plaintext: SecretString,
     pub record: KeyRecord,
+    /// Why `record.key_id` is unknown: the key's own lookup failed with a retryable error. The
+    /// key is kept (stored and recorded); a later pass learns its id (`KeyAction::Identify`).
+    pub unidentified: Option<CoderdError>,
 }
 
 /// Whether `establish` tries the create before listing (pure). With nothing recorded to retire,
@@ -315,18 +359,40 @@ pub async fn establish(
         })
         .await;
     // The new key's own record (its id), fetched with the key itself: a list by name could
-    // show another key of that name created meanwhile by someone else.
-    let created = client.key_by_plaintext(&plaintext).await?;
+    // show another key of that name created meanwhile by someone else. A retryable failure
+    // keeps the key: deleting it and creating another would only meet the same failure again.
+    let (key_id, key_name, unidentified) = match client.key_by_plaintext(&plaintext).await {
+        Ok(created) => (Some(created.id), created.name, None),
+        Err(error) if error.is_retryable() => (None, desired.key_name.clone(), Some(error)),
+        Err(error) => return Err(error),
+    };
     let record = KeyRecord {
         organization_id: organization.id,
         organization_name: desired.organization_name.clone(),
-        key_id: created.id,
-        key_name: created.name,
+        key_id,
+        key_name,
         tags_hash: desired.tags_hash.clone(),
         control_plane_ref: desired.control_plane_ref.clone(),
         control_plane_url: desired.control_plane_url.clone(),
     };
-    Ok(EstablishedKey { plaintext, record })
+    Ok(EstablishedKey {
+        plaintext,
+        record,
+        unidentified,
+    })
+}
+
+/// Carries out `Identify`: the record of the key in the Secret, fetched with the key itself.
+/// `Ok(None)` when coderd refuses the key (401): it is no key any more and must be replaced.
+pub async fn identify(
+    client: &CoderdClient,
+    plaintext: &SecretString,
+) -> Result<Option<ProvisionerKey>, CoderdError> {
+    match client.key_by_plaintext(plaintext).await {
+        Ok(key) => Ok(Some(key)),
+        Err(CoderdError::DaemonKeyRefused { .. }) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// Deletes the key with `key_id` (list, match id, delete by that entry's name; D-5, R-DEL-4).
@@ -393,6 +459,21 @@ mod tests {
         }
     }
 
+    /// Status after a pass whose new key's own lookup failed: everything but the id.
+    fn unidentified() -> CoderProvisionerStatus {
+        CoderProvisionerStatus {
+            provisioner_key_id: None,
+            ..applied()
+        }
+    }
+
+    fn identify_action() -> KeyAction {
+        KeyAction::Identify {
+            plaintext: SecretString::new("plaintext"),
+            control_plane_url: "http://coder.test".into(),
+        }
+    }
+
     fn usable() -> KeySecretState {
         KeySecretState::Usable(SecretString::new("plaintext"))
     }
@@ -429,6 +510,9 @@ mod tests {
     #[case::control_plane_ref_changed(with(|d| d.control_plane_ref = "other".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneRef"]), retire: recorded_key_1() })]
     #[case::url_changed(with(|d| d.control_plane_url = "http://new.test".into()), applied(), usable(), KeyAction::Establish { cause: KeyCause::Drift(vec!["controlPlaneURL"]), retire: recorded_key_1() })]
     #[case::drift_and_secret_lost(with(|d| d.tags_hash = "00000000".into()), applied(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Drift(vec!["tags"]), retire: recorded_key_1() })]
+    #[case::id_not_yet_known(desired(), unidentified(), usable(), identify_action())]
+    #[case::id_not_yet_known_and_drift(with(|d| d.tags_hash = "00000000".into()), unidentified(), usable(), identify_action())]
+    #[case::id_not_yet_known_and_secret_lost(desired(), unidentified(), KeySecretState::Absent, KeyAction::Establish { cause: KeyCause::Initial, retire: None })]
     fn key_decisions(
         #[case] desired: DesiredKey,
         #[case] status: CoderProvisionerStatus,
@@ -515,7 +599,7 @@ mod tests {
     mod against_fake_coderd {
         use std::time::Duration;
 
-        use fake_coderd::{FakeCoderd, FakeConfig, Seed};
+        use fake_coderd::{FakeCoderd, FakeConfig, FaultSpec, Seed};
 
         use super::*;
         use crate::coderd::{ClientOptions, routes};
@@ -597,12 +681,97 @@ mod tests {
             assert_eq!(key_requests(&fake), ["POST 201", "OWN 200"]);
             let stored = fake.keys("default").expect("keys");
             assert_eq!(stored.len(), 1);
-            assert_eq!(established.record.key_id, stored[0].id);
+            assert_eq!(established.record.key_id.as_ref(), Some(&stored[0].id));
             assert_eq!(
                 events,
                 [KeyEvent::Created {
                     name: desired.key_name.clone()
                 }]
+            );
+        }
+
+        /// A retryable failure of the new key's own lookup keeps the key: one create, no
+        /// delete; the key comes back without an id, and `identify` learns it later.
+        #[rstest]
+        #[case::rate_limited(FaultSpec::status("GET", fake_coderd::routes::DAEMON_KEY, 429))]
+        #[case::internal_error(FaultSpec::status("GET", fake_coderd::routes::DAEMON_KEY, 500))]
+        #[case::unavailable(FaultSpec::status("GET", fake_coderd::routes::DAEMON_KEY, 503))]
+        #[case::connection_reset(FaultSpec::reset("GET", fake_coderd::routes::DAEMON_KEY))]
+        #[tokio::test]
+        async fn a_retryable_failure_of_the_new_keys_lookup_keeps_the_key(
+            #[case] fault: FaultSpec,
+        ) {
+            let (fake, client) = fake().await;
+            let desired = desired_at(&fake);
+            fake.inject_fault(fault).expect("valid fault");
+            let (established, events) = run(&client, &desired, KeyCause::Initial, None).await;
+            let lookup = key_requests(&fake).last().cloned().expect("a lookup");
+            assert!(lookup.starts_with("OWN "), "{lookup}");
+            assert_ne!(lookup, "OWN 200");
+            assert_eq!(
+                key_requests(&fake)
+                    .iter()
+                    .filter(|r| !r.starts_with("OWN "))
+                    .collect::<Vec<_>>(),
+                ["POST 201"],
+                "one create, no delete"
+            );
+            let error = established.unidentified.expect("the lookup failed");
+            assert!(error.is_retryable(), "{error}");
+            assert_eq!(established.record.key_id, None);
+            assert_eq!(established.record.key_name, desired.key_name);
+            assert_eq!(
+                events,
+                [KeyEvent::Created {
+                    name: desired.key_name.clone()
+                }]
+            );
+            let stored = fake.keys("default").expect("keys");
+            assert_eq!(stored.len(), 1, "the key is kept");
+
+            let identified = identify(&client, &established.plaintext)
+                .await
+                .expect("the lookup succeeds now")
+                .expect("the key is valid");
+            assert_eq!(identified.id, stored[0].id);
+        }
+
+        /// A failure that is no transient one still fails the establish step.
+        #[tokio::test]
+        async fn a_refused_lookup_of_the_new_key_fails_the_step() {
+            let (fake, client) = fake().await;
+            let desired = desired_at(&fake);
+            fake.inject_fault(FaultSpec::status(
+                "GET",
+                fake_coderd::routes::DAEMON_KEY,
+                400,
+            ))
+            .expect("valid fault");
+            let outcome = establish(
+                &client,
+                |_| panic!("no other coderd"),
+                &desired,
+                &KeyCause::Initial,
+                None,
+                &mut Vec::new(),
+            )
+            .await;
+            assert!(outcome.is_err());
+        }
+
+        /// A key coderd no longer knows is refused (401): `identify` says so with `None`.
+        #[tokio::test]
+        async fn identifying_a_key_coderd_refuses_asks_for_a_new_one() {
+            let (fake, client) = fake().await;
+            let plaintext = SecretString::new(
+                fake.create_key_directly("default", "gone", Default::default())
+                    .expect("a key created in the fake"),
+            );
+            let id = fake.keys("default").expect("keys")[0].id.clone();
+            fake.delete_key_directly("default", &id).expect("deleted");
+            assert_eq!(
+                identify(&client, &plaintext).await.expect("an answer"),
+                None
             );
         }
 
@@ -621,7 +790,7 @@ mod tests {
             let stored = fake.keys("default").expect("keys");
             assert_eq!(stored.len(), 1);
             assert_ne!(stored[0].id, unrecorded);
-            assert_eq!(established.record.key_id, stored[0].id);
+            assert_eq!(established.record.key_id.as_ref(), Some(&stored[0].id));
             assert_eq!(
                 events,
                 [

@@ -66,6 +66,8 @@ use self::status::PassReport;
 const RESYNC: Duration = Duration::from_secs(300);
 /// When a pass finds all of its coderd's slots taken, it comes again after this long.
 const CODERD_BUSY_RETRY: Duration = Duration::from_secs(2);
+/// The value the key Secret's dry-run carries (no key exists yet; the value is not validated).
+const DRY_RUN_PLAINTEXT: &str = "dry-run-placeholder";
 /// Message of R-RL-1.
 pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
 
@@ -159,10 +161,10 @@ impl<'a> StatusWriter<'a> {
         if !status::status_changed(self.current.as_ref(), &next) {
             return Ok(());
         }
-        // A key established in this pass is recorded only while this replica leads.
-        if report.key.is_some() {
-            self.ctx.fence.check().await?;
-        }
+        // Every status write, failure statuses included, only while this replica leads: a
+        // deposed leader's status would be written over the new leader's pass (the precondition
+        // on the CR's resourceVersion does not see a pass that has not written yet).
+        self.ctx.fence.check().await?;
         let mut attempt = 1;
         let written = loop {
             match apply::apply_status(
@@ -256,6 +258,11 @@ async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, 
     }
     if let Ok(deferred @ Step::Deferred(_)) = step {
         return Ok(deferred.action());
+    }
+    // What this pass found is the leader's to announce and record (see `StatusWriter::write`).
+    if let Err(fenced) = ctx.fence.check().await {
+        warn!(provisioner = %pass.key, error = %fenced, "leadership ended during the pass; writing no status");
+        return Err(StatusError::Fenced(fenced).into());
     }
     pass.settle_counters(&step);
     for failure in status::newly_failed(cr.status.as_ref(), &report) {
@@ -493,7 +500,27 @@ impl Pass<'_> {
             control_plane_url: inputs.control_plane_url.to_owned(),
         };
         let previous = self.cr.status.clone().unwrap_or_default();
-        let action = keys::decide(&desired, &previous, &cleared.key_secret);
+        let mut action = keys::decide(&desired, &previous, &cleared.key_secret);
+        if let KeyAction::Identify {
+            plaintext,
+            control_plane_url,
+        } = action
+        {
+            if let Some(wait) = self.ctx.key_hold_off.remaining(&self.key, Instant::now()) {
+                return Err(Stop::Wait(Step::HeldOff(wait)));
+            }
+            let url = (control_plane_url.as_str(), inputs.control_plane_url);
+            action = match self
+                .identify_key(coderd, &plaintext, url, previous, writer, report)
+                .await?
+            {
+                Some(identified) => keys::decide(&desired, &identified, &cleared.key_secret),
+                None => KeyAction::Establish {
+                    cause: keys::KeyCause::KeyRefused,
+                    retire: None,
+                },
+            };
+        }
         let key_value = match action {
             KeyAction::Reuse(value) => {
                 report.set(cleared.key_secret_ready);
@@ -512,16 +539,146 @@ impl Pass<'_> {
                     key: Some(self.names.key_secret_data_key.clone()),
                 };
                 report.key = Some((established.record, secret_ref));
-                report.set(key_ready());
-                // R-KEY-7: record the key before anything else can fail, so retries reuse it.
+                let Some(lookup_failed) = established.unidentified else {
+                    report.set(key_ready());
+                    // R-KEY-7: record the key before anything else can fail, so retries reuse it.
+                    writer
+                        .write(report, self.observed.deployment.as_ref())
+                        .await?;
+                    return Ok(established.plaintext);
+                };
+                // The key is stored: record what is known of it and stop. The next pass learns
+                // its id with the key from the Secret (`Identify`) instead of creating another.
+                let stop = match lookup_failed {
+                    CoderdError::RateLimited { retry_after } => {
+                        self.rate_limited(report, retry_after)
+                    }
+                    error => {
+                        report.set(ConditionUpdate::failed(
+                            condition::KEY_READY,
+                            reason::KEY_FAILED,
+                            format!(
+                                "provisioner key {:?} was created and stored in Secret {:?}, but looking up its id failed ({error}); the lookup is retried",
+                                desired.key_name, self.names.key_secret
+                            ),
+                        ));
+                        Stop::Failed(KeyError::Coderd(error).into())
+                    }
+                };
                 writer
                     .write(report, self.observed.deployment.as_ref())
                     .await?;
-                established.plaintext
+                return Err(stop);
+            }
+            KeyAction::Identify { .. } => {
+                unreachable!("a status that records the key's id never asks for it")
             }
         };
         report.set(key_ready());
         Ok(key_value)
+    }
+
+    /// Carries out `Identify`: the id of the key in the Secret, learned with the key itself at
+    /// the coderd where it was created (`urls`: that one, and the pass's), is recorded at once
+    /// (a fenced status write). Returns the status to decide from next, or `None` when coderd
+    /// refuses the key (401): it is no key any more, and is replaced.
+    async fn identify_key(
+        &self,
+        coderd: &Coderd,
+        plaintext: &SecretString,
+        (created_at, pass_url): (&str, &str),
+        mut previous: CoderProvisionerStatus,
+        writer: &mut StatusWriter<'_>,
+        report: &mut PassReport,
+    ) -> Result<Option<CoderProvisionerStatus>, Stop> {
+        let client = if created_at == pass_url {
+            coderd.client.clone()
+        } else {
+            self.ctx.coderd(created_at, &coderd.token)
+        };
+        let client = client.map_err(|error| key_failed(report, error))?;
+        let key = match keys::identify(&client, plaintext).await {
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                info!(provisioner = %self.key, "coderd refused the stored provisioner key; replacing it");
+                return Ok(None);
+            }
+            Err(CoderdError::RateLimited { retry_after }) => {
+                return Err(self.rate_limited(report, retry_after));
+            }
+            Err(error) => {
+                report.set(ConditionUpdate::failed(
+                    condition::KEY_READY,
+                    reason::KEY_FAILED,
+                    format!(
+                        "looking up the id of the provisioner key in Secret {:?} failed: {error}",
+                        self.names.key_secret
+                    ),
+                ));
+                return Err(KeyError::Coderd(error).into());
+            }
+        };
+        let text = |value: &Option<String>| value.clone().unwrap_or_default();
+        let record = keys::KeyRecord {
+            organization_id: text(&previous.organization_id),
+            organization_name: text(&previous.organization_name),
+            key_id: Some(key.id.clone()),
+            key_name: key.name,
+            tags_hash: text(&previous.tags_hash),
+            control_plane_ref: text(&previous.control_plane_ref_name),
+            control_plane_url: text(&previous.control_plane_url),
+        };
+        let secret_ref = previous.secret_ref.clone().unwrap_or_else(|| SecretKeyRef {
+            name: self.names.key_secret.clone(),
+            key: Some(self.names.key_secret_data_key.clone()),
+        });
+        report.key = Some((record, secret_ref));
+        writer
+            .write(report, self.observed.deployment.as_ref())
+            .await?;
+        previous.provisioner_key_id = Some(key.id);
+        Ok(Some(previous))
+    }
+
+    /// A 429 on a key request: `RateLimited` and the backoff of R-RL-2.
+    fn rate_limited(&self, report: &mut PassReport, retry_after: Option<Duration>) -> Stop {
+        let attempt = self.ctx.rate_limits.bump(&self.key);
+        let delay = backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
+        self.ctx
+            .key_hold_off
+            .hold(&self.key, Instant::now() + delay);
+        report.set(ConditionUpdate::failed(
+            condition::KEY_READY,
+            reason::RATE_LIMITED,
+            RATE_LIMITED_MESSAGE,
+        ));
+        Stop::Wait(Step::RateLimited(delay))
+    }
+
+    /// The key Secret this pass would write (same name, data key, owner, namespace), tried with
+    /// a server-side dry-run before any key request: a Secret the API server refuses (a data key
+    /// it rejects, a namespace whose Secret quota is full) would make the new key one to delete
+    /// again, on every retry. The refusal is reported as a refused Secret write is.
+    async fn secret_would_be_stored(
+        &self,
+        inputs: &ChildInputs<'_>,
+        report: &mut PassReport,
+    ) -> Result<(), Stop> {
+        let secret = children::key_secret(inputs, DRY_RUN_PLAINTEXT);
+        match apply::dry_run_apply(&self.ctx.client, &self.ctx.field_manager, &secret).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                report.set(ConditionUpdate::failed(
+                    condition::KEY_READY,
+                    reason::KEY_FAILED,
+                    format!(
+                        "the provisioner key Secret {:?} could not be written ({error}); no key was created in coderd",
+                        self.names.key_secret
+                    ),
+                ));
+                Err(KeyError::SecretWrite(error).into())
+            }
+        }
     }
 
     /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
@@ -538,6 +695,7 @@ impl Pass<'_> {
             Ok(client) => client,
             Err(error) => return Err(key_failed(report, error.clone())),
         };
+        self.secret_would_be_stored(inputs, report).await?;
         info!(provisioner = %self.key, %cause, "establishing provisioner key");
         let established = keys::establish(
             client,
@@ -554,18 +712,7 @@ impl Pass<'_> {
         let established = match established {
             Ok(established) => established,
             Err(CoderdError::RateLimited { retry_after }) => {
-                let attempt = self.ctx.rate_limits.bump(&self.key);
-                let delay =
-                    backoff::rate_limit_delay(attempt, retry_after, backoff::random_jitter());
-                self.ctx
-                    .key_hold_off
-                    .hold(&self.key, Instant::now() + delay);
-                report.set(ConditionUpdate::failed(
-                    condition::KEY_READY,
-                    reason::RATE_LIMITED,
-                    RATE_LIMITED_MESSAGE,
-                ));
-                return Err(Stop::Wait(Step::RateLimited(delay)));
+                return Err(self.rate_limited(report, retry_after));
             }
             Err(error) => return Err(key_failed(report, error)),
         };
@@ -642,7 +789,10 @@ impl Pass<'_> {
 /// deleted by id at once, or every retry would create another (the next create answers 409 and
 /// replaces it). Returns what became of it, for the condition message.
 async fn forget_unstored_key(client: &CoderdClient, record: &keys::KeyRecord) -> String {
-    match keys::delete_by_id(client, &record.organization_id, &record.key_id).await {
+    let Some(key_id) = &record.key_id else {
+        return "the new key's id is not known (its lookup failed), so it stays in coderd until the next create replaces it".to_owned();
+    };
+    match keys::delete_by_id(client, &record.organization_id, key_id).await {
         Ok(_) => "the new key was deleted from coderd".to_owned(),
         Err(error) => {
             warn!(key = %record.key_name, %error, "could not delete a key whose Secret could not be written");

@@ -94,7 +94,8 @@ pub fn next_status(
     if let Some((record, secret_ref)) = &report.key {
         status.organization_id = Some(record.organization_id.clone());
         status.organization_name = Some(record.organization_name.clone());
-        status.provisioner_key_id = Some(record.key_id.clone());
+        // `None` while the key's own lookup is pending: never the previous key's id.
+        status.provisioner_key_id = record.key_id.clone();
         status.provisioner_key_name = Some(record.key_name.clone());
         status.tags_hash = Some(record.tags_hash.clone());
         status.control_plane_ref_name = Some(record.control_plane_ref.clone());
@@ -440,7 +441,7 @@ mod tests {
         let record = KeyRecord {
             organization_id: "org-1".into(),
             organization_name: "default".into(),
-            key_id: "key-1".into(),
+            key_id: Some("key-1".into()),
             key_name: "sample".into(),
             tags_hash: "811c9dc5".into(),
             control_plane_ref: "cp".into(),
