@@ -1008,16 +1008,21 @@ mod tests {
         assert_eq!(coverage[2].level, Level::Core);
     }
 
-    #[test]
-    fn verify_recomputes_blame_and_verdicts_from_the_features() {
-        let text = "Feature: f\n  @R-KEY-4 @D-3\n  Scenario: s\n    When x\n    # checks: D-3\n    Then y\n    # checks: R-KEY-4\n    Then z\n";
+    /// The attribution of one feature file `a.feature` holding `text`.
+    fn attribution_of(text: &str) -> Attribution {
         let mut feature =
             gherkin::Feature::parse(text, gherkin::GherkinEnv::default()).expect("valid gherkin");
         feature.path = Some(PathBuf::from("a.feature"));
-        let attribution = Attribution::new(
+        Attribution::new(
             &[feature],
             &BTreeMap::from([("a.feature".to_owned(), text.to_owned())]),
-        );
+        )
+    }
+
+    #[test]
+    fn verify_recomputes_blame_and_verdicts_from_the_features() {
+        let text = "Feature: f\n  @R-KEY-4 @D-3\n  Scenario: s\n    When x\n    # checks: D-3\n    Then y\n    # checks: R-KEY-4\n    Then z\n";
+        let attribution = attribution_of(text);
         let mut failed = result("a.feature", 3, &["R-KEY-4", "D-3"], Status::Failed);
         failed.failed_step = Some(6);
         let mut results = vec![failed];
@@ -1054,13 +1059,7 @@ mod tests {
     fn verify_refuses_a_deleted_row_and_a_missing_coverage() {
         let text =
             "Feature: f\n  @D-3\n  Scenario: s\n    Then y\n  @D-3\n  Scenario: t\n    Then z\n";
-        let mut feature =
-            gherkin::Feature::parse(text, gherkin::GherkinEnv::default()).expect("valid gherkin");
-        feature.path = Some(PathBuf::from("a.feature"));
-        let attribution = Attribution::new(
-            &[feature],
-            &BTreeMap::from([("a.feature".to_owned(), text.to_owned())]),
-        );
+        let attribution = attribution_of(text);
         // The failed scenario at line 6 was deleted from the report.
         let results = vec![result("a.feature", 3, &["D-3"], Status::Passed)];
         let mut report = crate::report::model::tests::report(results.clone());
