@@ -162,6 +162,8 @@ Feature: The provisioner Deployment
     When the sample provisioner is applied
     Then no Deployment named "provisioner-{provisioner}" exists during the observation window
     When the namespace accepts new <kind> again
+    # How soon depends on the operator's own error backoff: not D-1's to judge.
+    # checks: none
     Then the provisioner becomes Ready
 
     Examples:
