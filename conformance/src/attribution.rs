@@ -34,7 +34,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use cucumber::gherkin;
 
-use crate::report::collector::{feature_file, rule_tags, rules_named_in};
+use crate::report::collector::{feature_file, rule_tags, rules_named_in, step_failure};
 use crate::report::model::{RuleVerdict, ScenarioResult, Status};
 
 /// Opens a marker comment: `# checks: R-RL-4, D-5`.
@@ -263,7 +263,8 @@ impl Attribution {
                 .unwrap_or_default(),
             _ => return Vec::new(),
         };
-        let named = rules_named_in(result.reason.as_deref().unwrap_or_default());
+        // Only the step's own message narrows: the after-hook's findings are blamed apart.
+        let named = rules_named_in(step_failure(result.reason.as_deref().unwrap_or_default()));
         let narrowed: Vec<String> = checks
             .iter()
             .filter(|rule| named.contains(rule))
@@ -539,6 +540,17 @@ Feature: f
         assert_eq!(verdicts, [RuleVerdict::NotReached, RuleVerdict::Failed]);
         // A rule the step does not check, named in passing, blames nothing of its own.
         result.reason = Some("see R-KEY-4 (R-KEY-4)".into());
+        assert_eq!(judged(result).0, TWO);
+    }
+
+    /// The step's own message names no rule; an after-hook finding naming one of the step's
+    /// rules does not narrow the step's blame to it.
+    #[test]
+    fn after_hook_findings_do_not_narrow_the_failing_step() {
+        let mut result = failed_at(Some(10), 7, TWO);
+        result.reason = Some(
+            "step \"Then nothing else changed\" failed: timed out; the After hook failed: after the scenario: x (R-RL-4)".into(),
+        );
         assert_eq!(judged(result).0, TWO);
     }
 
