@@ -317,6 +317,83 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
     }
 }
 
+/// The cases one step simpler than `case`, the largest simplifications first (for shrinking a
+/// failing case): the name at 12 characters, each optional spec field removed, each tag, key
+/// field, extraEnv entry or extraArg removed, the control plane's image removed, and its
+/// entitlement check fresh and `entitled`. `controlPlaneRef` always stays.
+pub fn simpler(case: &Case) -> Vec<Case> {
+    const SHORT: usize = 12;
+    let mut out = Vec::new();
+    let with_spec = |spec: Map<String, Value>| Case {
+        spec: Value::Object(spec),
+        ..case.clone()
+    };
+    if case.name.len() > SHORT {
+        let mut name = case.name[..SHORT].to_owned();
+        while name.ends_with('-') {
+            name.pop();
+        }
+        out.push(Case {
+            name,
+            ..case.clone()
+        });
+    }
+    let spec = case.spec.as_object().cloned().unwrap_or_default();
+    for field in spec.keys().filter(|f| *f != "controlPlaneRef") {
+        let mut smaller = spec.clone();
+        smaller.remove(field);
+        out.push(with_spec(smaller));
+    }
+    for (field, value) in &spec {
+        match value {
+            Value::Object(members) if members.len() > 1 => {
+                for member in members.keys() {
+                    let mut fewer = members.clone();
+                    fewer.remove(member);
+                    let mut smaller = spec.clone();
+                    smaller.insert(field.clone(), Value::Object(fewer));
+                    out.push(with_spec(smaller));
+                }
+            }
+            Value::Array(items) if items.len() > 1 => {
+                for at in 0..items.len() {
+                    let mut fewer = items.clone();
+                    fewer.remove(at);
+                    let mut smaller = spec.clone();
+                    smaller.insert(field.clone(), Value::Array(fewer));
+                    out.push(with_spec(smaller));
+                }
+            }
+            _ => {}
+        }
+    }
+    if case.control_plane_image.is_some() {
+        out.push(Case {
+            control_plane_image: None,
+            ..case.clone()
+        });
+    }
+    if case.entitlement != Entitlement::FreshEntitled {
+        out.push(Case {
+            entitlement: Entitlement::FreshEntitled,
+            ..case.clone()
+        });
+    }
+    out
+}
+
+/// The name of a shrinking trial: `name` with its end replaced by `-t<trial>`, the same length,
+/// so that a trial keeps the name's shape (at or past a limit) and never meets an earlier one.
+pub fn trial_name(name: &str, trial: usize) -> String {
+    let suffix = format!("t{trial}");
+    let keep = name.len().saturating_sub(suffix.len()).max(1);
+    let mut head = name[..keep].trim_end_matches('-').to_owned();
+    if head.is_empty() {
+        head.push('g');
+    }
+    format!("{head}{suffix}")
+}
+
 /// The case as a reader wants it in a failure: name, spec, and the change.
 pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     let spec = serde_json::to_string(&case.spec).unwrap_or_default();
@@ -384,6 +461,44 @@ mod tests {
             organizations: ["conf-a".into(), "conf-b".into()],
             control_planes: ["cp".into(), "cp2".into()],
         }
+    }
+
+    #[test]
+    fn each_simpler_case_is_one_step_smaller_and_keeps_its_control_plane() {
+        for seed in FIXED_SEEDS {
+            let case = case(seed, &context());
+            let size = |c: &Case| {
+                serde_json::to_string(&c.spec).unwrap().len()
+                    + c.name.len()
+                    + usize::from(c.control_plane_image.is_some())
+                    + usize::from(c.entitlement != Entitlement::FreshEntitled)
+            };
+            for smaller in simpler(&case) {
+                assert!(size(&smaller) < size(&case), "{smaller:?} from {case:?}");
+                assert_eq!(
+                    smaller.spec.get("controlPlaneRef"),
+                    case.spec.get("controlPlaneRef")
+                );
+            }
+        }
+        let bare = Case {
+            name: "gen1-abc".into(),
+            spec: json!({"controlPlaneRef": {"name": "cp"}}),
+            entitlement: Entitlement::FreshEntitled,
+            control_plane_image: None,
+        };
+        assert!(
+            simpler(&bare).is_empty(),
+            "the smallest case has nothing to drop"
+        );
+    }
+
+    #[test]
+    fn a_trial_name_keeps_the_length_and_never_ends_in_a_dash() {
+        assert_eq!(trial_name("gen3-abcdefgh", 7), "gen3-abcdeft7");
+        assert_eq!(trial_name("gen3-abc-xy", 5), "gen3-abct5");
+        let long = name_of_length(&mut StdRng::seed_from_u64(1), "gen1-", 70);
+        assert_eq!(trial_name(&long, 3).len(), 70);
     }
 
     #[test]

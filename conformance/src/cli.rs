@@ -255,6 +255,10 @@ pub struct RunArgs {
     /// The first seed of --explore (default: drawn from the clock, and printed).
     #[arg(long, value_name = "SEED", requires = "explore")]
     pub explore_from: Option<u64>,
+    /// How long a failed generated case may look for the smallest spec that still fails, trying
+    /// one-step simpler specs as new CRs in its namespace (0: no shrinking).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub shrink_seconds: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -815,6 +819,7 @@ async fn prepare(
         audit_log: control_plane
             .as_ref()
             .map(LocalControlPlane::audit_log_path),
+        shrink_budget: Duration::from_secs(args.shrink_seconds).mul_f64(timeouts.scale),
     });
     Ok(Prepared {
         environment,
@@ -990,6 +995,11 @@ async fn after_scenario(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .set_extras(scenario_key, calls, diagnostics);
+    // After the diagnostics, which show the scenario's own objects, not the trials'.
+    if failed && let Some(shrunk) = crate::steps::generated::shrink(world).await {
+        eprintln!("conformance: \"{scenario_name}\": {shrunk}");
+        findings.push(shrunk);
+    }
     if let Err(error) = crate::steps::coderd::clear_scenario_faults(world).await {
         eprintln!("conformance: could not clear the scenario's coderd faults: {error:#}");
     }

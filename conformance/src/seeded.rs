@@ -905,6 +905,8 @@ async fn try_run_suite(
         .arg("--features")
         .arg(&args.features)
         .args(["--concurrency", &args.concurrency.to_string()])
+        // A verdict needs the failure, not its smallest case.
+        .args(["--shrink-seconds", "0"])
         .args([
             "--impl-name",
             &format!("coder-provisioner-operator ({})", run.label()),

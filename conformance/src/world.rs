@@ -86,6 +86,9 @@ pub struct Environment {
     /// The API server's audit log of ServiceAccount requests, when the suite started the API
     /// server (local tier); `None` elsewhere.
     pub audit_log: Option<PathBuf>,
+    /// How long a failed generated case may spend looking for a smaller failing case (zero:
+    /// not at all).
+    pub shrink_budget: std::time::Duration,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();

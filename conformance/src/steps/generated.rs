@@ -42,55 +42,59 @@ fn generated(world: &ProvisionerWorld) -> anyhow::Result<&Generated> {
     })
 }
 
-#[when(expr = "the provisioner generated from seed {int} is applied")]
-async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::Result<()> {
-    world.mark_action().await?;
-    let case = cases::case(seed, &context(world)?);
-    let cr = json!({
-        "apiVersion": "coder.com/v1alpha1",
-        "kind": "CoderProvisioner",
-        "metadata": {"name": case.name, "namespace": world.namespace},
-        "spec": case.spec,
-    });
+/// Applies `case` as the CoderProvisioner `name`, after giving the control plane the
+/// entitlement check and image the case says (the fixture's own image when it says none).
+async fn apply_case(world: &ProvisionerWorld, case: &Case, name: &str) -> anyhow::Result<()> {
     let long_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(5);
     let status = case.entitlement.status_patch(
         &super::fixture::now_rfc3339(),
         &jiff::Timestamp::from_second(long_ago.as_second())?.to_string(),
     );
     super::fixture::patch_control_plane_status(world, &status).await?;
-    if let Some(image) = &case.control_plane_image {
-        world
-            .control_planes()
-            .patch(
-                CONTROL_PLANE,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"image": image}})),
-            )
-            .await
-            .context("setting the control plane's image")?;
-    }
+    let image = case
+        .control_plane_image
+        .as_ref()
+        .or(world.env.daemon_image.as_ref());
+    world
+        .control_planes()
+        .patch(
+            CONTROL_PLANE,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"image": image}})),
+        )
+        .await
+        .context("setting the control plane's image")?;
+    let cr = json!({
+        "apiVersion": "coder.com/v1alpha1",
+        "kind": "CoderProvisioner",
+        "metadata": {"name": name, "namespace": world.namespace},
+        "spec": case.spec,
+    });
+    world
+        .provisioners()
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&cr),
+        )
+        .await?;
+    Ok(())
+}
+
+#[when(expr = "the provisioner generated from seed {int} is applied")]
+async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::Result<()> {
+    world.mark_action().await?;
+    let case = cases::case(seed, &context(world)?);
     world.provisioner = case.name.clone();
+    let described = cases::describe(seed, &case, None);
+    apply_case(world, &case, &case.name)
+        .await
+        .with_context(|| format!("applying the {described}"))?;
     world.generated = Some(Generated {
         seed,
         case,
         change: None,
     });
-    world
-        .provisioners()
-        .patch(
-            &world.provisioner,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&cr),
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "applying the {}",
-                generated(world)
-                    .map(Generated::describe)
-                    .unwrap_or_default()
-            )
-        })?;
     Ok(())
 }
 
@@ -227,4 +231,129 @@ async fn generated_entitlement_budget(world: &mut ProvisionerWorld) -> anyhow::R
     )
     .await
     .with_context(|| described)
+}
+
+/// What one shrinking trial showed.
+enum Trial {
+    /// The smaller case fails too: it did not settle, or the oracle found something.
+    Fails,
+    Passes,
+    /// The shrinking budget ran out before the trial could tell.
+    Undecided,
+}
+
+/// Whether `case`, applied as `name`, settles and satisfies the oracle, before and (when the
+/// scenario got that far) after its seed's change.
+async fn trial(
+    world: &ProvisionerWorld,
+    context: &cases::Context,
+    seed: u64,
+    case: &Case,
+    name: &str,
+    with_change: bool,
+    deadline: tokio::time::Instant,
+) -> anyhow::Result<Trial> {
+    apply_case(world, case, name).await?;
+    let phases = if with_change { 2 } else { 1 };
+    for phase in 0..phases {
+        if phase == 1 {
+            let change = cases::change(seed, case, context);
+            world
+                .provisioners()
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": change.patch})),
+                )
+                .await?;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let usual = world.timeouts().eventually;
+        let timeouts = wait::Timeouts {
+            eventually: left.min(usual),
+            ..*world.timeouts()
+        };
+        let settled = world
+            .provisioner_named_within(name, "the trial to settle", &timeouts, |cr| {
+                if oracle::settled(cr) {
+                    Ok(())
+                } else {
+                    Err("not settled".to_owned())
+                }
+            })
+            .await;
+        match settled {
+            Err(_) if left < usual => return Ok(Trial::Undecided),
+            Err(_) => return Ok(Trial::Fails),
+            Ok(()) => {}
+        }
+        if !crate::invariants::settled_findings(world, name)
+            .await?
+            .is_empty()
+        {
+            return Ok(Trial::Fails);
+        }
+    }
+    Ok(Trial::Passes)
+}
+
+/// After a generated case failed: the smallest case one-step simplifications of it reach that
+/// still fails to settle or to satisfy the oracle ([`cases::simpler`], greedily, each trial a
+/// new CR in the scenario's namespace), within the run's shrinking budget. `None` when shrinking
+/// is off, or no simpler case fails.
+pub async fn shrink(world: &ProvisionerWorld) -> Option<String> {
+    let budget = world.env.shrink_budget;
+    let generated = world.generated.as_ref()?;
+    if budget.is_zero() {
+        return None;
+    }
+    let context = context(world).ok()?;
+    let deadline = tokio::time::Instant::now() + budget;
+    let with_change = generated.change.is_some();
+    let mut smallest = generated.case.clone();
+    let mut trials = 0;
+    let mut stopped = None;
+    'smaller: loop {
+        for candidate in cases::simpler(&smallest) {
+            trials += 1;
+            let name = cases::trial_name(&candidate.name, trials);
+            let outcome = trial(
+                world,
+                &context,
+                generated.seed,
+                &candidate,
+                &name,
+                with_change,
+                deadline,
+            )
+            .await;
+            match outcome {
+                Ok(Trial::Fails) => {
+                    smallest = candidate;
+                    continue 'smaller;
+                }
+                Ok(Trial::Passes) => {}
+                Ok(Trial::Undecided) => {
+                    stopped = Some(format!("its {}s budget ran out", budget.as_secs()));
+                    break 'smaller;
+                }
+                Err(error) => {
+                    stopped = Some(format!("trial {trials} could not run: {error:#}"));
+                    break 'smaller;
+                }
+            }
+        }
+        break;
+    }
+    if smallest == generated.case {
+        return stopped.map(|why| format!("no smaller failing case found ({why})"));
+    }
+    let change = with_change.then(|| cases::change(generated.seed, &smallest, &context));
+    Some(format!(
+        "smallest failing case found in {trials} trials{}: {}",
+        stopped
+            .map(|why| format!(" (not the smallest possible: {why})"))
+            .unwrap_or_default(),
+        cases::describe(generated.seed, &smallest, change.as_ref())
+    ))
 }
