@@ -69,6 +69,7 @@ Feature: Credential Secrets referenced by extraEnv
       | case                      | secret            | labels                         | annotations                                                      | reason                        |
       | label missing             | proxy-credentials | {}                             | {coder.com/credential-destinations: "{origin}"}                  | CredentialLabelMissing        |
       | label not "true"          | proxy-credentials | {coder.com/credential: "yes"}  | {coder.com/credential-destinations: "{origin}"}                  | CredentialLabelMissing        |
+      | label "True", not "true"  | proxy-credentials | {coder.com/credential: "True"} | {coder.com/credential-destinations: "{origin}"}                  | CredentialLabelMissing        |
       | annotation missing        | proxy-credentials | {coder.com/credential: "true"} | {}                                                               | CredentialDestinationMissing  |
       | another origin            | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "https://coder.example.com"} | CredentialDestinationMismatch |
       | lookalike host suffix     | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://127.0.0.1.evil.test"} | CredentialDestinationMismatch |
@@ -109,6 +110,12 @@ Feature: Credential Secrets referenced by extraEnv
       | https://coder.example.com       | HTTPS://CODER.EXAMPLE.COM         | matches | True   | CredentialsValid |
       | https://coder.example.com/coder | https://coder.example.com         | matches | True   | CredentialsValid |
       | https://[2001:db8::1]:8443      | https://[2001:db8::1]:8443        | matches | True   | CredentialsValid |
+
+    Examples: a list of origins, however it is spaced
+      | url                       | destination                                            | verdict | status | reason           |
+      | https://coder.example.com | https://other.example.com,https://coder.example.com    | matches | True   | CredentialsValid |
+      | https://coder.example.com | https://coder.example.com,https://other.example.com    | matches | True   | CredentialsValid |
+      | https://coder.example.com | https://other.example.com ,  https://coder.example.com | matches | True   | CredentialsValid |
 
     Examples: another origin
       | url                             | destination                           | verdict        | status | reason                        |

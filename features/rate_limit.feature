@@ -97,3 +97,18 @@ Feature: Rate limiting by coderd
     Then coderd saw exactly 1 DELETE on "provisionerkey"
     # checks: R-KEY-23, R-RL-5
     And every DELETE on "provisionerkey" carried the rate-limit bypass header
+
+  # Only an owner may bypass the rate limit: coderd answers 428 to anyone else who asks, and the
+  # operator repeats the same request once without the header.
+  @R-KEY-23 @R-RL-5 @extended
+  Scenario: A token that may not bypass the rate limit repeats its requests without the header
+    Given a Ready control plane with operator access
+    And the operator's token is a template admin's, not an owner's
+    And the control plane's entitlement check is older than two minutes
+    When the sample provisioner is applied
+    # checks: R-KEY-23, R-RL-5
+    Then the provisioner becomes Ready
+    # checks: R-KEY-23, R-RL-5
+    And every POST on "provisionerkeys" answered 428 was repeated once without the rate-limit bypass header
+    # checks: R-KEY-23, R-RL-5
+    And every GET on "entitlements" answered 428 was repeated once without the rate-limit bypass header

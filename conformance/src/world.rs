@@ -563,6 +563,28 @@ impl ProvisionerWorld {
         Ok(())
     }
 
+    /// Gives the operator the token of a new user of the scenario's organization with `role`
+    /// instead of the owner's: its requests are then the scenario's (the journal follows).
+    pub async fn operator_user_becomes(
+        &mut self,
+        role: fake_coderd::UserRole,
+    ) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        let coderd = self.scenario_coderd()?;
+        let user = format!("{}-{role:?}", coderd.user).to_lowercase();
+        let mut seed = fake_coderd::SeedUser::new(&user, role);
+        seed.organizations = vec![coderd.organization.clone()];
+        let token = admin
+            .add_user_with(&seed)
+            .await
+            .with_context(|| format!("creating the coderd user {user}"))?;
+        let coderd = self.coderd.as_mut().expect("checked above");
+        coderd.token_fingerprint = fake_coderd::fingerprint(&token);
+        coderd.user = user;
+        coderd.token = token;
+        self.write_operator_token_secret().await
+    }
+
     /// The operator token Secret the fixture control plane points at.
     pub async fn write_operator_token_secret(&mut self) -> anyhow::Result<()> {
         let token = self.scenario_coderd()?.token.clone();

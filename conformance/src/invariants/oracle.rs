@@ -142,14 +142,23 @@ impl Expected {
         }
     }
 
-    /// R-RES-1: the child name of `kind`, when the CR's name is short enough to need no hash.
-    fn child_name(&self, kind: &str) -> Option<String> {
-        let name = match kind {
-            "ServiceAccount" => format!("{}-provisioner", self.name),
-            "Secret" => return self.secret_name.clone(),
-            _ => format!("provisioner-{}", self.name),
+    /// The child name of `kind` with the rule that gives it: R-RES-1's, or past 63 characters
+    /// R-RES-2's shortened form (the CR name's first 42 characters and its FNV-1a hash). `None`
+    /// for a key Secret whose default name must be shortened.
+    fn child_name(&self, kind: &str) -> Option<(String, &'static str)> {
+        const KEPT: usize = 42;
+        let (prefix, suffix, rule) = match kind {
+            "Secret" => return self.secret_name.clone().map(|name| (name, "R-SEC-1")),
+            "ServiceAccount" => ("", "-provisioner", "R-RBAC-3"),
+            _ => ("provisioner-", "", "R-RES-1"),
         };
-        (name.len() <= MAX_NAME).then_some(name)
+        let full = format!("{prefix}{}{suffix}", self.name);
+        if full.len() <= MAX_NAME {
+            return Some((full, rule));
+        }
+        let kept: String = self.name.chars().take(KEPT).collect();
+        let hash = fnv1a_hex(self.name.as_bytes());
+        Some((format!("{prefix}{kept}-{hash}{suffix}"), "R-RES-2"))
     }
 }
 
@@ -452,7 +461,7 @@ fn the_child<'a>(
     let child = match (children.as_slice(), &wanted) {
         ([], _) => None,
         ([only], _) => Some(*only),
-        (several, Some(wanted)) => several
+        (several, Some((wanted, _))) => several
             .iter()
             .find(|c| text(c, "/metadata/name") == Some(wanted.as_str()))
             .copied(),
@@ -461,15 +470,15 @@ fn the_child<'a>(
     let Some(child) = child else {
         found.push(format!(
             "no {kind}{} controlled by CoderProvisioner {} ({rule})",
-            wanted.map(|w| format!(" {w}")).unwrap_or_default(),
+            wanted.map(|(w, _)| format!(" {w}")).unwrap_or_default(),
             expected.name
         ));
         return None;
     };
     let name = text(child, "/metadata/name").unwrap_or_default();
     match &wanted {
-        Some(wanted) if name != wanted => found.push(format!(
-            "the {kind} controlled by CoderProvisioner {} is named {name:?}, not {wanted:?} ({rule})",
+        Some((wanted, naming_rule)) if name != wanted => found.push(format!(
+            "the {kind} controlled by CoderProvisioner {} is named {name:?}, not {wanted:?} ({naming_rule})",
             expected.name
         )),
         None if name.len() > if kind == "Secret" { 253 } else { MAX_NAME } => found.push(format!(

@@ -738,6 +738,71 @@ async fn bypass_header(
     Ok(())
 }
 
+/// R-KEY-23: coderd answers 428 to a bypass header from anyone but an owner.
+#[given("the operator's token is a template admin's, not an owner's")]
+async fn operator_token_of_template_admin(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    world
+        .operator_user_becomes(fake_coderd::UserRole::TemplateAdmin)
+        .await
+}
+
+/// R-KEY-23: each request coderd answered 428 (the bypass header from a user who may not
+/// bypass) is followed by the same request without the header, which coderd did not refuse so.
+#[then(
+    expr = "every {word} on {string} answered 428 was repeated once without the rate-limit bypass header"
+)]
+async fn repeated_without_bypass(
+    world: &mut ProvisionerWorld,
+    method: String,
+    alias: String,
+) -> anyhow::Result<()> {
+    let template = route_template(&alias)?;
+    let journal = world.journal().await?;
+    let matching: Vec<&JournalEntry> = journal
+        .iter()
+        .filter(|e| e.method.eq_ignore_ascii_case(&method) && e.route.as_deref() == Some(template))
+        .collect();
+    let refused: Vec<usize> = (0..matching.len())
+        .filter(|&i| matching[i].status == 428)
+        .collect();
+    if refused.is_empty() {
+        bail!(
+            "coderd answered no {method} on {template} with 428 ({} seen): the token may bypass the rate limit, or the header was never sent",
+            matching.len()
+        );
+    }
+    let mut problems = Vec::new();
+    for i in refused {
+        let with_bypass = |e: &JournalEntry| {
+            e.bypass_ratelimit
+                .as_deref()
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        };
+        match matching.get(i + 1) {
+            None => problems.push(format!(
+                "{} {} answered 428 was not repeated",
+                method, matching[i].path
+            )),
+            Some(next) if with_bypass(next) || next.path != matching[i].path => {
+                problems.push(format!(
+                    "{} {} answered 428 was followed by {} {} (header {:?}, answered {})",
+                    method,
+                    matching[i].path,
+                    next.method,
+                    next.path,
+                    next.bypass_ratelimit,
+                    next.status
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    Ok(())
+}
+
 #[given(expr = "a provisioner key named {string} already exists in the scenario's organization")]
 async fn key_exists(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let organization = world.scenario_coderd()?.organization.clone();

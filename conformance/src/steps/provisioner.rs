@@ -132,6 +132,17 @@ async fn the_sample_is_applied_with(
     .await
 }
 
+/// The sample under another name, as the scenario's provisioner (names at a length limit).
+#[when(expr = "the sample provisioner is applied under the name {string}")]
+async fn the_sample_is_applied_as(
+    world: &mut ProvisionerWorld,
+    name: String,
+) -> anyhow::Result<()> {
+    apply_sample(world, Some(&name), None).await?;
+    world.provisioner = name;
+    Ok(())
+}
+
 /// Another CR next to the scenario's provisioner: the sample named `name`, with the docstring
 /// (placeholders expanded, so it can name the first provisioner's objects) merged into its spec.
 #[when(expr = "a second provisioner {string} is applied with spec:")]

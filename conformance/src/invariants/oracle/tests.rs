@@ -223,3 +223,56 @@ fn defaults_apply_when_the_spec_is_silent() {
 fn quantities_compare_by_value(#[case] a: &str, #[case] b: &str, #[case] same: bool) {
     assert_eq!(same_quantities(&json!(a), &json!(b)), same);
 }
+
+/// R-RES-1 up to 63 characters, R-RES-2's 42 characters and hash past them.
+#[rstest]
+#[case::at_the_limit(51, "Deployment", None)]
+#[case::sa_at_the_limit(51, "ServiceAccount", None)]
+#[case::past_the_limit(52, "Deployment", Some("R-RES-2"))]
+fn child_names_follow_the_contract_at_the_limit(
+    #[case] length: usize,
+    #[case] kind: &str,
+    #[case] shortened_by: Option<&str>,
+) {
+    let name: String = "n".repeat(length);
+    let expected = Expected {
+        name: name.clone(),
+        uid: String::new(),
+        organization: "default".into(),
+        key_name: None,
+        secret_name: None,
+        secret_key: "key".into(),
+        tags: BTreeMap::new(),
+        control_plane: String::new(),
+    };
+    let (child, rule) = expected.child_name(kind).unwrap();
+    match shortened_by {
+        None => assert!(child.len() == 63 && child.contains(&name), "{child}"),
+        Some(by) => {
+            assert_eq!(rule, by);
+            assert_eq!(
+                child,
+                format!("provisioner-{}-{}", &name[..42], fnv1a_hex(name.as_bytes()))
+            );
+        }
+    }
+}
+
+#[test]
+fn a_long_name_hashes_as_the_contract_says() {
+    let name = "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one";
+    let expected = Expected {
+        name: name.into(),
+        uid: String::new(),
+        organization: "default".into(),
+        key_name: None,
+        secret_name: None,
+        secret_key: "key".into(),
+        tags: BTreeMap::new(),
+        control_plane: String::new(),
+    };
+    assert_eq!(
+        expected.child_name("ServiceAccount").unwrap().0,
+        "a-provisioner-with-a-name-long-enough-to-n-76808a64-provisioner"
+    );
+}
