@@ -22,7 +22,7 @@ Feature: Two replicas, one leader
     Then another replica takes over the Lease
     And the provisioner becomes Ready
     When the paused replica resumes
-    Then coderd sees no provisioner key requests since the last action for 3 seconds
+    Then coderd sees no provisioner key requests since the last action during the observation window
     And coderd saw exactly 1 POST on "provisionerkeys"
     And coderd saw no DELETE on "provisionerkey"
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"

@@ -187,10 +187,10 @@ pub struct RunArgs {
     /// Stop at the first failing scenario.
     #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
-    /// Scenarios run at the same time (`@serial` ones always run alone). Default: 16 on the local
-    /// tier (no kubelets; most of a scenario is waiting: on 2 cores 16 took the concurrent part
-    /// from 64 s at 12 to 52 s, and 8 left the cores idle), 4 on clusters that also run the
-    /// operator, the fake coderd and provisioner pods.
+    /// Scenarios run at the same time (`@serial` ones always run alone). Default: 32 on the local
+    /// tier (no kubelets; a scenario mostly waits out its 8 s observation window: on 2 cores the
+    /// whole run took 183 s at 16, 140 s at 32 and 135 s at 48, each scenario a little slower), 4
+    /// on clusters that also run the operator, the fake coderd and provisioner pods.
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
@@ -283,7 +283,7 @@ impl RunArgs {
     /// `--concurrency`, or the tier's default (see the flag).
     pub fn concurrency(&self) -> usize {
         let default = match self.cluster {
-            ClusterTier::Local => 16,
+            ClusterTier::Local => 32,
             ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,
         };
         self.concurrency.unwrap_or(default).max(1)
@@ -1518,7 +1518,7 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case(&[], 16)]
+    #[case(&[], 32)]
     #[case(&["--cluster", "kind"], 4)]
     #[case(&["--cluster", "kubeconfig"], 4)]
     #[case(&["--concurrency", "2"], 2)]

@@ -370,8 +370,9 @@ pub struct SeededArgs {
     /// Suite runs at the same time; each starts its own local control plane.
     #[arg(long, default_value_t = 3)]
     pub jobs: usize,
-    /// Scenarios at the same time within one suite run.
-    #[arg(long, default_value_t = 4)]
+    /// Scenarios at the same time within one suite run (the unbroken operator's runs, of every
+    /// variant's scenarios, are the longest).
+    #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Multiplies every wait deadline of the suite (slow machines).
     #[arg(long)]
