@@ -6,9 +6,9 @@ Feature: Two replicas, one leader
   another replica must not finish that pass: its key requests would replace the key the new
   leader just made. A leader that stops hands its Lease over at once.
 
-  The suite stops the operator, starts two replicas of it with leader election
-  (POD_NAME=conformance-replica-a and -b; the Lease holder identity names the replica) and
-  starts the operator again afterwards.
+  The suite stops the operator, starts two replicas of it with leader election, the first
+  alone so that the Lease holder identity it takes is known to be its own (POD_NAME is
+  conformance-replica-a and -b), and starts the operator again afterwards.
 
   Background:
     Given a Ready control plane with operator access

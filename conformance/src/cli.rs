@@ -129,9 +129,11 @@ pub struct StartedOperatorArgs {
     pub operator_cmd: Option<String>,
     /// The command (through `sh -c`) of one replica of the operator running with leader
     /// election, for the `@leader-election` scenarios: the suite stops the operator, starts two
-    /// replicas with this command (POD_NAME=conformance-replica-N, which the Lease holder
-    /// identity must contain) and pauses or stops the leader. Built in for the reference
-    /// operator; without it, `--operator-cmd` runs skip those scenarios.
+    /// replicas with this command (POD_NAME=conformance-replica-a, -b and
+    /// CONFORMANCE_REPLICA_INDEX=0, 1, for ports of their own on one host; the holder identity
+    /// may be anything, e.g. `<hostname>_<uuid>`: the first replica starts alone) and pauses or
+    /// stops the leader. Built in for the reference operator; without it, `--operator-cmd` runs
+    /// skip those scenarios.
     #[arg(long)]
     pub replica_cmd: Option<String>,
     /// RBAC manifests the started operator runs under (default: the suite's config/rbac, built

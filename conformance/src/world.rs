@@ -189,6 +189,11 @@ pub struct ProvisionerWorld {
     pub background: Vec<tokio::task::AbortHandle>,
     /// Leader-elected replicas of the operator a step started (the after-hook stops them).
     pub replicas: Vec<crate::implementation::OperatorProcess>,
+    /// Lease holder identities seen while one replica alone could take the Lease → its name
+    /// (for identities that do not contain the replica's name, e.g. `<hostname>_<uuid>`).
+    pub replica_identities: BTreeMap<String, String>,
+    /// The Lease holders before the first replica started (the stopped operator's own).
+    pub holders_before_replicas: std::collections::BTreeSet<String>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
     journal_seen: tokio::sync::Mutex<JournalSeen>,
     /// The watch on the scenario's namespace (see [`crate::invariants::recorder`]).
@@ -383,6 +388,8 @@ impl ProvisionerWorld {
             violations: Default::default(),
             background: Vec::new(),
             replicas: Vec::new(),
+            replica_identities: BTreeMap::new(),
+            holders_before_replicas: Default::default(),
             journal_seen: Default::default(),
             recorder: None,
             planted_keys: false,
@@ -848,14 +855,16 @@ impl ProvisionerWorld {
         Ok(())
     }
 
-    /// Stops the operator and starts `count` leader-elected replicas of it in its place
-    /// (named `conformance-replica-a`, `-b`, …); the after-hook stops them and starts the
-    /// operator again.
-    pub async fn start_replicas(&mut self, count: u8) -> anyhow::Result<()> {
+    /// Starts one more leader-elected replica of the operator, named
+    /// `conformance-replica-a`, `-b`, … (stopping the operator itself before the first); the
+    /// after-hook stops them and starts the operator again.
+    pub async fn start_replica(&mut self) -> anyhow::Result<String> {
         let command = self.env.replica_command.clone().ok_or_else(|| {
             anyhow!("the suite knows no command for a leader-elected replica (--replica-cmd)")
         })?;
-        self.stop_operator().await?;
+        if self.replicas.is_empty() {
+            self.stop_operator().await?;
+        }
         let Operator::Started(process) = &self.env.operator else {
             bail!("replicas are started only for an operator the suite started itself");
         };
@@ -863,16 +872,16 @@ impl ProvisionerWorld {
         let operator = guard
             .as_ref()
             .ok_or_else(|| anyhow!("the operator was already stopped"))?;
-        for letter in (b'a'..).take(usize::from(count)) {
-            let name = format!(
-                "{}{}",
-                crate::implementation::REPLICA_NAME_PREFIX,
-                char::from(letter)
-            );
-            self.replicas
-                .push(operator.replica(command.clone(), &name)?);
-        }
-        Ok(())
+        let letter = b'a' + u8::try_from(self.replicas.len()).context("too many replicas")?;
+        let name = format!(
+            "{}{}",
+            crate::implementation::REPLICA_NAME_PREFIX,
+            char::from(letter)
+        );
+        let replica = operator.replica(command, &name, self.replicas.len())?;
+        drop(guard);
+        self.replicas.push(replica);
+        Ok(name)
     }
 
     /// Namespace and name of the operator's ServiceAccount, known when the suite started the

@@ -51,6 +51,9 @@ pub const REFERENCE_REPLICA_ARGS: [&str; 10] = [
 /// `POD_NAME` of the suite's replicas is this prefix and a number; an operator's Lease holder
 /// identity contains it (client-go and controller-runtime use the host name, a pod's name).
 pub const REPLICA_NAME_PREFIX: &str = "conformance-replica-";
+/// Environment variable holding a replica's index (0, 1, …), from which a replica command with
+/// fixed ports derives ports of its own (`--metrics-bind-address=:$((8080 + 10 * CONFORMANCE_REPLICA_INDEX))`).
+pub const REPLICA_INDEX_ENV: &str = "CONFORMANCE_REPLICA_INDEX";
 /// Environment variable naming the namespace to watch (operator-sdk convention; the reference
 /// operator reads it too).
 pub const WATCH_NAMESPACE_ENV: &str = "WATCH_NAMESPACE";
@@ -242,12 +245,20 @@ impl OperatorProcess {
     }
 
     /// Another process of the same operator: `command` with this one's identity, kubeconfig and
-    /// environment, `POD_NAME=<name>`, logging to `<name>.log` next to this one's log.
-    pub fn replica(&self, command: OperatorCommand, name: &str) -> anyhow::Result<Self> {
+    /// environment, `POD_NAME=<name>` and [`REPLICA_INDEX_ENV`], logging to `<name>.log` next to this one's log.
+    pub fn replica(
+        &self,
+        command: OperatorCommand,
+        name: &str,
+        index: usize,
+    ) -> anyhow::Result<Self> {
         let mut spec = self.spec.clone();
         spec.command = command;
         spec.extra_env
             .push(("POD_NAME".to_owned(), name.to_owned()));
+        // Replicas share the host: a command with fixed ports derives its own from this.
+        spec.extra_env
+            .push((REPLICA_INDEX_ENV.to_owned(), index.to_string()));
         let dir = self.log.parent().unwrap_or(Path::new("."));
         let mut replica = Self {
             spec,

@@ -2,7 +2,8 @@
 //! paused (SIGSTOP) or stopped, and who holds the Lease.
 //!
 //! The suite names its replicas `conformance-replica-a`, `-b` (their `POD_NAME`); the leader is
-//! the replica whose name the holder identity of a Lease in the operator's namespace contains.
+//! the replica whose name the holder identity of a Lease in the operator's namespace contains,
+//! or, for identities that do not (`<hostname>_<uuid>`), the one that identity was observed for.
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
@@ -21,24 +22,94 @@ const PAUSED: &str = "paused replica";
 /// Where the stop step remembers when it sent SIGTERM (milliseconds since the Unix epoch).
 const STOPPED_AT: &str = "leader stopped at";
 
-/// The replica holding a Lease in the operator's namespace, by name, with that Lease.
-async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, Lease)>> {
+/// The Leases in the operator's namespace.
+async fn leases(world: &ProvisionerWorld) -> anyhow::Result<Vec<Lease>> {
     let (namespace, _) = world
         .operator_service_account()
         .await
         .context("the operator's namespace is unknown")?;
     let leases: Api<Lease> = Api::namespaced(world.client(), &namespace);
-    for lease in leases.list(&Default::default()).await?.items {
-        let holder = lease
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.holder_identity.as_deref())
-            .unwrap_or_default();
-        if let Some(replica) = world.replicas.iter().find(|r| holder.contains(r.name())) {
-            return Ok(Some((replica.name().to_owned(), lease)));
+    Ok(leases.list(&Default::default()).await?.items)
+}
+
+fn holder(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref())
+        .unwrap_or_default()
+}
+
+/// The replica a Lease holder identity belongs to: the one whose name it contains (a pod name,
+/// `POD_NAME`), the one it was seen for while that replica alone could take the Lease, or else
+/// the one replica whose identity is not known yet, for an identity new since the replicas
+/// started (so `<hostname>_<uuid>` identities are told apart by observation).
+fn replica_of(world: &ProvisionerWorld, identity: &str) -> Option<String> {
+    if identity.is_empty() || world.holders_before_replicas.contains(identity) {
+        return None;
+    }
+    if let Some(replica) = world.replicas.iter().find(|r| identity.contains(r.name())) {
+        return Some(replica.name().to_owned());
+    }
+    if let Some(name) = world.replica_identities.get(identity) {
+        return Some(name.clone());
+    }
+    let unknown: Vec<&str> = world
+        .replicas
+        .iter()
+        .map(|r| r.name())
+        .filter(|name| !world.replica_identities.values().any(|n| n == name))
+        .collect();
+    match unknown.as_slice() {
+        [only] => Some((*only).to_owned()),
+        _ => None,
+    }
+}
+
+/// The replica holding a Lease in the operator's namespace, with that Lease.
+async fn lease_holder(world: &ProvisionerWorld) -> anyhow::Result<Option<(String, Lease)>> {
+    for lease in leases(world).await? {
+        if let Some(replica) = replica_of(world, holder(&lease)) {
+            return Ok(Some((replica, lease)));
         }
     }
     Ok(None)
+}
+
+/// What a failure to find the leader shows: the holders seen, and each replica that exited
+/// with the end of its log.
+async fn leadership_state(world: &mut ProvisionerWorld) -> String {
+    let holders = match leases(world).await {
+        Ok(leases) => leases
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} held by {:?}",
+                    l.metadata.name.as_deref().unwrap_or("?"),
+                    holder(l)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(error) => format!("the Leases could not be read: {error:#}"),
+    };
+    let mut text = format!(
+        "Leases: {}",
+        if holders.is_empty() { "none" } else { &holders }
+    );
+    for replica in &mut world.replicas {
+        if let Some(status) = replica.exit_status() {
+            let log = std::fs::read_to_string(replica.log_path()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            text.push_str(&format!(
+                "; replica {} exited ({status}), its log ends: {}",
+                replica.name(),
+                tail.join(" | ")
+            ));
+        }
+    }
+    text
 }
 
 /// Waits (with the scenario's deadline, or `deadline`) until a replica other than `not`
@@ -74,6 +145,21 @@ async fn await_leader(
     .await
 }
 
+/// [`await_leader`], its failure saying which holders it saw and which replicas exited.
+async fn leader_explained(
+    world: &mut ProvisionerWorld,
+    not: Option<&str>,
+    deadline: Option<Duration>,
+) -> anyhow::Result<(String, Lease)> {
+    match await_leader(world, not, deadline).await {
+        Ok(found) => Ok(found),
+        Err(error) => {
+            let state = leadership_state(world).await;
+            Err(error.context(state))
+        }
+    }
+}
+
 fn replica_index(world: &ProvisionerWorld, name: &str) -> anyhow::Result<usize> {
     world
         .replicas
@@ -82,10 +168,24 @@ fn replica_index(world: &ProvisionerWorld, name: &str) -> anyhow::Result<usize> 
         .ok_or_else(|| anyhow!("no replica named {name}"))
 }
 
+/// The first replica starts alone, so the identity that takes the Lease is known to be its
+/// own whatever its form; then the second starts.
 #[given("the operator runs as two leader-elected replicas")]
 async fn two_replicas(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    world.start_replicas(2).await?;
-    await_leader(world, None, None).await?;
+    world.holders_before_replicas = leases(world)
+        .await?
+        .iter()
+        .map(|l| holder(l).to_owned())
+        .filter(|h| !h.is_empty())
+        .collect();
+    let first = world.start_replica().await?;
+    let (_, lease) = leader_explained(world, None, None)
+        .await
+        .context("the first replica, started alone, did not take the Lease")?;
+    world
+        .replica_identities
+        .insert(holder(&lease).to_owned(), first);
+    world.start_replica().await?;
     Ok(())
 }
 
@@ -104,7 +204,7 @@ async fn pause_leader_mid_request(
         || count_observation(world, &method, route, |seen| seen > 0),
     )
     .await?;
-    let (leader, _) = await_leader(world, None, None).await?;
+    let (leader, _) = leader_explained(world, None, None).await?;
     world.replicas[replica_index(world, &leader)?].pause();
     world.remembered.insert(PAUSED.to_owned(), leader);
     Ok(())
@@ -113,7 +213,7 @@ async fn pause_leader_mid_request(
 #[then("another replica takes over the Lease")]
 async fn another_replica_leads(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let paused = world.remembered.get(PAUSED).cloned();
-    await_leader(world, paused.as_deref(), None).await?;
+    leader_explained(world, paused.as_deref(), None).await?;
     Ok(())
 }
 
@@ -134,7 +234,7 @@ async fn resume_paused(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 /// most of a Lease duration, so a release that is not watched cannot look like a fast hand-over.
 #[when("the leader is stopped right after it renews its Lease")]
 async fn stop_leader(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let (leader, lease) = await_leader(world, None, None).await?;
+    let (leader, lease) = leader_explained(world, None, None).await?;
     let index = replica_index(world, &leader)?;
     let renewed_at = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
     let first = renewed_at(&lease);
@@ -185,7 +285,7 @@ async fn another_replica_leads_within(
         .ok_or_else(|| anyhow!("no leader was stopped"))?;
     let left = (stopped_at + u128::from(seconds) * 1000).saturating_sub(epoch_millis());
     let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-    await_leader(world, previous.as_deref(), Some(left))
+    leader_explained(world, previous.as_deref(), Some(left))
         .await
         .with_context(|| format!("within {seconds} s of the leader's SIGTERM"))?;
     Ok(())
