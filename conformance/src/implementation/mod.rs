@@ -48,8 +48,9 @@ pub const REFERENCE_REPLICA_ARGS: [&str; 10] = [
     "--log-format",
     "text",
 ];
-/// `POD_NAME` of the suite's replicas is this prefix and a number; an operator's Lease holder
-/// identity contains it (client-go and controller-runtime use the host name, a pod's name).
+/// `POD_NAME` of the suite's replicas is this prefix and a letter. An operator's Lease holder
+/// identity may contain it (a pod's name, where the host name is the pod's); one that does not
+/// (`<hostname>_<uuid>` on a shared host) is told apart by observation.
 pub const REPLICA_NAME_PREFIX: &str = "conformance-replica-";
 /// Environment variable holding a replica's index (0, 1, …), from which a replica command with
 /// fixed ports derives ports of its own (`--metrics-bind-address=:$((8080 + 10 * CONFORMANCE_REPLICA_INDEX))`).
