@@ -325,9 +325,22 @@ pub async fn write_bundle(world: &ProvisionerWorld, dir: &Path) -> anyhow::Resul
     };
     parts.push(("coderd-journal.yaml", journal));
 
-    for (file, text) in parts {
+    let mut files: Vec<(String, String)> = parts
+        .into_iter()
+        .map(|(file, text)| (file.to_owned(), text))
+        .collect();
+    // The leader-elected replicas a scenario started log apart from the operator.
+    for replica in &world.replicas {
+        let log = tokio::fs::read_to_string(replica.log_path())
+            .await
+            .unwrap_or_else(|error| {
+                format!("could not read {}: {error}", replica.log_path().display())
+            });
+        files.push((format!("{}.log", replica.name()), strip_ansi(&log)));
+    }
+    for (file, text) in files {
         tokio::fs::write(
-            dir.join(file),
+            dir.join(&file),
             capped(&mask(&text, &known_secrets), FILE_LIMIT),
         )
         .await

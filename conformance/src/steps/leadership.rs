@@ -155,7 +155,7 @@ async fn leader_explained(
         Ok(found) => Ok(found),
         Err(error) => {
             let state = leadership_state(world).await;
-            Err(error.context(state))
+            Err(anyhow!("{error:#}; {state}"))
         }
     }
 }
@@ -179,9 +179,9 @@ async fn two_replicas(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .filter(|h| !h.is_empty())
         .collect();
     let first = world.start_replica().await?;
-    let (_, lease) = leader_explained(world, None, None)
-        .await
-        .context("the first replica, started alone, did not take the Lease")?;
+    let (_, lease) = leader_explained(world, None, None).await.map_err(|error| {
+        anyhow!("the first replica, started alone, did not take the Lease: {error:#}")
+    })?;
     world
         .replica_identities
         .insert(holder(&lease).to_owned(), first);
@@ -287,6 +287,6 @@ async fn another_replica_leads_within(
     let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
     leader_explained(world, previous.as_deref(), Some(left))
         .await
-        .with_context(|| format!("within {seconds} s of the leader's SIGTERM"))?;
+        .map_err(|error| anyhow!("within {seconds} s of the leader's SIGTERM: {error:#}"))?;
     Ok(())
 }

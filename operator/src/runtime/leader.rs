@@ -171,6 +171,13 @@ where
         let finished = loop {
             tokio::select! {
                 joined = &mut controller => break Some(joined),
+                // A stop hands the Lease over at once, not after the controller has wound down
+                // (its caches may still be syncing): every write it could still make is fenced
+                // on the Lease, which it no longer holds once this returns.
+                _ = shutdown.cancelled() => {
+                    flag.set(false);
+                    return Some(Ok(()));
+                }
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow_and_update() {
                         tracing::warn!(identity = %settings.identity, "lost the lease; stopping the controller");
