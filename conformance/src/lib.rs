@@ -25,6 +25,7 @@ pub mod report;
 pub mod schedule;
 pub mod seeded;
 pub mod setup;
+pub mod shared_args;
 pub mod steps;
 pub mod wait;
 pub mod world;
