@@ -24,22 +24,17 @@ use crate::cluster::k3s::{K3sCluster, K3sOptions};
 use crate::cluster::kind::{KindCluster, KindOptions, StartedCluster};
 use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
+use crate::features::{all_tags, feature_hashes, parse_features};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
+use crate::paths::{KIND_LOGS_DIR, OPERATOR_LOG_FILE, REPORT_FILE, repo_root};
 use crate::report::collector::{Collector, Outcomes, ScenarioKey, feature_file, key};
-use crate::report::model::{self, ConformanceReport, FeatureFile, Implementation, SCHEMA, Suite};
+use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
 use crate::shared_args::{StartedOperatorArgs, parse_duration};
 use crate::wait::{TimeoutProfile, Timeouts};
 use crate::world::{
     Coderd, Environment, ExistingControlPlane, Gate, Operator, ProvisionerWorld,
     install_environment,
 };
-
-/// Name of the conformance report in the report folder.
-pub const REPORT_FILE: &str = "conformance-report.yaml";
-/// The whole log of the operator the suite started (all restarts), in the report folder.
-pub const OPERATOR_LOG_FILE: &str = "operator.log";
-/// Folder (in the report folder) for `kind export logs` when the kind tier fails.
-pub const KIND_LOGS_DIR: &str = "kind-logs";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -271,27 +266,7 @@ pub async fn main_with(cli: Cli) -> ExitCode {
     })
 }
 
-/// The repository root (holding `config/`), next to this crate.
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 // ---- scenario selection ----
-
-/// A scenario's tags with its feature's and rule's, as cucumber evaluates them.
-pub(crate) fn all_tags(
-    feature: &gherkin::Feature,
-    rule: Option<&gherkin::Rule>,
-    scenario: &gherkin::Scenario,
-) -> Vec<String> {
-    feature
-        .tags
-        .iter()
-        .chain(rule.iter().flat_map(|r| &r.tags))
-        .chain(&scenario.tags)
-        .cloned()
-        .collect()
-}
 
 /// Start of the skip reason of a scenario outside `--tags`/`--name`.
 pub(crate) const NOT_SELECTED: &str = "not selected by";
@@ -362,45 +337,6 @@ impl Selection {
         }
         None
     }
-}
-
-pub(crate) fn parse_features(dir: &Path) -> anyhow::Result<Vec<gherkin::Feature>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the features folder {}", dir.display()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "feature"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|p| {
-            gherkin::Feature::parse_path(p, gherkin::GherkinEnv::default())
-                .map_err(|e| anyhow!("{}: {e}", p.display()))
-        })
-        .collect()
-}
-
-/// sha256 of every feature file, by file name.
-pub fn feature_hashes(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "feature") {
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            files.push(FeatureFile {
-                path: name,
-                sha256: model::sha256_hex(&bytes),
-            });
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
 }
 
 fn list(features: &[gherkin::Feature], selection: &Selection) {
@@ -1634,15 +1570,5 @@ mod tests {
         let mut old = crate::report::model::tests::report(vec![ran(Level::Core, Status::Passed)]);
         old.coverage[0].verdict = None;
         assert!(!summary_lines(&old).iter().any(|l| l.starts_with("Rules:")));
-    }
-
-    #[test]
-    fn the_suites_feature_files_parse() {
-        let features = parse_features(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../features"
-        )))
-        .unwrap();
-        assert!(!features.is_empty());
     }
 }
