@@ -26,6 +26,7 @@ pub mod paths;
 pub mod report;
 pub mod schedule;
 pub mod seeded;
+pub mod selection;
 pub mod setup;
 pub mod shared_args;
 pub mod steps;

@@ -483,7 +483,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
                 if result
                     .reason
                     .as_deref()
-                    .is_some_and(|r| r.starts_with(crate::cli::NOT_SELECTED)) => {}
+                    .is_some_and(|r| r.starts_with(crate::selection::NOT_SELECTED)) => {}
             Status::Skipped => skipped.push(scenario),
         }
     }
