@@ -254,8 +254,8 @@ impl RunArgs {
 pub async fn main_with(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::VerifyReport(args) => verify_report(&args),
-        Command::LocalCluster(args) => local_cluster(&args).await,
+        Command::VerifyReport(args) => crate::verify_report::run(&args),
+        Command::LocalCluster(args) => crate::local_cluster::run(&args).await,
         Command::Bench(args) => crate::bench::run(*args).await.map(|()| ExitCode::SUCCESS),
         Command::SeededBugs(args) => crate::seeded::run(args).await,
         Command::Coverage(args) => crate::coverage::run(&args),
@@ -657,38 +657,6 @@ async fn provision_cluster(
             StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
         }
     })
-}
-
-/// `conformance local-cluster`: the kubeconfig tier's counterpart in CI, and a quick cluster
-/// for trying an operator by hand.
-async fn local_cluster(args: &LocalClusterArgs) -> anyhow::Result<ExitCode> {
-    let local = LocalControlPlane::start(LocalOptions::default())
-        .await
-        .context("starting the local control plane")?;
-    if args.install_crds {
-        let client = local.admin_client().await?;
-        let bundle = crate::assets::materialize()?;
-        let crds = crate::manifests::install_crds(&client, &bundle.crd()).await?;
-        crate::manifests::wait_crds_established(&client, &crds, Duration::from_secs(60)).await?;
-    }
-    let partial = args.kubeconfig_out.with_extension("partial");
-    std::fs::copy(local.kubeconfig_path(), &partial)
-        .and_then(|_| std::fs::rename(&partial, &args.kubeconfig_out))
-        .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
-    eprintln!(
-        "conformance: local control plane at {} (started in {:.1?}); kubeconfig {}; Ctrl-C or SIGTERM stops it",
-        local.server_url(),
-        local.startup_duration(),
-        args.kubeconfig_out.display()
-    );
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
-    local.stop().await;
-    let _ = std::fs::remove_file(&args.kubeconfig_out);
-    Ok(ExitCode::SUCCESS)
 }
 
 fn find_on_path(binary: &str) -> Option<PathBuf> {
@@ -1248,51 +1216,6 @@ fn rule_lines(coverage: &[model::RuleCoverage]) -> Vec<String> {
         lines.push(format!("  failed {}: {}", rule.rule, at.join(", ")));
     }
     lines
-}
-
-fn verify_report(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
-    let report = ConformanceReport::from_yaml(&text)?;
-    let inputs = crate::assets::Inputs::resolve(args.features.as_deref(), None, None)?;
-    let mut problems = model::verify(&report, &feature_hashes(&inputs.features)?)?;
-    // Every scenario listed, and the rule verdicts recomputed from the results with this suite's
-    // features and catalogue.
-    problems.extend(crate::coverage::verdict_problems(
-        &report,
-        &crate::coverage::load_rules(&inputs.features)?,
-        &crate::attribution::Attribution::load(&inputs.features)?,
-    ));
-    problems.extend(model::unmet_requirements(
-        &report,
-        &model::Requirements {
-            tier: args.require_tier.clone(),
-            nothing_simulated: args.require_nothing_simulated,
-            core: args.require_core,
-        },
-    ));
-    if problems.is_empty() {
-        println!(
-            "{}: valid; Core conformance {}, Extended {}",
-            args.file.display(),
-            if report.summary.core_conformant {
-                "yes"
-            } else {
-                "no"
-            },
-            if report.summary.extended_conformant {
-                "yes"
-            } else {
-                "no"
-            }
-        );
-        Ok(ExitCode::SUCCESS)
-    } else {
-        for problem in &problems {
-            eprintln!("{}: {problem}", args.file.display());
-        }
-        Ok(ExitCode::FAILURE)
-    }
 }
 
 #[cfg(test)]
