@@ -25,6 +25,7 @@ pub mod local_cluster;
 pub mod manifests;
 pub mod paths;
 pub mod report;
+pub mod run;
 pub mod schedule;
 pub mod seeded;
 pub mod selection;
