@@ -158,7 +158,7 @@ impl Attribution {
                 }),
             );
             for (rule, scenario, rule_background) in all {
-                let tags = crate::cli::all_tags(feature, rule, scenario);
+                let tags = crate::features::all_tags(feature, rule, scenario);
                 let mut steps: Vec<StepChecks> = feature_background.clone();
                 steps.extend_from_slice(rule_background);
                 steps.extend(scenario.steps.iter().map(|step| StepChecks {
@@ -204,7 +204,7 @@ impl Attribution {
 
     /// The feature files of a folder.
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
-        let features = crate::cli::parse_features(dir)?;
+        let features = crate::features::parse_features(dir)?;
         let mut texts = BTreeMap::new();
         for feature in &features {
             if let Some(path) = &feature.path {

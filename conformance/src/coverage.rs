@@ -161,7 +161,7 @@ pub fn scenarios(features: &[gherkin::Feature]) -> Vec<TaggedScenario> {
                 feature: file.clone(),
                 line: scenario.position.line,
                 name: scenario.name.clone(),
-                tags: crate::cli::all_tags(feature, rule, scenario),
+                tags: crate::features::all_tags(feature, rule, scenario),
             });
         }
     }
@@ -596,7 +596,7 @@ pub fn load_rules(features_dir: &Path) -> anyhow::Result<Vec<RuleEntry>> {
 /// The coverage of a features folder against [`crate::seeded::variants`].
 pub fn load(features_dir: &Path) -> anyhow::Result<Coverage> {
     let rules = load_rules(features_dir)?;
-    let features = crate::cli::parse_features(features_dir)?;
+    let features = crate::features::parse_features(features_dir)?;
     Ok(Coverage::new(
         &rules,
         &scenarios(&features),
@@ -610,7 +610,7 @@ pub fn check(features_dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut problems: Vec<String> = coverage.problems().iter().map(|p| p.to_string()).collect();
     problems.extend(Attribution::load(features_dir)?.problems());
     problems.extend(crate::schedule::isolation_problems(
-        &crate::cli::parse_features(features_dir)?,
+        &crate::features::parse_features(features_dir)?,
     ));
     let path = features_dir.join(README_FILE);
     let readme =

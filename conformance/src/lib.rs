@@ -3,7 +3,11 @@
 //! Infrastructure: `cluster` (control-plane binaries, the local control plane, other tiers),
 //! `manifests` (applying YAML), `implementation` (the operator under test), `kubelet` (the local
 //! tier's readiness stand-in, contract D-8). Suite: `world` and `steps` (cucumber), `wait`
-//! (polling with deadlines), `schedule` (which scenarios start first), `report` and `diagnostics`, `cli`; `seeded` runs the suite against
+//! (polling with deadlines), `schedule` (which scenarios start first), `features` (parsing the
+//! feature files), `selection` (which scenarios a run executes), `report` and `diagnostics`,
+//! `paths` (the repository root, the report folder's file names). Commands: `cli` (the command
+//! line, with `shared_args` for the arguments `run` and `bench` share) dispatches to `run`,
+//! `verify_report`, `local_cluster`, `bench`, `seeded` and `coverage`; `seeded` runs the suite against
 //! deliberately broken builds of the reference operator to prove it can fail; `coverage` maps the
 //! contract's rules to scenarios and seeded variants; `attribution` says which step checks which
 //! rule, so a failure is blamed on its step's rules.
@@ -15,16 +19,23 @@ pub mod cli;
 pub mod cluster;
 pub mod coverage;
 pub mod diagnostics;
+pub mod features;
 pub mod fixture_guard;
 pub mod hygiene;
 pub mod implementation;
 pub mod invariants;
 pub mod kubelet;
+pub mod local_cluster;
 pub mod manifests;
+pub mod paths;
 pub mod report;
+pub mod run;
 pub mod schedule;
 pub mod seeded;
+pub mod selection;
 pub mod setup;
+pub mod shared_args;
 pub mod steps;
+pub mod verify_report;
 pub mod wait;
 pub mod world;

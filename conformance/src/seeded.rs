@@ -483,7 +483,7 @@ pub fn outcome_of(report: &ConformanceReport) -> RunOutcome {
                 if result
                     .reason
                     .as_deref()
-                    .is_some_and(|r| r.starts_with(crate::cli::NOT_SELECTED)) => {}
+                    .is_some_and(|r| r.starts_with(crate::selection::NOT_SELECTED)) => {}
             Status::Skipped => skipped.push(scenario),
         }
     }
@@ -938,7 +938,7 @@ async fn try_run_suite(
         .status()
         .await
         .with_context(|| format!("starting {}", suite_bin.display()))?;
-    let report_path = run.report_dir.join(crate::cli::REPORT_FILE);
+    let report_path = run.report_dir.join(crate::paths::REPORT_FILE);
     let Ok(text) = std::fs::read_to_string(&report_path) else {
         bail!(
             "the suite exited with {status} without a report; see {}",
@@ -949,7 +949,7 @@ async fn try_run_suite(
 }
 
 fn repo_root() -> anyhow::Result<PathBuf> {
-    crate::cli::repo_root()
+    crate::paths::repo_root()
         .canonicalize()
         .context("locating the repository root")
 }

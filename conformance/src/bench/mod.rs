@@ -43,7 +43,7 @@ use self::model::{
     ScaleResult, SteadyResult,
 };
 use self::stats::millis;
-use crate::cli::{StartedOperatorArgs, parse_duration};
+use crate::shared_args::{StartedOperatorArgs, parse_duration};
 
 /// Which measurements to take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

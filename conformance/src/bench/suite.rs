@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use super::harness::{Contender, Launch};
 use super::model::SuiteResult;
 use super::stats::millis;
-use crate::cli::StartedOperatorArgs;
+use crate::shared_args::StartedOperatorArgs;
 
 /// What `conformance run` prints once the control plane is up and the CRDs are installed.
 pub const SETUP_DONE_LINE: &str = "conformance: fake coderd at";

@@ -1,6 +1,6 @@
 //! Reports of a run.
 //!
-//! JUnit XML and Cucumber JSON come from cucumber's own writers (wired in [`crate::cli`]); this
+//! JUnit XML and Cucumber JSON come from cucumber's own writers (wired in [`crate::run`]); this
 //! module adds the conformance report: [`collector`] turns cucumber events into per-scenario
 //! outcomes, [`model`] is the YAML document (with a digest over its content so an edited result
 //! is detected) and `verify-report`'s checks.

@@ -1,0 +1,443 @@
+//! The shared environment a run stands on, prepared once before the scenarios and torn down
+//! after them: the Kubernetes API (a local control plane, a kubeconfig's cluster, or a kind
+//! cluster or k3s container made for the run), the CRDs and `--extra-manifests`, the coderd, the
+//! readiness simulator, the fixture guard and the operator under test.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+
+use crate::cli::{ClusterTier, ControlPlaneAccess, OperatorMode, RunArgs};
+use crate::cluster::k3s::{K3sCluster, K3sOptions};
+use crate::cluster::kind::{KindCluster, KindOptions, StartedCluster};
+use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
+use crate::cluster::local::{LocalControlPlane, LocalOptions};
+use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
+use crate::paths::{KIND_LOGS_DIR, OPERATOR_LOG_FILE, repo_root};
+use crate::report::model;
+use crate::wait::{TimeoutProfile, Timeouts};
+use crate::world::{Coderd, Environment, ExistingControlPlane, Operator};
+
+/// What `run` owns and stops at the end (the Worlds only see the [`Environment`]).
+pub(super) struct Owned {
+    control_plane: Option<LocalControlPlane>,
+    /// A kind cluster or k3s container; dropping it closes its port-forwards and deletes it unless kept.
+    pub(super) started_cluster: Option<StartedCluster>,
+    fake: Option<fake_coderd::FakeCoderd>,
+    simulator: Option<crate::kubelet::ReadinessSimulator>,
+}
+
+pub(super) struct Prepared {
+    pub(super) environment: Arc<Environment>,
+    pub(super) owned: Owned,
+    pub(super) tier: String,
+    pub(super) simulated: Vec<String>,
+    pub(super) mode: String,
+    /// The report's `setup` section.
+    pub(super) setup: model::Setup,
+    /// Watches the suite's control planes for changes by others (none with --control-plane).
+    pub(super) guard: Option<crate::fixture_guard::FixtureGuard>,
+}
+
+pub(super) async fn prepare(
+    args: &RunArgs,
+    inputs: &crate::assets::Inputs,
+    report_dir: &Path,
+) -> anyhow::Result<Prepared> {
+    let mut started_cluster = None;
+    let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
+        ClusterTier::Kind | ClusterTier::K3s => {
+            // These tiers build the images from the source tree this binary was compiled in.
+            let repo = repo_root().canonicalize().context(
+                "locating the repository root (the kind and k3s tiers build images from it)",
+            )?;
+            let started = provision_cluster(args, &repo, report_dir).await?;
+            let cluster = started.provisioned();
+            let config = load_config(&cluster.kubeconfig).await?;
+            let endpoint = ClusterEndpoint::from_config(&config);
+            let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
+            let kubeconfig = cluster.kubeconfig.clone();
+            let tier = if args.cluster == ClusterTier::Kind {
+                "kind"
+            } else {
+                "k3s"
+            };
+            started_cluster = Some(started);
+            (
+                client,
+                kubeconfig,
+                endpoint,
+                find_on_path("kubectl"),
+                None,
+                TimeoutProfile::RealCluster,
+                tier,
+            )
+        }
+        ClusterTier::Local => {
+            eprintln!(
+                "conformance: starting a local control plane (etcd + kube-apiserver + controller manager)"
+            );
+            // With --keep-on-failure the control plane's files (etcd data, certificates, admin
+            // kubeconfig, logs) survive the run, so a kept namespace can still be inspected.
+            let options = LocalOptions {
+                keep_files: args.keep_on_failure,
+                ..LocalOptions::default()
+            };
+            let local = LocalControlPlane::start(options)
+                .await
+                .context("starting the local control plane")?;
+            if args.keep_on_failure {
+                eprintln!(
+                    "conformance: the local control plane's files are kept in {}",
+                    local.dir().display()
+                );
+            }
+            let client = local.admin_client().await?;
+            let kubeconfig = local.kubeconfig_path().to_path_buf();
+            let endpoint = local.endpoint().clone();
+            let kubectl = Some(local.kubectl());
+            (
+                client,
+                kubeconfig,
+                endpoint,
+                kubectl,
+                Some(local),
+                TimeoutProfile::Local,
+                "local",
+            )
+        }
+        ClusterTier::Kubeconfig => {
+            let path = args
+                .kubeconfig
+                .clone()
+                .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
+                .ok_or_else(|| {
+                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)")
+                })?;
+            let config = match &args.context {
+                None => load_config(&path).await?,
+                Some(context) => {
+                    let file = kube::config::Kubeconfig::read_from(&path)?;
+                    let options = kube::config::KubeConfigOptions {
+                        context: Some(context.clone()),
+                        ..Default::default()
+                    };
+                    kube::Config::from_custom_kubeconfig(file, &options).await?
+                }
+            };
+            let endpoint = ClusterEndpoint::from_config(&config);
+            let client = kube::Client::try_from(config).context("building a Kubernetes client")?;
+            let kubectl = find_on_path("kubectl");
+            (
+                client,
+                path,
+                endpoint,
+                kubectl,
+                None,
+                TimeoutProfile::RealCluster,
+                "kubeconfig",
+            )
+        }
+    };
+    let timeouts =
+        Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
+
+    let crd_set = if args.operator != OperatorMode::Installed || args.started.crds.is_some() {
+        let crds = crate::manifests::install_crds(&client, &inputs.crds)
+            .await
+            .with_context(|| format!("installing the CRDs of {}", inputs.crds_source))?;
+        crate::manifests::wait_crds_established(&client, &crds, timeouts.eventually).await?;
+        crate::assets::manifest_set(&inputs.crds_source, &inputs.crds)?
+    } else {
+        crate::setup::installed_crds(&client).await?
+    };
+
+    let in_cluster_fake = started_cluster
+        .as_ref()
+        .map(|c: &StartedCluster| &c.provisioned().fake_coderd);
+    let daemon_image = started_cluster
+        .as_ref()
+        .map(|c| c.provisioned().images.coder_stub.clone());
+    let (coderd, fake, existing_control_plane) = match (&args.coderd, &args.control_plane) {
+        (Some(url), Some(reference)) => {
+            let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+                anyhow!("--control-plane must be NAMESPACE/NAME, got {reference:?}")
+            })?;
+            let existing = ExistingControlPlane {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            let url = url.trim_end_matches('/').to_owned();
+            (
+                Coderd {
+                    runner_url: url.clone(),
+                    url,
+                    admin: None,
+                },
+                None,
+                Some(existing),
+            )
+        }
+        _ if let Some(in_cluster) = in_cluster_fake => {
+            let coderd = Coderd {
+                url: in_cluster.in_cluster_url.clone(),
+                runner_url: in_cluster.local_url(),
+                admin: Some(in_cluster.admin()),
+            };
+            (coderd, None, None)
+        }
+        _ => {
+            let fake = fake_coderd::FakeCoderd::start()
+                .await
+                .context("starting the fake coderd")?;
+            eprintln!("conformance: fake coderd at {}", fake.url());
+            (
+                Coderd {
+                    url: fake.url(),
+                    runner_url: fake.url(),
+                    admin: Some(fake.admin()),
+                },
+                Some(fake),
+                None,
+            )
+        }
+    };
+
+    // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
+    // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
+    // point at such a control plane, so the kubeconfig tier asks too and reports the answer.
+    let mut simulated = Vec::new();
+    let simulator = match crate::kubelet::ReadinessSimulator::start(
+        client.clone(),
+        crate::kubelet::WatchScope::AllNamespaces,
+    )
+    .await
+    {
+        Ok(simulator) => {
+            simulated.push(
+                "Deployment readiness: the control plane has no kubelet, so the suite sets Deployment status \
+                 (readyReplicas) once the pod template is valid (contract D-8); provisioner pods never run"
+                    .to_owned(),
+            );
+            Some(simulator)
+        }
+        Err(error) if control_plane.is_some() => {
+            return Err(error.context("starting the readiness simulator"));
+        }
+        Err(error) => {
+            eprintln!(
+                "conformance: no readiness simulation on this cluster ({error:#}); provisioner pods must become ready by themselves"
+            );
+            None
+        }
+    };
+
+    let extra_manifests = match &args.extra_manifests {
+        Some(dir) => {
+            let applied =
+                crate::setup::apply_extra_manifests(&client, dir, timeouts.eventually).await?;
+            eprintln!(
+                "conformance: applied {} object(s) of --extra-manifests {}",
+                applied.len(),
+                dir.display()
+            );
+            let source = crate::assets::Source::from_option(Some(dir));
+            Some(crate::assets::manifest_set(&source, dir)?)
+        }
+        None => None,
+    };
+
+    // The fixture guard learns the suite's own field managers before the operator starts.
+    let guard = if args.control_plane.is_none() {
+        let managers = crate::fixture_guard::suite_managers(&client).await?;
+        Some(crate::fixture_guard::FixtureGuard::start(
+            client.clone(),
+            managers,
+        ))
+    } else {
+        None
+    };
+    let read_only = args.control_plane_access == ControlPlaneAccess::ReadOnly;
+    if read_only && (args.operator == OperatorMode::Installed || started_cluster.is_some()) {
+        anyhow::bail!(
+            "--control-plane-access read-only applies the operator's RBAC, so the suite must start the operator \
+             (not --operator installed, nor the kind or k3s tier); give an installed operator read-only RBAC yourself"
+        );
+    }
+
+    let mut operator_command = None;
+    let mut replica_command = None;
+    let mut rbac_set = None;
+    let (operator, mode) = match (&args.started.operator_cmd, args.operator) {
+        (_, OperatorMode::Installed) => match &args.operator_deployment {
+            Some(reference) => (
+                Operator::InCluster(
+                    crate::cluster::in_cluster::InClusterOperator::from_live(&client, reference)
+                        .await?,
+                ),
+                "installed (its Deployment named)",
+            ),
+            None => (Operator::Installed, "installed"),
+        },
+        // kind and k3s run the reference operator in the cluster, from config/manager; the suite
+        // restarts it by scaling its Deployment.
+        _ if started_cluster.is_some() => {
+            let repo = repo_root()
+                .canonicalize()
+                .context("locating the repository root (config/manager)")?;
+            (
+                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(
+                    &repo,
+                )?),
+                "in-cluster (config/manager)",
+            )
+        }
+        (command, OperatorMode::Reference) => {
+            let (command, mode) = match command {
+                Some(line) => (OperatorCommand::from_shell(line)?, "command"),
+                None => (OperatorCommand::reference().await?, "reference"),
+            };
+            replica_command = match (&args.started.replica_cmd, &args.started.operator_cmd) {
+                (Some(line), _) => Some(OperatorCommand::from_shell(line)?),
+                (None, None) => Some(OperatorCommand::reference_replica().await?),
+                (None, Some(_)) => None,
+            };
+            let mut spec = OperatorUnderTest::new(command);
+            spec.rbac_dir = inputs.rbac.clone();
+            let mut rbac_source = inputs.rbac_source.to_string();
+            if read_only {
+                spec.rbac_dir =
+                    crate::fixture_guard::write_read_only_rbac(&inputs.rbac, report_dir)?;
+                rbac_source = format!(
+                    "{rbac_source}, without write verbs on codercontrolplanes (+/status, /finalizers): {}",
+                    spec.rbac_dir.display()
+                );
+            }
+            let shown = crate::setup::mask_secrets(
+                args.started
+                    .operator_cmd
+                    .as_deref()
+                    .map_or(spec.command.display(), str::to_owned)
+                    .as_str(),
+            );
+            eprintln!("conformance: starting the operator: {shown} (RBAC {rbac_source})");
+            operator_command = Some(shown);
+            let mut set = crate::assets::manifest_set(&inputs.rbac_source, &spec.rbac_dir)?;
+            set.source = rbac_source;
+            rbac_set = Some(set);
+            let process = OperatorProcess::start(&client, &endpoint, spec)
+                .await
+                .context("starting the operator")?;
+            (
+                Operator::Started(Box::new(tokio::sync::Mutex::new(Some(process)))),
+                mode,
+            )
+        }
+    };
+
+    let environment = Arc::new(Environment {
+        client,
+        kubeconfig,
+        kubectl,
+        coderd,
+        operator,
+        replica_command,
+        existing_control_plane,
+        daemon_image,
+        timeouts,
+        repo_root: inputs.bundle.root().to_path_buf(),
+        report_dir: report_dir.to_path_buf(),
+        keep_on_failure: args.keep_on_failure,
+        audit_log: control_plane
+            .as_ref()
+            .map(LocalControlPlane::audit_log_path),
+        shrink_budget: Duration::from_secs(args.shrink_seconds).mul_f64(timeouts.scale),
+    });
+    Ok(Prepared {
+        environment,
+        owned: Owned {
+            control_plane,
+            started_cluster,
+            fake,
+            simulator,
+        },
+        setup: model::Setup {
+            mode: mode.to_owned(),
+            operator_command,
+            rbac: rbac_set,
+            crds: crd_set,
+            extra_manifests,
+            control_plane_access: args.control_plane_access.as_str().to_owned(),
+            tier: tier.to_owned(),
+            timeouts: crate::setup::timeouts(&timeouts, args.timeout_scale),
+            retries: args.retry,
+            concurrency: args.concurrency(),
+        },
+        tier: tier.to_owned(),
+        simulated,
+        mode: mode.to_owned(),
+        guard,
+    })
+}
+
+/// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
+async fn provision_cluster(
+    args: &RunArgs,
+    repo: &Path,
+    report_dir: &Path,
+) -> anyhow::Result<StartedCluster> {
+    Ok(match args.cluster {
+        ClusterTier::Kind => {
+            let options = KindOptions {
+                keep: args.keep_cluster,
+                node_image: args.node_image.clone(),
+                image_build: Some(args.image_build),
+                logs_dir: Some(report_dir.join(KIND_LOGS_DIR)),
+                ..KindOptions::new(repo)
+            };
+            StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
+        }
+        _ => {
+            let options = K3sOptions {
+                keep: args.keep_cluster,
+                image_build: Some(args.image_build),
+                ..K3sOptions::new(repo)
+            };
+            StartedCluster::K3s(Box::new(K3sCluster::provision(options).await?))
+        }
+    })
+}
+
+fn find_on_path(binary: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(binary))
+        .find(|candidate| candidate.is_file())
+}
+
+pub(super) async fn teardown(environment: &Environment, owned: Owned) {
+    if let Operator::Started(process) = &environment.operator
+        && let Some(mut process) = process.lock().await.take()
+    {
+        process.stop().await;
+        // The whole log (every start) is evidence: keep it with the reports.
+        let kept = environment.report_dir.join(OPERATOR_LOG_FILE);
+        if let Err(error) = std::fs::copy(process.log_path(), &kept) {
+            eprintln!(
+                "conformance: could not keep the operator's log in {}: {error}",
+                kept.display()
+            );
+        }
+        // Dropping it removes its scratch folder (kubeconfig with the ServiceAccount token).
+        drop(process);
+    }
+    if let Some(simulator) = owned.simulator {
+        simulator.stop().await;
+    }
+    drop(owned.fake);
+    if let Some(control_plane) = owned.control_plane {
+        control_plane.stop().await;
+    }
+    drop(owned.started_cluster);
+}

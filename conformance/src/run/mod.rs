@@ -1,0 +1,300 @@
+//! `conformance run`: the suite against an operator, with its reports.
+//!
+//! `run` starts the shared environment once (control plane, fake coderd, operator under test,
+//! readiness simulator), publishes it for the Worlds, runs cucumber with the terminal, JUnit,
+//! Cucumber-JSON and conformance writers teed together, and tears everything down again.
+mod environment;
+mod hooks;
+mod summary;
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::PoisonError;
+use std::time::Instant;
+
+use anyhow::{Context as _, anyhow};
+use cucumber::gherkin::tagexpr::TagOperation;
+use cucumber::{World as _, WriterExt as _, event, gherkin, writer};
+use futures::FutureExt as _;
+use regex::Regex;
+
+use self::environment::{prepare, teardown};
+use self::hooks::after_scenario;
+use self::summary::print_summary;
+use crate::cli::{ClusterTier, OperatorMode, RunArgs};
+use crate::cluster::kind::StartedCluster;
+use crate::features::{all_tags, feature_hashes, parse_features};
+use crate::paths::{KIND_LOGS_DIR, REPORT_FILE};
+use crate::report::collector::{Collector, key};
+use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
+use crate::selection::{NOT_STARTED, Selection, list};
+use crate::world::{Gate, ProvisionerWorld, install_environment};
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.operator_deployment.is_some() && args.operator != OperatorMode::Installed {
+        anyhow::bail!(
+            "--operator-deployment names the Deployment of an installed operator: use it with --operator installed"
+        );
+    }
+    let tags = match (&args.tags, args.explore) {
+        (None, Some(_)) => Some("@generated".to_owned()),
+        (tags, _) => tags.clone(),
+    };
+    let selection = Selection {
+        tags: tags
+            .as_deref()
+            .map(|t| {
+                t.parse::<TagOperation>()
+                    .map_err(|e| anyhow!("--tags {t:?}: {e}"))
+            })
+            .transpose()?,
+        name: args
+            .name
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .context("--name is not a valid regex")?,
+        real_coderd: args.coderd.is_some(),
+        operator_installed: args.operator == OperatorMode::Installed
+            && args.operator_deployment.is_none(),
+        replicas: matches!(args.cluster, ClusterTier::Local | ClusterTier::Kubeconfig)
+            && args.operator == OperatorMode::Reference
+            && (args.started.operator_cmd.is_none() || args.started.replica_cmd.is_some()),
+        audit_log: args.cluster == ClusterTier::Local,
+    };
+    let mut inputs = args.started.inputs(args.features.as_deref())?;
+    if let Some(count) = args.explore {
+        inputs.features = explored_features(&inputs, count, args.explore_from)?;
+    }
+    let features = parse_features(&inputs.features)?;
+    if args.list {
+        list(&features, &selection);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report_dir = args.report_dir.clone();
+    std::fs::create_dir_all(&report_dir)
+        .with_context(|| format!("creating {}", report_dir.display()))?;
+    let report_dir = report_dir.canonicalize()?;
+
+    let started_at = jiff::Timestamp::now();
+    let clock = Instant::now();
+    let prepared = prepare(&args, &inputs, &report_dir).await?;
+    install_environment(prepared.environment.clone())?;
+
+    let collector = Collector::default();
+    let outcomes = collector.outcomes.clone();
+    let junit =
+        std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
+    let json = std::fs::File::create(report_dir.join("cucumber.json"))
+        .context("creating cucumber.json")?;
+    let writer = writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
+        .summarized()
+        .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
+        .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json))
+        .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
+        .normalized();
+
+    let filter_outcomes = outcomes.clone();
+    let filter = move |feature: &gherkin::Feature,
+                       rule: Option<&gherkin::Rule>,
+                       scenario: &gherkin::Scenario| {
+        let tags = all_tags(feature, rule, scenario);
+        let skip = selection.skip_reason(&tags, &scenario.name);
+        let selected = skip.is_none();
+        // A selected scenario is "not started" until cucumber starts it, so one that a stopped
+        // run never starts is in the report (and keeps the run from claiming conformance).
+        filter_outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .skipped(
+                feature,
+                scenario,
+                skip.unwrap_or_else(|| NOT_STARTED.to_owned()),
+            );
+        selected
+    };
+    let hook_outcomes = outcomes.clone();
+    let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
+        .with_parser(
+            if inputs.features_source == crate::assets::Source::Embedded {
+                crate::schedule::SlowFirst::showing_embedded_as_features(&inputs.features)
+            } else {
+                crate::schedule::SlowFirst::default()
+            },
+        )
+        .max_concurrent_scenarios(args.concurrency())
+        .retries(args.retry)
+        .before(|feature, rule, scenario, world| {
+            let tags = all_tags(feature, rule, scenario);
+            let serial = tags.iter().any(|t| t == "serial");
+            world.prompt_outcome = crate::world::expects_prompt_outcome(&tags);
+            async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
+        })
+        .after(move |feature, _rule, scenario, finished, world| {
+            let failed = matches!(
+                finished,
+                event::ScenarioFinished::StepFailed(..)
+                    | event::ScenarioFinished::BeforeHookFailed(_)
+            );
+            after_scenario(
+                hook_outcomes.clone(),
+                key(feature, scenario),
+                scenario.name.clone(),
+                failed,
+                world,
+            )
+            .boxed_local()
+        })
+        .with_writer(writer)
+        // A step without a definition fails its scenario instead of skipping it silently.
+        .fail_on_skipped()
+        .with_default_cli();
+    if args.fail_fast {
+        cucumber = cucumber.fail_fast();
+    }
+    let run = cucumber.filter_run(&inputs.features, filter);
+    // A changed control-plane fixture stops the run at once, with one message.
+    let aborted = match &prepared.guard {
+        Some(guard) => tokio::select! {
+            finished = run => Err(finished),
+            message = guard.tampered() => Ok(message),
+        },
+        None => Err(run.await),
+    };
+    let (cucumber_failed, aborted) = match aborted {
+        Err(finished) => (
+            cucumber::writer::Stats::<ProvisionerWorld>::execution_has_failed(&finished),
+            None,
+        ),
+        Ok(message) => (true, Some(message)),
+    };
+
+    if cucumber_failed && let Some(StartedCluster::Kind(cluster)) = &prepared.owned.started_cluster
+    {
+        cluster.export_logs(&report_dir.join(KIND_LOGS_DIR));
+    }
+    teardown(&prepared.environment, prepared.owned).await;
+
+    let mut results = outcomes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .into_results();
+    // Blames each failure on its failing step's rules (filling `failed_rules`).
+    let coverage = crate::coverage::for_report(&inputs.features, &mut results);
+    let report = ConformanceReport {
+        schema: SCHEMA.to_owned(),
+        implementation: Implementation {
+            name: args.impl_name.clone(),
+            version: args.impl_version.clone(),
+            url: args.impl_url.clone(),
+            contact: args.impl_contact.clone(),
+            mode: prepared.mode,
+        },
+        suite: Suite {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_commit: crate::assets::GIT_COMMIT.to_owned(),
+            features_source: inputs.features_source.to_string(),
+            features: feature_hashes(&inputs.features)?,
+        },
+        environment: model::Environment {
+            tier: prepared.tier,
+            coderd: if args.coderd.is_some() {
+                "real"
+            } else {
+                "fake"
+            }
+            .to_owned(),
+            simulated: prepared.simulated,
+        },
+        setup: Some(prepared.setup),
+        aborted: aborted.clone(),
+        started_at: started_at
+            .round(jiff::Unit::Second)
+            .unwrap_or(started_at)
+            .to_string(),
+        duration_ms: u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX),
+        summary: model::summarise(&[]),
+        coverage,
+        results,
+        digest: String::new(),
+    }
+    .seal()?;
+    let path = report_dir.join(REPORT_FILE);
+    std::fs::write(&path, report.to_yaml()?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    // cucumber names the embedded features by their scratch path, relative to the working
+    // folder when inside it; "features/…" reads better and is the same in every run.
+    let root = inputs.bundle.root();
+    let strip: Vec<String> = if inputs.features_source == crate::assets::Source::Embedded {
+        let full = root.display().to_string();
+        let last = root.file_name().map(|n| n.to_string_lossy().into_owned());
+        std::iter::once(full.trim_start_matches('/').to_owned())
+            .chain(last)
+            .map(|p| format!("{p}/"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    crate::report::junit::annotate_file(&report_dir.join("junit.xml"), &report.results, &strip)?;
+    print_summary(&report, &report_dir);
+
+    let any_failed = report
+        .results
+        .iter()
+        .any(|r| r.status == model::Status::Failed);
+    if let Some(message) = &aborted {
+        eprintln!("conformance: STOPPED: {message}");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(if cucumber_failed || any_failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A copy of the features (in the run's scratch folder) whose generated cases run `count` seeds
+/// from `from` (default: from the clock), said on the terminal so that the run can be repeated.
+fn explored_features(
+    inputs: &crate::assets::Inputs,
+    count: u64,
+    from: Option<u64>,
+) -> anyhow::Result<PathBuf> {
+    if count == 0 {
+        anyhow::bail!("--explore needs at least one seed");
+    }
+    let from = from.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Small enough to read and type back; seeds 1–8 are the fixed ones.
+        1_000 + now.as_secs() % 1_000_000
+    });
+    let dir = inputs.bundle.root().join("explored-features");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for entry in std::fs::read_dir(&inputs.features)
+        .with_context(|| format!("reading {}", inputs.features.display()))?
+    {
+        let path = entry?.path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "feature") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let text = if name == "generated.feature" {
+            crate::cases::with_seeds(&text, from..from + count)?
+        } else {
+            text
+        };
+        std::fs::write(dir.join(name), text)?;
+    }
+    eprintln!(
+        "conformance: exploring {count} generated case(s), seeds {from}–{} (repeat with --explore {count} --explore-from {from})",
+        from + count - 1
+    );
+    Ok(dir)
+}
