@@ -121,10 +121,13 @@ pub struct RunArgs {
     /// Stop at the first failing scenario.
     #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
-    /// Scenarios run at the same time (`@serial` ones always run alone). Default: 32 on the local
-    /// tier (no kubelets; a scenario mostly waits out its 8 s observation window: on 2 cores the
-    /// whole run took 183 s at 16, 140 s at 32 and 135 s at 48, each scenario a little slower), 4
-    /// on clusters that also run the operator, the fake coderd and provisioner pods.
+    /// Scenarios run at the same time (`@serial` ones always run alone). Default on the local
+    /// tier (no kubelets; a scenario mostly waits out its 8 s observation window): 32 for the
+    /// reference operator, which runs 32 reconcile workers (on 2 cores its whole run took 183 s
+    /// at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may run one
+    /// worker as controller-runtime does by default (one worker keeps up with 16 scenarios at a
+    /// time, not with 32: 14 scenarios then timed out before their first reconcile). 4 on
+    /// clusters that also run the operator, the fake coderd and provisioner pods.
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
@@ -216,8 +219,11 @@ pub struct VerifyArgs {
 impl RunArgs {
     /// `--concurrency`, or the tier's default (see the flag).
     pub fn concurrency(&self) -> usize {
+        let reference =
+            self.operator == OperatorMode::Reference && self.started.operator_cmd.is_none();
         let default = match self.cluster {
-            ClusterTier::Local => 32,
+            ClusterTier::Local if reference => 32,
+            ClusterTier::Local => 16,
             ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,
         };
         self.concurrency.unwrap_or(default).max(1)
@@ -248,9 +254,13 @@ mod tests {
     #[case(&[], 32)]
     #[case(&["--cluster", "kind"], 4)]
     #[case(&["--cluster", "kubeconfig"], 4)]
+    #[case(&["--operator-cmd", "./bin/manager"], 16)]
     #[case(&["--concurrency", "2"], 2)]
     #[case(&["--cluster", "kind", "--concurrency", "0"], 1)]
-    fn concurrency_defaults_by_tier(#[case] args: &[&str], #[case] expected: usize) {
+    fn concurrency_defaults_by_tier_and_implementation(
+        #[case] args: &[&str],
+        #[case] expected: usize,
+    ) {
         let argv = ["conformance", "run"].iter().chain(args).copied();
         let Command::Run(run) = Cli::try_parse_from(argv).expect("arguments").command else {
             panic!("not the run command");

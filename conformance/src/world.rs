@@ -192,6 +192,9 @@ pub struct ProvisionerWorld {
     /// Lease holder identities seen while one replica alone could take the Lease → its name
     /// (for identities that do not contain the replica's name, e.g. `<hostname>_<uuid>`).
     pub replica_identities: BTreeMap<String, String>,
+    /// The longest delay a step gave coderd's answers: an answer delayed before the after-hook
+    /// cleared the faults may come that long after (see the after-hook).
+    pub longest_delay: Option<std::time::Duration>,
     /// The Lease holders before the first replica started (the stopped operator's own).
     pub holders_before_replicas: std::collections::BTreeSet<String>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
@@ -389,6 +392,7 @@ impl ProvisionerWorld {
             background: Vec::new(),
             replicas: Vec::new(),
             replica_identities: BTreeMap::new(),
+            longest_delay: None,
             holders_before_replicas: Default::default(),
             journal_seen: Default::default(),
             recorder: None,

@@ -66,6 +66,7 @@ pub(super) async fn after_scenario(
     if let Err(error) = crate::steps::coderd::clear_scenario_faults(world).await {
         eprintln!("conformance: could not clear the scenario's coderd faults: {error:#}");
     }
+    let faults_cleared = tokio::time::Instant::now();
     if world.touched_global_coderd
         && let Err(error) = crate::steps::coderd::restore_global_coderd(world).await
     {
@@ -79,6 +80,14 @@ pub(super) async fn after_scenario(
     }
     if let Err(error) = crate::steps::provisioner::release_held(world).await {
         eprintln!("conformance: could not remove the suite's finalizer: {error:#}");
+    }
+    // An answer delayed before the faults were cleared still holds one of the operator's
+    // workers until it comes (with one worker, the only one): a scenario that runs alone keeps
+    // the others out until then, so that its hold costs only its own verdict.
+    if let (Some(delay), Some(crate::world::Gate::Exclusive(_))) =
+        (world.longest_delay, &world.gate)
+    {
+        tokio::time::sleep_until(faults_cleared + delay).await;
     }
     // Namespace deletion runs in the background, so the gate can be released before it.
     world.gate = None;

@@ -667,11 +667,9 @@ async fn coderd_delay(
     alias: String,
     seconds: u64,
 ) -> anyhow::Result<()> {
-    let fault = FaultSpec::delay(
-        &method,
-        route_template(&alias)?,
-        Duration::from_secs(seconds),
-    );
+    let delay = Duration::from_secs(seconds);
+    let fault = FaultSpec::delay(&method, route_template(&alias)?, delay);
+    world.longest_delay = world.longest_delay.max(Some(delay));
     inject_scenario_fault(world, fault).await
 }
 
