@@ -14,6 +14,9 @@ pub fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
+        // A connection kept from before the listener was closed and reopened would fail the
+        // next request on it: each request opens its own, as a client after an outage does.
+        .pool_max_idle_per_host(0)
         .build()
         .expect("reqwest client builds")
 }
