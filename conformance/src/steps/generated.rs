@@ -268,7 +268,9 @@ async fn trial(
                 .await?;
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let usual = world.timeouts().eventually;
+        // A third of the tier's deadline: a case that settles settles in seconds, and one that
+        // does not (an operator churning its key) should not spend the whole budget on one trial.
+        let usual = world.timeouts().eventually / 3;
         let timeouts = wait::Timeouts {
             eventually: left.min(usual),
             ..*world.timeouts()
