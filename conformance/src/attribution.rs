@@ -34,8 +34,9 @@ use std::path::Path;
 use anyhow::Context as _;
 use cucumber::gherkin;
 
-use crate::report::collector::{feature_file, rule_tags, rules_named_in, step_failure};
+use crate::features::feature_file;
 use crate::report::model::{RuleVerdict, ScenarioResult, Status};
+use crate::rule_ids::{rule_tags, rules_named_in, step_failure};
 
 /// Opens a marker comment: `# checks: R-RL-4, D-5`.
 pub const MARKER: &str = "checks:";
@@ -396,7 +397,7 @@ pub fn parse_markers(text: &str) -> (Markers, Vec<String>) {
                 .filter(|id| !id.is_empty() && !none)
                 .map(str::to_owned)
                 .collect();
-            for id in ids.iter().filter(|id| !crate::coverage::is_rule_id(id)) {
+            for id in ids.iter().filter(|id| !crate::rule_ids::is_rule_id(id)) {
                 problems.push(format!("{line}: {id:?} in a marker is not a rule id"));
             }
             if ids.is_empty() && !none {

@@ -18,8 +18,9 @@ use clap::Args;
 use cucumber::gherkin;
 
 use crate::attribution::Attribution;
-use crate::report::collector::feature_file;
+use crate::features::feature_file;
 use crate::report::model::{Level, RuleCoverage, RuleScenario, RuleVerdict, ScenarioResult};
+use crate::rule_ids::is_rule_id;
 use crate::seeded::Variant;
 
 /// The catalogue, in the features folder.
@@ -106,19 +107,6 @@ pub fn parse_rules(text: &str) -> Result<Vec<RuleEntry>, CatalogueError> {
         });
     }
     Ok(entries)
-}
-
-/// `R-<GROUP>-<n>` or `D-<n>`: the tags that name rules (`@PR`, `@core`, … do not).
-pub fn is_rule_id(tag: &str) -> bool {
-    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if let Some(n) = tag.strip_prefix("D-") {
-        return number(n);
-    }
-    tag.strip_prefix("R-")
-        .and_then(|rest| rest.split_once('-'))
-        .is_some_and(|(group, n)| {
-            !group.is_empty() && group.bytes().all(|b| b.is_ascii_uppercase()) && number(n)
-        })
 }
 
 /// A tag that claims to be a rule id (`R-…`, `D-…`), well-formed or not.
@@ -534,9 +522,9 @@ pub fn verdict_problems(
     let mut results = report.results.clone();
     for (ours, theirs) in results.iter_mut().zip(&report.results) {
         ours.failed_rules.retain(|rule| {
-            ours.reason.as_deref().is_some_and(|reason| {
-                crate::report::collector::rules_named_in(reason).contains(rule)
-            })
+            ours.reason
+                .as_deref()
+                .is_some_and(|reason| crate::rule_ids::rules_named_in(reason).contains(rule))
         });
         attribution.blame(std::slice::from_mut(ours));
         let (mut expected, mut listed) = (ours.failed_rules.clone(), theirs.failed_rules.clone());

@@ -61,6 +61,18 @@ pub fn feature_hashes(dir: &Path) -> anyhow::Result<Vec<FeatureFile>> {
     Ok(files)
 }
 
+/// The file name a feature is known by in results and reports.
+pub fn feature_file(feature: &gherkin::Feature) -> String {
+    feature
+        .path
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map_or_else(
+            || feature.name.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

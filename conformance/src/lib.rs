@@ -29,6 +29,7 @@ pub mod local_cluster;
 pub mod manifests;
 pub mod paths;
 pub mod report;
+pub mod rule_ids;
 pub mod run;
 pub mod schedule;
 pub mod seeded;

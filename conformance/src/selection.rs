@@ -6,7 +6,7 @@ use cucumber::tag::Ext as _;
 use regex::Regex;
 
 use crate::features::all_tags;
-use crate::report::collector::feature_file;
+use crate::features::feature_file;
 
 /// Start of the skip reason of a scenario outside `--tags`/`--name`.
 pub(crate) const NOT_SELECTED: &str = "not selected by";

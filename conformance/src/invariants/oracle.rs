@@ -9,7 +9,7 @@
 //!   R-RBAC-1/2/3, R-POD-1…16).
 //!
 //! A finding is a sentence ending with the rule it breaks in parentheses, which is how the report
-//! blames it ([`crate::report::collector::rules_named_in`]).
+//! blames it ([`crate::rule_ids::rules_named_in`]).
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};

@@ -1,5 +1,7 @@
 //! A cucumber [`Writer`] that records each scenario's outcome for the conformance report,
 //! teed next to the terminal, JUnit and JSON writers.
+use crate::features::feature_file;
+use crate::rule_ids::{rule_tags, rules_named_in};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -92,57 +94,8 @@ impl Outcomes {
     }
 }
 
-pub fn feature_file(feature: &gherkin::Feature) -> String {
-    feature
-        .path
-        .as_ref()
-        .and_then(|p| p.file_name())
-        .map_or_else(
-            || feature.name.clone(),
-            |n| n.to_string_lossy().into_owned(),
-        )
-}
-
 pub fn key(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioKey {
     (feature_file(feature), scenario.position.line)
-}
-
-/// The rule ids a message names in parentheses, alone or as a comma-separated list, as the
-/// after-scenario checks write them: `secret leak (R-SEC-14): …`, `… (R-KEY-3, R-KEY-13)`.
-pub fn rules_named_in(message: &str) -> Vec<String> {
-    let mut rules: Vec<String> = Vec::new();
-    for piece in message.split('(').skip(1) {
-        let Some((inside, _)) = piece.split_once(')') else {
-            continue;
-        };
-        let ids: Vec<&str> = inside.split(',').map(str::trim).collect();
-        if !ids.iter().all(|id| crate::coverage::is_rule_id(id)) {
-            continue;
-        }
-        for id in ids {
-            if !rules.iter().any(|r| r == id) {
-                rules.push(id.to_owned());
-            }
-        }
-    }
-    rules
-}
-
-/// The part of a scenario's reason that its failing step wrote, without the after-hook's
-/// findings appended to it.
-pub fn step_failure(reason: &str) -> &str {
-    match reason.find("; the After hook failed: ") {
-        Some(at) => &reason[..at],
-        None => reason,
-    }
-}
-
-/// The tags that name contract rules (`R-KEY-4`, `D-5`, `PR-…`), in order.
-pub fn rule_tags(tags: &[String]) -> Vec<String> {
-    tags.iter()
-        .filter(|t| t.starts_with("R-") || t.starts_with("PR-") || t.starts_with("D-"))
-        .cloned()
-        .collect()
 }
 
 fn new_result(feature: &gherkin::Feature, scenario: &gherkin::Scenario) -> ScenarioResult {
@@ -421,17 +374,10 @@ mod tests {
             reason.starts_with("step \"Given a step\" failed") && reason.contains("After hook"),
             "{reason}"
         );
-        assert!(!step_failure(reason).contains("R-SEC-14"), "{reason}");
-    }
-
-    #[rstest::rstest]
-    #[case("secret leak (R-SEC-14): x (R-SEC-14)", &["R-SEC-14"])]
-    #[case("condition type \"X\" is not in the contract (R-ST-9) (a note)", &["R-ST-9"])]
-    #[case("the leak check could not run: (timeout)", &[])]
-    #[case("key carries tags {} (R-KEY-3, R-KEY-13); (R-ST-8)", &["R-KEY-3", "R-KEY-13", "R-ST-8"])]
-    #[case("(R-KEY-3, see below)", &[])]
-    fn rules_named_in_findings(#[case] message: &str, #[case] rules: &[&str]) {
-        assert_eq!(rules_named_in(message), rules);
+        assert!(
+            !crate::rule_ids::step_failure(reason).contains("R-SEC-14"),
+            "{reason}"
+        );
     }
 
     #[tokio::test]

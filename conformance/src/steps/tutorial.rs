@@ -280,7 +280,7 @@ mod tests {
         let message = verify_observation(&printed(stdout), "Ready", &tutorial_lines())
             .expect_err("a problem");
         assert_eq!(
-            crate::report::collector::rules_named_in(&message),
+            crate::rule_ids::rules_named_in(&message),
             rules.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>(),
             "{message}"
         );
