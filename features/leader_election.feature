@@ -35,3 +35,12 @@ Feature: Two replicas, one leader
     When the sample provisioner is applied
     Then the provisioner becomes Ready
     And coderd saw exactly 1 POST on "provisionerkeys"
+
+  # Whatever coderd's latency: the leader does not wait for an answer it will not use.
+  @R-KEY-4 @extended
+  Scenario: A leader stopped while coderd holds its key request hands its Lease over at once
+    When coderd delays its answers to every POST on "provisionerkeys" by 6 seconds
+    And the sample provisioner is applied
+    And the leader is stopped as soon as coderd sees its POST on "provisionerkeys"
+    Then another replica holds the Lease within 1 seconds of the stop
+    And the provisioner becomes Ready

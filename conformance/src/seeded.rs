@@ -150,6 +150,8 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "credential-label-value-case-folded",
     "credential-destinations-split-on-comma-space",
     "bypass-fallback-on-412",
+    // A stopped leader's hand-over (issue 26).
+    "lease-held-until-controller-stops",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

@@ -189,11 +189,13 @@ async fn two_replicas(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Pauses the leader while it waits for coderd's answer to a request of this scenario (a delay
-/// fault holds the answer back), so it wakes in the middle of a pass.
-#[when(expr = "the leader is paused as soon as coderd sees its {word} on {string}")]
-async fn pause_leader_mid_request(
+/// Pauses (SIGSTOP) or stops (SIGTERM) the leader while it waits for coderd's answer to a
+/// request of this scenario (a delay fault holds the answer back): paused, it wakes in the
+/// middle of a pass; stopped, it must hand its Lease over without waiting for that answer.
+#[when(expr = "the leader is {word} as soon as coderd sees its {word} on {string}")]
+async fn leader_interrupted_mid_request(
     world: &mut ProvisionerWorld,
+    how: String,
     method: String,
     alias: String,
 ) -> anyhow::Result<()> {
@@ -205,7 +207,18 @@ async fn pause_leader_mid_request(
     )
     .await?;
     let (leader, _) = leader_explained(world, None, None).await?;
-    world.replicas[replica_index(world, &leader)?].pause();
+    let index = replica_index(world, &leader)?;
+    match how.as_str() {
+        "paused" => world.replicas[index].pause(),
+        "stopped" => {
+            world.mark_action().await?;
+            world
+                .remembered
+                .insert(STOPPED_AT.to_owned(), epoch_millis().to_string());
+            world.replicas[index].stop().await;
+        }
+        other => anyhow::bail!("the leader can be paused or stopped, not {other:?}"),
+    }
     world.remembered.insert(PAUSED.to_owned(), leader);
     Ok(())
 }
