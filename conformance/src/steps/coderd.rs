@@ -702,6 +702,26 @@ async fn coderd_reachable(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The journal's requests with `method` on the route `template`, in order.
+fn requests_on<'a>(
+    journal: &'a [JournalEntry],
+    method: &str,
+    template: &str,
+) -> Vec<&'a JournalEntry> {
+    journal
+        .iter()
+        .filter(|e| e.method.eq_ignore_ascii_case(method) && e.route.as_deref() == Some(template))
+        .collect()
+}
+
+/// Whether a request carried `X-Coder-Bypass-Ratelimit: true`.
+fn carried_bypass(entry: &JournalEntry) -> bool {
+    entry
+        .bypass_ratelimit
+        .as_deref()
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
 /// R-KEY-23: the owner's bypass header on key requests (the fake journals its value).
 #[then(expr = "every {word} on {string} carried the rate-limit bypass header")]
 async fn bypass_header(
@@ -711,20 +731,13 @@ async fn bypass_header(
 ) -> anyhow::Result<()> {
     let template = route_template(&alias)?;
     let journal = world.journal().await?;
-    let matching: Vec<&JournalEntry> = journal
-        .iter()
-        .filter(|e| e.method.eq_ignore_ascii_case(&method) && e.route.as_deref() == Some(template))
-        .collect();
+    let matching = requests_on(&journal, &method, template);
     if matching.is_empty() {
         bail!("coderd saw no {method} on {template}");
     }
     let without: Vec<String> = matching
         .iter()
-        .filter(|e| {
-            !e.bypass_ratelimit
-                .as_deref()
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        })
+        .filter(|e| !carried_bypass(e))
         .map(|e| format!("{} {} (header {:?})", e.method, e.path, e.bypass_ratelimit))
         .collect();
     if !without.is_empty() {
@@ -756,10 +769,7 @@ async fn repeated_without_bypass(
 ) -> anyhow::Result<()> {
     let template = route_template(&alias)?;
     let journal = world.journal().await?;
-    let matching: Vec<&JournalEntry> = journal
-        .iter()
-        .filter(|e| e.method.eq_ignore_ascii_case(&method) && e.route.as_deref() == Some(template))
-        .collect();
+    let matching = requests_on(&journal, &method, template);
     let refused: Vec<usize> = (0..matching.len())
         .filter(|&i| matching[i].status == 428)
         .collect();
@@ -771,17 +781,12 @@ async fn repeated_without_bypass(
     }
     let mut problems = Vec::new();
     for i in refused {
-        let with_bypass = |e: &JournalEntry| {
-            e.bypass_ratelimit
-                .as_deref()
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        };
         match matching.get(i + 1) {
             None => problems.push(format!(
                 "{} {} answered 428 was not repeated",
                 method, matching[i].path
             )),
-            Some(next) if with_bypass(next) || next.path != matching[i].path => {
+            Some(next) if carried_bypass(next) || next.path != matching[i].path => {
                 problems.push(format!(
                     "{} {} answered 428 was followed by {} {} (header {:?}, answered {})",
                     method,

@@ -224,6 +224,20 @@ fn quantities_compare_by_value(#[case] a: &str, #[case] b: &str, #[case] same: b
     assert_eq!(same_quantities(&json!(a), &json!(b)), same);
 }
 
+/// What the oracle expects of a CR named `name` with an empty spec (only names matter here).
+fn named(name: &str) -> Expected {
+    Expected {
+        name: name.into(),
+        uid: String::new(),
+        organization: "default".into(),
+        key_name: None,
+        secret_name: None,
+        secret_key: "key".into(),
+        tags: BTreeMap::new(),
+        control_plane: String::new(),
+    }
+}
+
 /// R-RES-1 up to 63 characters, R-RES-2's 42 characters and hash past them.
 #[rstest]
 #[case::at_the_limit(51, "Deployment", None)]
@@ -235,16 +249,7 @@ fn child_names_follow_the_contract_at_the_limit(
     #[case] shortened_by: Option<&str>,
 ) {
     let name: String = "n".repeat(length);
-    let expected = Expected {
-        name: name.clone(),
-        uid: String::new(),
-        organization: "default".into(),
-        key_name: None,
-        secret_name: None,
-        secret_key: "key".into(),
-        tags: BTreeMap::new(),
-        control_plane: String::new(),
-    };
+    let expected = named(&name);
     let (child, rule) = expected.child_name(kind).unwrap();
     match shortened_by {
         None => assert!(child.len() == 63 && child.contains(&name), "{child}"),
@@ -261,18 +266,8 @@ fn child_names_follow_the_contract_at_the_limit(
 #[test]
 fn a_long_name_hashes_as_the_contract_says() {
     let name = "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one";
-    let expected = Expected {
-        name: name.into(),
-        uid: String::new(),
-        organization: "default".into(),
-        key_name: None,
-        secret_name: None,
-        secret_key: "key".into(),
-        tags: BTreeMap::new(),
-        control_plane: String::new(),
-    };
     assert_eq!(
-        expected.child_name("ServiceAccount").unwrap().0,
+        named(name).child_name("ServiceAccount").unwrap().0,
         "a-provisioner-with-a-name-long-enough-to-n-76808a64-provisioner"
     );
 }
