@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(operator/src/provisioner/{gates,keys,credentials,status,children,names,mod}.rs)
+[ ${#files[@]} -gt 0 ] || files=(operator/src/provisioner/{gates,keys,credentials,status,children,names,mod,cleanup}.rs)
 
 command -v cargo-mutants >/dev/null 2>&1 || {
   echo "[mutants] installing cargo-mutants (cargo install --locked cargo-mutants)" >&2
@@ -50,6 +50,7 @@ tags_for() {
     */children.rs) echo '@R-POD-1 or @R-POD-2 or @R-POD-5 or @R-POD-6 or @R-POD-8 or @R-POD-9 or @R-POD-10 or @R-POD-11 or @R-POD-13 or @R-POD-16 or @R-RBAC-1 or @R-RBAC-2 or @R-SEC-1 or @R-SEC-3' ;;
     */names.rs) echo '@R-RES-1 or @R-RES-2 or @R-RES-4 or @R-ST-8 or @R-KEY-13 or @R-SEC-6 or @R-CRD-13' ;;
     */mod.rs) echo '@R-DEL-2 or @R-DEL-3 or @R-DEL-5 or @R-DEL-6 or @R-DEL-7 or @R-DEL-8 or @R-DEL-11 or @R-RL-2 or @R-RL-3 or @R-KEY-7 or @R-KEY-8 or @R-SEC-11' ;;
+    */cleanup.rs) echo '@R-DEL-2 or @R-DEL-3 or @R-DEL-4 or @R-DEL-5 or @R-DEL-6 or @R-DEL-7 or @R-DEL-8 or @R-DEL-9 or @R-DEL-10' ;;
     *) echo "" ;;
   esac
 }
