@@ -16,10 +16,17 @@ use operator::runtime::leader::{self, LeaderElectionSettings, LeadershipFlag};
 use operator::runtime::logging::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
 
+/// The version and how this binary was built: a benchmark labels its figures with it.
+const VERSION: &str = if cfg!(debug_assertions) {
+    concat!(env!("CARGO_PKG_VERSION"), " (debug build)")
+} else {
+    concat!(env!("CARGO_PKG_VERSION"), " (release build)")
+};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "coder-provisioner-operator",
-    version,
+    version = VERSION,
     about = "Kubernetes operator for Coder external provisioners (CoderProvisioner, coder.com/v1alpha1)"
 )]
 struct Cli {

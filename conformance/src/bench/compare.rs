@@ -335,8 +335,10 @@ pub fn render(comparison: &Comparison) -> String {
     for report in &comparison.implementations {
         let _ = writeln!(
             out,
-            "  {}: {}",
-            report.environment.implementation, report.environment.operator_command
+            "  {} ({}): {}",
+            report.environment.implementation,
+            report.environment.operator_build,
+            report.environment.operator_command
         );
     }
     let ratio_column = ratio_header(&names);

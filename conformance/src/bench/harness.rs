@@ -94,6 +94,25 @@ pub struct Contender {
 }
 
 impl Contender {
+    /// How its operator was built: the reference operator's `--version` names its profile; a
+    /// command line is measured as given.
+    pub async fn build(&self) -> String {
+        let Launch::Reference(binary) = &self.launch else {
+            return "as given".to_owned();
+        };
+        match tokio::process::Command::new(binary)
+            .arg("--version")
+            .output()
+            .await
+        {
+            Ok(out) if out.status.success() => {
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            }
+            Ok(out) => format!("unknown (`{} --version`: {})", binary.display(), out.status),
+            Err(error) => format!("unknown (`{} --version`: {error})", binary.display()),
+        }
+    }
+
     /// The operator with `/readyz` and `/metrics` on `127.0.0.1:port`, under `rbac`.
     pub fn operator(&self, port: u16, rbac: &Path) -> anyhow::Result<OperatorUnderTest> {
         let address = format!("127.0.0.1:{port}");

@@ -263,10 +263,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         settle: args.settle,
     };
     let contenders = args.contenders(&out).await?;
-    let mut reports: Vec<BenchReport> = contenders
-        .iter()
-        .map(|contender| empty_report(&args, contender, started_at))
-        .collect();
+    let mut reports = Vec::with_capacity(contenders.len());
+    for contender in &contenders {
+        let build = contender.build().await;
+        reports.push(empty_report(&args, contender, build, started_at));
+    }
     let mut turns = Turns::new(contenders.len());
 
     let mut steady_attempted = vec![false; contenders.len()];
@@ -429,6 +430,7 @@ async fn steady_turn(
 fn empty_report(
     args: &BenchArgs,
     contender: &Contender,
+    operator_build: String,
     started_at: jiff::Timestamp,
 ) -> BenchReport {
     BenchReport {
@@ -446,6 +448,7 @@ fn empty_report(
                 "release"
             }
             .to_owned(),
+            operator_build,
             operator_command: contender.command_line(),
             cpus: std::thread::available_parallelism()
                 .map(usize::from)

@@ -40,8 +40,13 @@ pub struct BenchEnvironment {
     /// The measured implementation's name (`--name`, `--compare-name`).
     #[serde(default)]
     pub implementation: String,
-    /// Cargo profile of the bench binary (`debug` or `release`).
+    /// Cargo profile of the bench binary (`debug` or `release`): its own overhead, not the
+    /// operator's.
     pub profile: String,
+    /// How the measured operator was built: the reference operator's own `--version` (which
+    /// names its profile), or `as given` for a command line.
+    #[serde(default)]
+    pub operator_build: String,
     pub operator_command: String,
     pub cpus: usize,
     /// `/proc/loadavg` when the bench started: other load on the machine skews timings.
@@ -502,6 +507,7 @@ pub(crate) mod tests {
             environment: BenchEnvironment {
                 implementation: "reference".to_owned(),
                 profile: "debug".to_owned(),
+                operator_build: "coder-provisioner-operator 0.1.0 (debug build)".to_owned(),
                 operator_command: "op run".to_owned(),
                 cpus: 2,
                 load_average_at_start: None,

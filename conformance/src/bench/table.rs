@@ -145,8 +145,9 @@ pub fn render(report: &BenchReport) -> String {
     let env = &report.environment;
     let _ = writeln!(
         out,
-        "coder-provisioner bench of {} ({} build, {} CPUs, load at start {}), operator: {}",
+        "coder-provisioner bench of {} (operator: {}; bench: {} build, {} CPUs, load at start {}), command: {}",
         env.implementation,
+        env.operator_build,
         env.profile,
         env.cpus,
         env.load_average_at_start.as_deref().unwrap_or("?"),
@@ -427,6 +428,7 @@ mod tests {
             "not measured",
             "68.4 MiB",
             "POST /api/v2/",
+            "operator: coder-provisioner-operator 0.1.0 (debug build); bench: debug build",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
