@@ -995,7 +995,7 @@ fn selected_variants(patches: &[PathBuf], only: &[String]) -> anyhow::Result<Vec
         .collect()
 }
 
-/// The variant table as text (`--list`, and the README's list).
+/// The variant table as text (`--list`, and the list in docs/seeded-bugs.md).
 pub fn variant_list(variants: &[Variant]) -> String {
     let width = variants.iter().map(|v| v.name.len()).max().unwrap_or(0);
     let mut text = String::new();
