@@ -100,6 +100,24 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
             result.reason.as_deref().unwrap_or("")
         )
     }));
+    // Each failure with its diagnostics: printed while 16 scenarios ran at once, the after-hook's
+    // "diagnostics for …" line may sit far from the failure it belongs to.
+    lines.extend(
+        report
+            .results
+            .iter()
+            .filter(|r| r.status == model::Status::Failed)
+            .map(|result| {
+                let mut line = format!(
+                    "  failed {}:{} \"{}\"",
+                    result.feature, result.line, result.scenario
+                );
+                if let Some(folder) = &result.diagnostics {
+                    line += &format!(": diagnostics in {folder}/");
+                }
+                line
+            }),
+    );
     lines.extend(
         report
             .environment
@@ -277,7 +295,10 @@ mod tests {
             line(&failed, "Rules:"),
             "Rules:    0 passed, 1 failed, 0 not reached, 0 not run; 0 not observable"
         );
-        assert_eq!(line(&failed, "  failed "), "  failed R-KEY-4: a.feature:3");
+        assert_eq!(
+            line(&failed, "  failed R-"),
+            "  failed R-KEY-4: a.feature:3"
+        );
         let passed = summary_of(vec![ran(Level::Core, Status::Passed)]);
         assert_eq!(
             line(&passed, "Rules:"),
@@ -286,5 +307,24 @@ mod tests {
         let mut old = crate::report::model::tests::report(vec![ran(Level::Core, Status::Passed)]);
         old.coverage[0].verdict = None;
         assert!(!summary_lines(&old).iter().any(|l| l.starts_with("Rules:")));
+    }
+
+    #[test]
+    fn each_failed_scenario_is_listed_with_its_diagnostics() {
+        use model::{Level, Status};
+        let mut failed = ran(Level::Core, Status::Failed);
+        failed.diagnostics = Some("diagnostics/a-3-x".to_owned());
+        let lines = summary_of(vec![failed.clone(), ran(Level::Core, Status::Passed)]);
+        let listed: Vec<_> = lines
+            .iter()
+            .filter(|l| l.starts_with("  failed ") && !l.starts_with("  failed R-"))
+            .collect();
+        assert_eq!(
+            listed,
+            [&format!(
+                "  failed {}:{} \"{}\": diagnostics in diagnostics/a-3-x/",
+                failed.feature, failed.line, failed.scenario
+            )]
+        );
     }
 }
