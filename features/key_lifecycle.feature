@@ -35,6 +35,32 @@ Feature: The provisioner key in coderd
     # checks: R-KEY-25
     And coderd holds no key of the scenario's organizations that no provisioner records
 
+  # The default organization is shared by the scenarios, so the key is named after the
+  # scenario's own organization to keep it apart from theirs.
+  @R-KEY-1 @R-CRD-5 @extended
+  Scenario Outline: An organizationName <given> puts the key in the default organization
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied with spec:
+      """
+      organizationName: <value>
+      key: {name: "{organization}"}
+      """
+    # checks: R-KEY-1, R-CRD-5
+    Then the provisioner becomes Ready
+    # checks: R-KEY-1, R-CRD-5
+    And the provisioner status has:
+      | field            | value                     |
+      | organizationName | default                   |
+      | organizationID   | {default organization id} |
+    # checks: R-KEY-1, R-CRD-5
+    And coderd holds exactly 1 provisioner key named "{organization}" in the default organization
+
+    Examples:
+      | given     | value   |
+      | left out  | null    |
+      | empty     | ""      |
+      | "default" | default |
+
   @R-KEY-10 @D-5 @core
   Scenario Outline: A key Secret <loss> replaces the key once
     Given a Ready control plane with operator access

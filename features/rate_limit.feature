@@ -78,6 +78,21 @@ Feature: Rate limiting by coderd
     And the provisioner key Secret is deleted
     Then coderd sees 2 POST on "provisionerkeys" since the last action spaced by a backoff doubling from 2 seconds
 
+  # A 500 fails the pass for another reason than 429, so the next 429 waits the first backoff
+  # again. The 500 is answered once, ahead of the 429s that follow it.
+  @R-RL-2 @R-RL-3 @slow @extended
+  Scenario: A failure other than 429 starts the backoff over
+    Given a Ready control plane with operator access
+    And coderd answers every POST on "provisionerkeys" with status 429
+    When the sample provisioner is applied
+    # checks: R-RL-2
+    Then coderd sees 3 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
+    When coderd answers normally again
+    And coderd answers the next POST on "provisionerkeys" with status 500
+    And coderd answers every POST on "provisionerkeys" with status 429
+    # checks: R-RL-3
+    Then coderd sees 2 POST on "provisionerkeys" answered 429 since the last action spaced by a backoff doubling from 2 seconds
+
   @R-KEY-23 @R-RL-5 @extended
   Scenario: Key and entitlement requests carry the rate-limit bypass header
     Given a Ready control plane with operator access

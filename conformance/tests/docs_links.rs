@@ -198,11 +198,12 @@ fn heading_text(raw: &str) -> String {
     let mut i = 0;
     while i < chars.len() {
         // `](target)` ends a link: keep the text, skip the target.
-        if chars[i] == ']' && chars.get(i + 1) == Some(&'(') {
-            if let Some(end) = chars[i..].iter().position(|&c| c == ')') {
-                i += end + 1;
-                continue;
-            }
+        if chars[i] == ']'
+            && chars.get(i + 1) == Some(&'(')
+            && let Some(end) = chars[i..].iter().position(|&c| c == ')')
+        {
+            i += end + 1;
+            continue;
         }
         if !matches!(chars[i], '[' | ']' | '`' | '*') {
             text.push(chars[i]);

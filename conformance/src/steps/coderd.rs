@@ -219,16 +219,20 @@ async fn saw_no_key_requests(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 /// step), then checks the gaps between them: the first about `first` seconds, each next one
 /// about double the one before, ±20 % jitter plus a little scheduling slack.
 #[then(
-    regex = r#"^coderd sees (\d+) (\w+) on "([^"]+)"( since the last action)? spaced by a backoff doubling from (\d+) seconds$"#
+    regex = r#"^coderd sees (\d+) (\w+) on "([^"]+)"(?: answered (\d+))?( since the last action)? spaced by a backoff doubling from (\d+) seconds$"#
 )]
 async fn backoff_spacing(
     world: &mut ProvisionerWorld,
     count: usize,
     method: String,
     alias: String,
+    answered: String,
     since_action: String,
     first: u64,
 ) -> anyhow::Result<()> {
+    let answered: Option<u16> = (!answered.is_empty())
+        .then(|| answered.parse())
+        .transpose()?;
     let template = route_template(&alias)?;
     let start = if since_action.is_empty() {
         0
@@ -252,7 +256,9 @@ async fn backoff_spacing(
                 .iter()
                 .skip(start)
                 .filter(|e| {
-                    e.method.eq_ignore_ascii_case(&method) && e.route.as_deref() == Some(template)
+                    e.method.eq_ignore_ascii_case(&method)
+                        && e.route.as_deref() == Some(template)
+                        && answered.is_none_or(|status| e.status == status)
                 })
                 .collect();
             Ok(if matching.len() >= count {
@@ -349,25 +355,55 @@ async fn keys_named(
     name: &str,
 ) -> anyhow::Result<Vec<fake_coderd::ProvisionerKey>> {
     let organization = world.scenario_coderd()?.organization.clone();
+    keys_named_in(world, &organization, name).await
+}
+
+async fn keys_named_in(
+    world: &ProvisionerWorld,
+    organization: &str,
+    name: &str,
+) -> anyhow::Result<Vec<fake_coderd::ProvisionerKey>> {
     let keys = world
         .admin()?
-        .keys(&organization)
+        .keys(organization)
         .await
         .context("listing the fake coderd's keys")?;
     Ok(keys.into_iter().filter(|k| k.name == name).collect())
 }
 
-#[then(expr = "coderd holds exactly {int} provisioner key named {string}")]
+/// The id of coderd's default organization, which every scenario shares.
+pub async fn default_organization_id(world: &ProvisionerWorld) -> anyhow::Result<String> {
+    world
+        .admin()?
+        .organizations()
+        .await?
+        .into_iter()
+        .find(|o| o.is_default)
+        .map(|o| o.id)
+        .ok_or_else(|| anyhow!("coderd has no default organization"))
+}
+
+/// `{organization}` in the name stands for the scenario's organization's name.
+#[then(
+    regex = r#"^coderd holds exactly (\d+) provisioner key named "([^"]+)"( in the default organization)?$"#
+)]
 async fn holds_keys_named(
     world: &mut ProvisionerWorld,
     expected: usize,
     name: String,
+    in_default: String,
 ) -> anyhow::Result<()> {
+    let name = super::children::expand(world, &name);
+    let organization = if in_default.is_empty() {
+        world.scenario_coderd()?.organization.clone()
+    } else {
+        "default".to_owned()
+    };
     wait::eventually(
         &format!("{expected} key(s) named {name}"),
         world.timeouts(),
         || async {
-            let keys = keys_named(world, &name).await?;
+            let keys = keys_named_in(world, &organization, &name).await?;
             Ok(if keys.len() == expected {
                 Ok(())
             } else {

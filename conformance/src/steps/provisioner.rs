@@ -909,7 +909,10 @@ async fn status_records_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 }
 
 /// Status fields compared with a table of `field | value`; `{url}` means the coderd URL,
-/// `{organization}` the scenario's organization, `{organization id}` its id.
+/// `{organization}` the scenario's organization, `{organization id}` its id, and
+/// `{default organization id}` the id of coderd's default organization.
+const DEFAULT_ORG_ID: &str = "{default organization id}";
+
 #[then("the provisioner status has:")]
 async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     let rows = super::table_rows(step)?;
@@ -917,6 +920,14 @@ async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result
         .coderd
         .as_ref()
         .map(|c| (c.organization.clone(), c.organization_id.clone()));
+    let default_organization_id = if rows
+        .iter()
+        .any(|row| row.contains(&DEFAULT_ORG_ID.to_owned()))
+    {
+        Some(super::coderd::default_organization_id(world).await?)
+    } else {
+        None
+    };
     let expected: Vec<(String, String)> = rows
         .into_iter()
         .skip(1)
@@ -927,6 +938,7 @@ async fn status_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result
                 ("{url}", _) => world.env.coderd.url.clone(),
                 ("{organization}", Some((name, _))) => name.clone(),
                 ("{organization id}", Some((_, id))) => id.clone(),
+                (DEFAULT_ORG_ID, _) => default_organization_id.clone().unwrap_or_default(),
                 _ => super::children::expand(world, &value),
             };
             (field, value)
