@@ -300,9 +300,10 @@ Feature: The provisioner Deployment
       """
       {}
       """
-    # checks: R-CRD-13, D-4
+    # A long name must not stop any part: the key's name, the children's names or their labels.
+    # checks: R-CRD-13, D-4, R-RES-2, R-RES-4, D-6
     Then the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
-    # checks: R-CRD-13, D-4
+    # checks: R-CRD-13, D-4, R-RES-2, R-RES-4, D-6
     And the provisioner "a-provisioner-with-a-name-long-enough-to-need-shortening-number-two" has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
     # checks: R-RES-2, R-RES-4, D-6
     And the children of the two provisioners have distinct names and labels of at most 63 characters

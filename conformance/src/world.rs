@@ -882,7 +882,14 @@ impl ProvisionerWorld {
             crate::implementation::REPLICA_NAME_PREFIX,
             char::from(letter)
         );
-        let replica = operator.replica(command, &name, self.replicas.len())?;
+        let replica = operator
+            .replica(
+                command,
+                &name,
+                self.replicas.len(),
+                std::slice::from_ref(&self.env.coderd.url),
+            )
+            .await?;
         drop(guard);
         self.replicas.push(replica);
         Ok(name)

@@ -16,6 +16,8 @@ use crate::cluster::identity;
 use crate::cluster::kubeconfig::{self, ClusterEndpoint};
 use crate::manifests;
 
+pub mod sandbox;
+
 /// Namespace of the operator's own ServiceAccount (and its leader-election Lease).
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "coder-system";
 /// Name of the reference operator's binary.
@@ -169,6 +171,10 @@ pub struct OperatorProcess {
     /// replica shares its first process's.
     scratch: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
+    /// The API server's URL, which a replica's sandbox forwards.
+    api_server: String,
+    /// A replica's own namespaces, when the host allows them.
+    sandbox: Option<sandbox::Sandbox>,
     log: PathBuf,
     service_account: (String, String),
     starts: u32,
@@ -223,6 +229,8 @@ impl OperatorProcess {
             child: None,
             scratch: Some(scratch),
             kubeconfig,
+            api_server: endpoint.server_url.clone(),
+            sandbox: None,
             log: dir.join("operator.log"),
             service_account,
             starts: 0,
@@ -246,27 +254,69 @@ impl OperatorProcess {
     }
 
     /// Another process of the same operator: `command` with this one's identity, kubeconfig and
-    /// environment, `POD_NAME=<name>` and [`REPLICA_INDEX_ENV`], logging to `<name>.log` next to this one's log.
-    pub fn replica(
+    /// environment, `POD_NAME=<name>` and [`REPLICA_INDEX_ENV`], logging to `<name>.log` next to
+    /// this one's log. Where the host allows it, the replica runs in a [`sandbox::Sandbox`] named
+    /// `name` that reaches the API server and `coderd_urls`; its log says where it runs.
+    pub async fn replica(
         &self,
         command: OperatorCommand,
         name: &str,
         index: usize,
+        coderd_urls: &[String],
     ) -> anyhow::Result<Self> {
         let mut spec = self.spec.clone();
         spec.command = command;
         spec.extra_env
             .push(("POD_NAME".to_owned(), name.to_owned()));
-        // Replicas share the host: a command with fixed ports derives its own from this.
+        // Without a sandbox replicas share the host: a command with fixed ports derives its own
+        // from this.
         spec.extra_env
             .push((REPLICA_INDEX_ENV.to_owned(), index.to_string()));
         let dir = self.log.parent().unwrap_or(Path::new("."));
+        let log = dir.join(format!("{name}.log"));
+        let urls: Vec<&str> = std::iter::once(self.api_server.as_str())
+            .chain(coderd_urls.iter().map(String::as_str))
+            .collect();
+        let sandbox = match loopback_addresses(&urls) {
+            Ok(addresses) => sandbox::Sandbox::create(name, &addresses)
+                .await
+                .map(|sandbox| {
+                    let forwarded: Vec<String> =
+                        addresses.iter().map(ToString::to_string).collect();
+                    (sandbox, forwarded.join(", "))
+                }),
+            Err(error) => Err(error),
+        };
+        let sandbox = match sandbox {
+            Ok((sandbox, forwarded)) => {
+                append(
+                    &log,
+                    &format!(
+                        "=== in network and UTS namespaces of its own: host name {name}, \
+                         {forwarded} forwarded from the host\n"
+                    ),
+                )?;
+                Some(sandbox)
+            }
+            Err(error) => {
+                append(
+                    &log,
+                    &format!(
+                        "=== on the shared host (ports and host name shared with the other \
+                         replicas; {REPLICA_INDEX_ENV}={index}): {error:#}\n"
+                    ),
+                )?;
+                None
+            }
+        };
         let mut replica = Self {
             spec,
             child: None,
             scratch: None,
             kubeconfig: self.kubeconfig.clone(),
-            log: dir.join(format!("{name}.log")),
+            api_server: self.api_server.clone(),
+            sandbox,
+            log,
             service_account: self.service_account.clone(),
             starts: 0,
         };
@@ -372,6 +422,9 @@ impl OperatorProcess {
         if let Some(namespace) = &self.spec.watch_namespace {
             command.env(WATCH_NAMESPACE_ENV, namespace);
         }
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.enter_on_exec(&mut command);
+        }
         self.child = Some(ManagedChild::spawn("operator", command, &self.log)?);
         Ok(())
     }
@@ -384,6 +437,25 @@ impl Drop for OperatorProcess {
             children::unregister_scratch_dir(scratch.path());
         }
     }
+}
+
+/// The socket addresses of `urls`, all of them on this host's loopback (a sandbox reaches
+/// nothing else).
+fn loopback_addresses(urls: &[&str]) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    let mut addresses = Vec::new();
+    for text in urls {
+        let url = url::Url::parse(text).with_context(|| format!("reading the URL {text}"))?;
+        let resolved = url
+            .socket_addrs(|| None)
+            .with_context(|| format!("resolving {text}"))?;
+        let Some(address) = resolved.into_iter().find(|a| a.ip().is_loopback()) else {
+            bail!("{text} is not on this host's loopback, which a sandbox could forward");
+        };
+        if !addresses.contains(&address) {
+            addresses.push(address);
+        }
+    }
+    Ok(addresses)
 }
 
 /// The one ServiceAccount an RBAC folder declares, placed in `namespace`.
