@@ -245,8 +245,9 @@ impl Reply {
         if let Some((bytes, content_type)) = self.encoded_body() {
             template = template.set_body_raw(bytes, content_type);
         }
+        // Appended, so a repeated name (chi's one `Allow` per method) keeps every value.
         for (name, value) in self.headers {
-            template = template.insert_header(name.as_str(), value.as_str());
+            template = template.append_header(name.as_str(), value.as_str());
         }
         template
     }

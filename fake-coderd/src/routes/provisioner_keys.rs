@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Call;
 use crate::api::{ApiError, Reply};
-use crate::state::{KEY_SECRET_LENGTH, Organization, State, User, equal_fold};
+use crate::state::{KEY_SECRET_LENGTH, Organization, ProvisionerKey, State, User, equal_fold};
 
 /// §1.6 after authentication: organization lookup (400/404), then the feature gate (403). There is
 /// no permission middleware on these routes in coderd: each query is checked by the database
@@ -105,7 +105,7 @@ pub fn delete(state: &mut State, caller: &User, org: &str, name: &str) -> Result
 }
 
 /// §2.9 daemon-auth middleware rows, then the key itself. The path value is ignored, as in coderd.
-pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
+pub fn daemon_key<'s>(state: &'s State, call: &Call) -> Result<&'s ProvisionerKey, ApiError> {
     let key = call.daemon_key.as_deref().filter(|key| !key.is_empty());
     let psk = call.daemon_psk.as_deref().filter(|psk| !psk.is_empty());
     match (key, psk) {
@@ -126,10 +126,9 @@ pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
                 return Err(ApiError::new(400, "provisioner daemon key invalid")
                     .with_detail("must be 43 characters"));
             }
-            let view = state
+            state
                 .key_by_secret(key)
-                .ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))?;
-            Ok(Reply::json(200, view))
+                .ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))
         }
     }
 }
