@@ -217,7 +217,6 @@ pub struct State {
     pub has_license: bool,
     pub entitlements_require_token: bool,
     pub enterprise: bool,
-    pub daemon_psk: Option<String>,
     last_timestamp: Timestamp,
 }
 
@@ -311,7 +310,6 @@ impl State {
             has_license: seed.has_license,
             entitlements_require_token: seed.entitlements_require_token,
             enterprise: seed.enterprise,
-            daemon_psk: seed.provisioner_daemon_psk.clone(),
             last_timestamp: Timestamp::UNIX_EPOCH,
         };
         let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);

@@ -694,8 +694,40 @@ fn const_format_name(name: &'static str) -> &'static str {
     Box::leak(json!({ "name": name }).to_string().into_boxed_str())
 }
 
+// `enterprise/coderd/coderd.go` mounts `/provisionerkeys` behind
+// `ExtractProvisionerDaemonAuthenticated` without the deployment's PSK: even the right PSK, on any
+// method, is answered like no credential, and with a key it is the "only one" 400.
+#[rstest]
+#[case::right_psk(
+    "GET",
+    Some("right-psk"),
+    false,
+    401,
+    "provisioner daemon key required"
+)]
+#[case::wrong_psk("GET", Some("wrong"), false, 401, "provisioner daemon key required")]
+#[case::right_psk_other_method(
+    "POST",
+    Some("right-psk"),
+    false,
+    401,
+    "provisioner daemon key required"
+)]
+#[case::right_psk_with_a_key(
+    "GET",
+    Some("right-psk"),
+    true,
+    400,
+    "provisioner daemon key and psk provided, but only one is allowed"
+)]
 #[tokio::test]
-async fn wrong_psk_is_rejected_and_right_psk_has_no_key() {
+async fn a_psk_never_authenticates_the_daemon_key_route(
+    #[case] method: &str,
+    #[case] psk: Option<&str>,
+    #[case] with_key: bool,
+    #[case] status: u16,
+    #[case] expected: &str,
+) {
     let seed = fake_coderd::Seed {
         provisioner_daemon_psk: Some("right-psk".to_string()),
         ..Default::default()
@@ -706,21 +738,20 @@ async fn wrong_psk_is_rejected_and_right_psk_has_no_key() {
     })
     .await
     .expect("starts");
-    let http = common::http();
-    let wrong = Request::new("GET", "/api/v2/provisionerkeys/x")
-        .header("Coder-Provisioner-Daemon-PSK", "wrong")
-        .send(&http, &fake.url())
-        .await;
-    assert_eq!(wrong.status, 401);
-    assert_eq!(wrong.json(), message("provisioner daemon psk invalid"));
-    let right = Request::new("GET", "/api/v2/provisionerkeys/x")
-        .header("Coder-Provisioner-Daemon-PSK", "right-psk")
-        .send(&http, &fake.url())
-        .await;
-    assert_eq!(
-        right.status, 404,
-        "a PSK-authenticated daemon has no key to show"
-    );
+    let secret = fake
+        .create_key_directly("default", "k", BTreeMap::new())
+        .expect("key");
+    let mut request = Request::new(method, "/api/v2/provisionerkeys/x");
+    if let Some(psk) = psk {
+        request = request.header("Coder-Provisioner-Daemon-PSK", psk);
+    }
+    if with_key {
+        request = request.header("Coder-Provisioner-Daemon-Key", &secret);
+    }
+    let answer = request.send(&common::http(), &fake.url()).await;
+    assert_eq!(answer.status, status, "{}", answer.text);
+    assert_eq!(answer.json(), message(expected));
+    assert_eq!(fake.journal()[0].authenticated_key_id, None);
 }
 
 #[tokio::test]

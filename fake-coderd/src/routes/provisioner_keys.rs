@@ -105,6 +105,12 @@ pub fn delete(state: &mut State, caller: &User, org: &str, name: &str) -> Result
 }
 
 /// §2.9 daemon-auth middleware rows, then the key itself. The path value is ignored, as in coderd.
+/// The route's middleware is configured without the deployment's PSK
+/// (`enterprise/coderd/coderd.go` route `/provisionerkeys`, `ExtractProvisionerAuthConfig{DB,
+/// Optional: false}`, read at commit 00199bfcf437b2a7356c665352a4d735ed3fecaa), so
+/// `ExtractProvisionerDaemonAuthenticated` (`coderd/httpmw/provisionerdaemon.go`, stored at
+/// 1e9b79a7858944c3a041e3ecd32a807c6f513180) never falls back to a PSK: without a key, a PSK
+/// header is answered like no credential at all.
 pub fn daemon_key<'s>(state: &'s State, call: &Call) -> Result<&'s ProvisionerKey, ApiError> {
     let key = call.daemon_key.as_deref().filter(|key| !key.is_empty());
     let psk = call.daemon_psk.as_deref().filter(|psk| !psk.is_empty());
@@ -113,13 +119,6 @@ pub fn daemon_key<'s>(state: &'s State, call: &Call) -> Result<&'s ProvisionerKe
             400,
             "provisioner daemon key and psk provided, but only one is allowed",
         )),
-        (None, Some(psk)) if state.daemon_psk.is_some() => {
-            if state.daemon_psk.as_deref() != Some(psk) {
-                return Err(ApiError::new(401, "provisioner daemon psk invalid"));
-            }
-            // A PSK-authenticated daemon has no key to show; the spec does not pin this answer.
-            Err(ApiError::resource_not_found())
-        }
         (None, _) => Err(ApiError::new(401, "provisioner daemon key required")),
         (Some(key), None) => {
             if key.len() != KEY_SECRET_LENGTH {
