@@ -41,4 +41,4 @@ pub use journal::{JournalEntry, JournalQuery, fingerprint};
 pub use ratelimit::RateLimitSpec;
 pub use seed::{Seed, SeedOrganization, SeedUser};
 pub use server::{FakeCoderd, FakeConfig};
-pub use state::{Entitlement, Organization, ProvisionerKey, UserRole, UserStatus};
+pub use state::{Entitlement, Organization, ProvisionerKey, UserRole, UserStatus, UserView};

@@ -16,7 +16,7 @@ use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::{Seed, SeedUser};
 use crate::state::{
-    Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token,
+    Entitlement, Organization, ProvisionerKey, UserRole, UserView, generate_session_token,
     random_alphanumeric, split_session_token,
 };
 use crate::world::{Shared, World};
@@ -322,6 +322,11 @@ impl FakeCoderd {
 
     pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
         self.coderd.shared.lock().add_user(user)
+    }
+
+    /// A user (by name or id) as an owner reads it, e.g. to see a dormant user made active.
+    pub fn user(&self, user: &str) -> Result<UserView, Error> {
+        self.coderd.shared.lock().user(user)
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {

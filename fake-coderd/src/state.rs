@@ -159,6 +159,8 @@ pub struct User {
     /// Organization ids in which the user holds `organization-admin`.
     pub admin_organization_ids: Vec<String>,
     pub created_at: String,
+    /// Changes when coderd updates the user: here, when a dormant user is made active.
+    pub updated_at: String,
     /// The entitlement this user's calls see instead of the deployment's (`None`: the
     /// deployment's). Not coderd behaviour, which has one per deployment: it lets tests that share
     /// one fake each see their own answer (see [`State::entitlement_seen_by`]).
@@ -166,6 +168,20 @@ pub struct User {
 }
 
 impl User {
+    /// `ExtractAPIKey`'s status check.
+    fn ensure_active(&self) -> Result<(), ApiError> {
+        if self.status == UserStatus::Active {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            401,
+            format!(
+                "User is not active (status = \"{}\"). Contact an admin to reactivate your account.",
+                self.status.wire_value()
+            ),
+        ))
+    }
+
     pub fn is_owner(&self) -> bool {
         self.role == UserRole::Owner
     }
@@ -459,6 +475,7 @@ impl State {
             organization_ids,
             admin_organization_ids,
             created_at: created_at.clone(),
+            updated_at: created_at.clone(),
             entitlement: None,
         };
         self.tokens.push(SessionToken {
@@ -471,8 +488,9 @@ impl State {
         Ok(token)
     }
 
-    /// The §1.4 checks in coderd's order, for a token found in cookie, query or header.
-    pub fn authenticate(&self, token: Option<&str>) -> Result<&User, ApiError> {
+    /// The §1.4 token checks in coderd's order, for a token found in cookie, query or header: the
+    /// index of the token's user.
+    fn token_user(&self, token: Option<&str>) -> Result<usize, ApiError> {
         let Some(token) = token.filter(|token| !token.is_empty()) else {
             return Err(ApiError::signed_out(
                 "Cookie \"coder_session_token\" or query parameter must be provided.",
@@ -493,21 +511,36 @@ impl State {
                 "API key expired at \"{expired_at}\"."
             )));
         }
-        let user = self
-            .users
+        self.users
             .iter()
-            .find(|user| user.id == stored.user_id)
-            .ok_or_else(|| ApiError::signed_out("API key is invalid."))?;
-        if user.status != UserStatus::Active {
-            return Err(ApiError::new(
-                401,
-                format!(
-                    "User is not active (status = \"{}\"). Contact an admin to reactivate your account.",
-                    user.status.wire_value()
-                ),
-            ));
-        }
+            .position(|user| user.id == stored.user_id)
+            .ok_or_else(|| ApiError::signed_out("API key is invalid."))
+    }
+
+    /// The token's user if active; read-only, as the rate limiter and the routes without
+    /// `ExtractAPIKeyMW` see a token.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<&User, ApiError> {
+        let user = &self.users[self.token_user(token)?];
+        user.ensure_active()?;
         Ok(user)
+    }
+
+    /// `httpmw.ExtractAPIKeyMW` on a route: the token checks, then a dormant user is made active
+    /// (`ActivateDormantUser`: status `active`, `updated_at` now) before the status check, so
+    /// the request goes on (`coderd/httpmw/apikey.go` `ExtractAPIKey`, read at commit
+    /// a2c107ca853268ccc52fd7cba323e013906eb733; `coderd/userauth.go` `ActivateDormantUser`).
+    /// A suspended user is still refused.
+    pub fn authenticate_session(&mut self, token: Option<&str>) -> Result<User, ApiError> {
+        let index = self.token_user(token)?;
+        if self.users[index].status == UserStatus::Dormant {
+            let now = self.next_timestamp();
+            let user = &mut self.users[index];
+            user.status = UserStatus::Active;
+            user.updated_at = now;
+        }
+        let user = &self.users[index];
+        user.ensure_active()?;
+        Ok(user.clone())
     }
 
     /// §2.3 resolution: exactly `default` or the nil UUID, then a UUID by id, then a
@@ -552,7 +585,7 @@ impl State {
             username: user.username.clone(),
             email: format!("{}@fake-coderd.invalid", user.username),
             created_at: user.created_at.clone(),
-            updated_at: user.created_at.clone(),
+            updated_at: user.updated_at.clone(),
             last_seen_at: user.created_at.clone(),
             status: user.status.wire_value().to_string(),
             login_type: if user.username == OPERATOR_USERNAME {

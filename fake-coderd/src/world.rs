@@ -9,7 +9,9 @@ use crate::faults::Faults;
 use crate::journal::{Journal, JournalEntry};
 use crate::ratelimit::{RateLimitSpec, RateLimiter};
 use crate::seed::{Seed, SeedUser};
-use crate::state::{Entitlement, Organization, ProvisionerKey, State, generate_session_token};
+use crate::state::{
+    Entitlement, Organization, ProvisionerKey, State, UserView, generate_session_token,
+};
 
 #[derive(Debug)]
 pub struct World {
@@ -95,6 +97,14 @@ impl World {
 
     pub fn add_user(&mut self, user: &SeedUser) -> Result<String, Error> {
         self.state.add_user(user)
+    }
+
+    /// A user as coderd's `GET /api/v2/users/{user}` shows it to an owner (by name or id).
+    pub fn user(&self, ident: &str) -> Result<UserView, Error> {
+        self.state
+            .user_by_name_or_id(ident)
+            .map(|user| self.state.user_view(user))
+            .ok_or_else(|| Error::UnknownUser(ident.to_string()))
     }
 
     pub fn clear_faults(&mut self) {

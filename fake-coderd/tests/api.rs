@@ -1560,3 +1560,32 @@ async fn entitlements_list_every_feature_name() {
         assert_eq!(features[name]["entitlement"], "not_entitled", "{name}");
     }
 }
+
+// coderd `httpmw/apikey.go` `ExtractAPIKey` with `ActivateDormantUser` (`coderd/userauth.go`): a
+// dormant user's token on a route behind the API-key middleware makes the user active (and
+// bumps `updated_at`) and the request goes on; a route without that middleware (`/buildinfo`)
+// leaves the user dormant.
+#[tokio::test]
+async fn a_dormant_users_token_makes_them_active() {
+    let env = Env::start().await;
+    let mut sleeper = SeedUser::new("sleeper", UserRole::Member);
+    sleeper.status = UserStatus::Dormant;
+    let token = env.fake.add_user_with(&sleeper).expect("user added");
+    let before = env.fake.user("sleeper").expect("user");
+    assert_eq!(before.status, "dormant");
+
+    let buildinfo = env
+        .send(Request::new("GET", "/api/v2/buildinfo").token(&token))
+        .await;
+    assert_eq!(buildinfo.status, 200);
+    assert_eq!(env.fake.user("sleeper").expect("user").status, "dormant");
+
+    let me = env.send(Request::new("GET", ME).token(&token)).await;
+    assert_eq!(me.status, 200, "{}", me.text);
+    assert_eq!(me.json()["status"], "active");
+    let after = env.fake.admin().user("sleeper").await.expect("admin user");
+    assert_eq!(after.status, "active");
+    assert!(after.updated_at > before.updated_at, "{after:?}");
+    assert_eq!(env.fake.user(&after.id).expect("by id"), after);
+    assert!(env.fake.admin().user("nobody").await.is_err());
+}

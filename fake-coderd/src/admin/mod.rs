@@ -198,6 +198,7 @@ async fn route(
                 json_or_400(world.add_user(&user).map(|token| SessionToken { token }))
             })
         }
+        ("GET", ["users", user]) => with_world(&|world| json_or_400(world.user(user))),
         ("PUT", ["users", user, "entitlement"]) => {
             let entitlement: Option<Entitlement> = parse(body)?;
             with_world(&|world| done(world.set_user_entitlement(user, entitlement)))

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::api::{ApiError, Reply};
-use crate::state::{Entitlement, State, User};
+use crate::state::{Entitlement, State};
 
 const FEATURE: &str = "external_provisioner_daemons";
 /// Every other feature name of coderd v2.30.0 (coderd-api.md §2.4): coderd's map always holds every
@@ -37,11 +37,14 @@ const OTHER_FEATURES: [&str; 25] = [
     "ai_governance_user_limit",
 ];
 
-pub fn get(state: &State, user: Result<User, ApiError>) -> Result<Reply, ApiError> {
-    let entitlement = state.entitlement_seen_by(user.as_ref().ok());
-    if state.entitlements_require_token {
-        user?;
-    }
+pub fn get(state: &mut State, token: Option<&str>) -> Result<Reply, ApiError> {
+    let caller = if state.entitlements_require_token {
+        // The switch models the route behind `ExtractAPIKeyMW`.
+        Some(state.authenticate_session(token)?)
+    } else {
+        state.authenticate(token).ok().cloned()
+    };
+    let entitlement = state.entitlement_seen_by(caller.as_ref());
     let mut features = Map::new();
     for name in OTHER_FEATURES {
         features.insert(

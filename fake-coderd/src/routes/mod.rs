@@ -252,52 +252,64 @@ fn param(params: &[String], index: usize) -> &str {
     params.get(index).map(String::as_str).unwrap_or_default()
 }
 
-/// The handler of an endpoint, after faults and the rate limiter. `user` is the outcome of session
-/// authentication, which each handler enforces (or not) in the order of §1.6.
+/// The handler of an endpoint, after faults and the rate limiter. Each handler enforces the
+/// session (`ExtractAPIKeyMW`, which also wakes a dormant user) or not, in the order of §1.6.
 fn dispatch(
     world: &mut World,
     endpoint: Endpoint,
     params: &[String],
     call: &Call,
-    user: Result<User, ApiError>,
 ) -> Result<Reply, ApiError> {
     let state = &mut world.state;
+    let token = call.session_token.as_deref();
     let first = param(params, 0);
     match endpoint {
         Endpoint::BuildInfo => Ok(buildinfo::get()),
-        Endpoint::Entitlements => entitlements::get(state, user),
-        Endpoint::User => users::get(state, &user?, first),
-        Endpoint::Organization => organizations::get(state, &user?, first),
-        Endpoint::ListKeys => provisioner_keys::list(state, &user?, first),
-        Endpoint::CreateKey => provisioner_keys::create(state, &user?, first, &call.body),
-        Endpoint::DeleteKey => provisioner_keys::delete(state, &user?, first, param(params, 1)),
+        Endpoint::Entitlements => entitlements::get(state, token),
         Endpoint::DaemonKey => {
             provisioner_keys::daemon_key(state, call).map(|key| Reply::json(200, key))
+        }
+        Endpoint::User => {
+            let caller = state.authenticate_session(token)?;
+            users::get(state, &caller, first)
+        }
+        Endpoint::Organization => {
+            let caller = state.authenticate_session(token)?;
+            organizations::get(state, &caller, first)
+        }
+        Endpoint::ListKeys => {
+            let caller = state.authenticate_session(token)?;
+            provisioner_keys::list(state, &caller, first)
+        }
+        Endpoint::CreateKey => {
+            let caller = state.authenticate_session(token)?;
+            provisioner_keys::create(state, &caller, first, &call.body)
+        }
+        Endpoint::DeleteKey => {
+            let caller = state.authenticate_session(token)?;
+            provisioner_keys::delete(state, &caller, first, param(params, 1))
         }
     }
 }
 
 /// The middleware a subrouter runs before its 404 or 405, in order; the first refusal answers.
-fn pass_guards(
-    world: &World,
-    call: &Call,
-    user: &Result<User, ApiError>,
-    guards: &[Guard],
-) -> Result<(), ApiError> {
-    let state = &world.state;
+fn pass_guards(world: &mut World, call: &Call, guards: &[Guard]) -> Result<(), ApiError> {
+    let state = &mut world.state;
+    let mut caller = None;
     let mut organization_id = String::new();
     for guard in guards {
         match guard {
             Guard::Session => {
-                user.clone()?;
+                caller = Some(state.authenticate_session(call.session_token.as_deref())?);
             }
             Guard::Organization(ident) => {
-                let caller = user.clone()?;
-                organization_id = state.organization_for(&caller, ident)?.id.clone();
+                let user = caller
+                    .as_ref()
+                    .ok_or_else(|| ApiError::internal("no session"))?;
+                organization_id = state.organization_for(user, ident)?.id.clone();
             }
             Guard::FeatureGate => {
-                let caller = user.as_ref().ok();
-                if !state.entitlement_seen_by(caller).enabled() {
+                if !state.entitlement_seen_by(caller.as_ref()).enabled() {
                     return Err(ApiError::feature_gate());
                 }
             }
@@ -345,15 +357,13 @@ fn handle(world: &mut World, call: &Call) -> (Option<Endpoint>, Reply) {
     };
     let mut reply = match routed {
         Routed::Endpoint(endpoint, params) => {
-            dispatch(world, endpoint, &params, call, user).unwrap_or_else(Reply::from)
+            dispatch(world, endpoint, &params, call).unwrap_or_else(Reply::from)
         }
-        Routed::MethodNotAllowed { guards, allowed } => {
-            match pass_guards(world, call, &user, &guards) {
-                Ok(()) => method_not_allowed(&allowed),
-                Err(refused) => refused.into(),
-            }
-        }
-        Routed::NotFound { guards } => match pass_guards(world, call, &user, &guards) {
+        Routed::MethodNotAllowed { guards, allowed } => match pass_guards(world, call, &guards) {
+            Ok(()) => method_not_allowed(&allowed),
+            Err(refused) => refused.into(),
+        },
+        Routed::NotFound { guards } => match pass_guards(world, call, &guards) {
             Ok(()) => ApiError::route_not_found().into(),
             Err(refused) => refused.into(),
         },
