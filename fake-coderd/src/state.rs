@@ -234,7 +234,20 @@ pub struct State {
     pub entitlements_require_token: bool,
     pub enterprise: bool,
     last_timestamp: Timestamp,
+    entitlements_refreshed: EntitlementsRefresh,
 }
+
+/// What coderd's last entitlements refresh saw (`license.Entitlements` runs at start, every
+/// `EntitlementsUpdateInterval` and when a license changes; `serveEntitlements` answers its
+/// result): when it ran and the active user count it took.
+#[derive(Clone, Copy, Debug)]
+pub struct EntitlementsRefresh {
+    pub at: Timestamp,
+    pub active_users: i64,
+}
+
+/// `enterprise/coderd/coderd.go` `New`: `EntitlementsUpdateInterval` defaults to 10 minutes.
+const ENTITLEMENTS_UPDATE_INTERVAL: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
 
 /// Random `[A-Za-z0-9]` string.
 pub fn random_alphanumeric(length: usize) -> String {
@@ -327,6 +340,10 @@ impl State {
             entitlements_require_token: seed.entitlements_require_token,
             enterprise: seed.enterprise,
             last_timestamp: Timestamp::UNIX_EPOCH,
+            entitlements_refreshed: EntitlementsRefresh {
+                at: Timestamp::UNIX_EPOCH,
+                active_users: 0,
+            },
         };
         let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);
         let default_org = state.insert_organization(
@@ -362,6 +379,7 @@ impl State {
         for user in std::iter::once(&operator).chain(&seed.users) {
             state.add_user(user)?;
         }
+        state.refresh_entitlements();
         Ok(state)
     }
 
@@ -607,6 +625,32 @@ impl State {
             .unwrap_or(self.entitlement)
     }
 
+    /// Recomputes the entitlements now, as coderd does when a license is added or removed.
+    pub fn refresh_entitlements(&mut self) {
+        let active_users = self
+            .users
+            .iter()
+            .filter(|user| user.status == UserStatus::Active)
+            .count();
+        self.entitlements_refreshed = EntitlementsRefresh {
+            at: Timestamp::now(),
+            active_users: i64::try_from(active_users).unwrap_or(i64::MAX),
+        };
+    }
+
+    /// The last refresh, renewed first when it is older than coderd's update interval.
+    pub fn entitlements_refresh(&mut self) -> EntitlementsRefresh {
+        let due = self
+            .entitlements_refreshed
+            .at
+            .checked_add(ENTITLEMENTS_UPDATE_INTERVAL)
+            .is_ok_and(|due| due <= Timestamp::now());
+        if due {
+            self.refresh_entitlements();
+        }
+        self.entitlements_refreshed
+    }
+
     /// Gives one user an entitlement of its own (`None`: the deployment's again).
     pub fn set_user_entitlement(
         &mut self,
@@ -619,6 +663,7 @@ impl State {
             .find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
             .ok_or_else(|| Error::UnknownUser(ident.to_owned()))?;
         user.entitlement = entitlement;
+        self.refresh_entitlements();
         Ok(())
     }
 

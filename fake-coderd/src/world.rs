@@ -66,8 +66,10 @@ impl World {
         Ok(())
     }
 
+    /// Like a license change in coderd, this refreshes the entitlements.
     pub fn set_entitlement(&mut self, entitlement: Entitlement) {
         self.state.entitlement = entitlement;
+        self.state.refresh_entitlements();
     }
 
     /// One user's own entitlement (`None`: the deployment's), see [`State::entitlement_seen_by`].
@@ -79,8 +81,10 @@ impl World {
         self.state.set_user_entitlement(user, entitlement)
     }
 
+    /// Like a license change in coderd, this refreshes the entitlements.
     pub fn set_license(&mut self, has_license: bool) {
         self.state.has_license = has_license;
+        self.state.refresh_entitlements();
     }
 
     pub fn set_entitlements_require_token(&mut self, require: bool) {

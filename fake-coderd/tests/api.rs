@@ -1541,7 +1541,8 @@ async fn an_empty_token_source_falls_through_to_the_header(#[case] carrier: &str
     assert_eq!(answer.status, 200, "{}", answer.text);
 }
 
-// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature name.
+// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature
+// name; the seed's Premium license entitles all but the limit features.
 #[tokio::test]
 async fn entitlements_list_every_feature_name() {
     let env = Env::start().await;
@@ -1551,13 +1552,13 @@ async fn entitlements_list_every_feature_name() {
         .json();
     let features = body["features"].as_object().expect("features");
     assert_eq!(features.len(), 26, "{features:?}");
-    for name in [
-        "user_limit",
-        "multiple_organizations",
-        "workspace_prebuilds",
-        "boundary",
+    for (name, entitlement) in [
+        ("user_limit", "not_entitled"),
+        ("multiple_organizations", "entitled"),
+        ("workspace_prebuilds", "entitled"),
+        ("boundary", "entitled"),
     ] {
-        assert_eq!(features[name]["entitlement"], "not_entitled", "{name}");
+        assert_eq!(features[name]["entitlement"], entitlement, "{name}");
     }
 }
 
@@ -1588,4 +1589,98 @@ async fn a_dormant_users_token_makes_them_active() {
     assert!(after.updated_at > before.updated_at, "{after:?}");
     assert_eq!(env.fake.user(&after.id).expect("by id"), after);
     assert!(env.fake.admin().user("nobody").await.is_err());
+}
+
+const EXPIRED_WARNING: &str =
+    "External Provisioner Daemons is enabled but your license for this feature is expired.";
+const NOT_ENTITLED_WARNING: &str =
+    "External Provisioner Daemons is enabled but your license is not entitled to this feature.";
+
+// `enterprise/coderd/license/license.go` `LicensesEntitlements` for one Premium license: its
+// features carry the license's entitlement, `user_limit` always shows `actual`, and each enabled
+// feature in grace period (or enabled and not entitled) gets coderd's own warning text.
+#[rstest]
+#[case::entitled(true, Entitlement::Entitled, "entitled", true, &[])]
+#[case::grace_period(true, Entitlement::GracePeriod, "grace_period", true, &[EXPIRED_WARNING, "Audit Log is enabled but your license for this feature is expired."])]
+#[case::licensed_without_the_feature(true, Entitlement::NotEntitled, "entitled", true, &[NOT_ENTITLED_WARNING])]
+#[case::unlicensed(false, Entitlement::NotEntitled, "not_entitled", false, &[])]
+#[tokio::test]
+async fn entitlements_follow_coderds_license_rules(
+    #[case] has_license: bool,
+    #[case] entitlement: Entitlement,
+    #[case] licensed: &str,
+    #[case] audit_log_enabled: bool,
+    #[case] expected_warnings: &[&str],
+) {
+    let env = Env::start().await;
+    env.fake.set_license(has_license);
+    env.fake.set_entitlement(entitlement);
+    let body = env
+        .send(Request::new("GET", "/api/v2/entitlements"))
+        .await
+        .json();
+    let features = &body["features"];
+    assert_eq!(
+        features["audit_log"],
+        json!({"entitlement": licensed, "enabled": audit_log_enabled})
+    );
+    assert_eq!(
+        features["browser_only"],
+        json!({"entitlement": licensed, "enabled": false}),
+        "licensed, but not configured"
+    );
+    assert_eq!(
+        features["user_limit"],
+        json!({"entitlement": "not_entitled", "enabled": false, "actual": 1}),
+        "the operator is the one active user; the license has no limit"
+    );
+    let warnings: Vec<&str> = body["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|warning| warning.as_str().expect("text"))
+        .collect();
+    for expected in expected_warnings {
+        assert!(warnings.contains(expected), "{expected:?} in {warnings:#?}");
+    }
+    if expected_warnings.is_empty() {
+        assert!(warnings.is_empty(), "{warnings:#?}");
+    }
+    assert!(
+        warnings
+            .iter()
+            .all(|warning| !warning.contains("grace period")),
+        "{warnings:#?}"
+    );
+}
+
+// `refreshed_at` is when coderd last computed the entitlements (at start, on a license change,
+// every 10 minutes), and `user_limit.actual` is the count taken then, not on every read.
+#[tokio::test]
+async fn refreshed_at_and_actual_come_from_the_last_refresh() {
+    let env = Env::start().await;
+    let read = || async {
+        env.send(Request::new("GET", "/api/v2/entitlements"))
+            .await
+            .json()
+    };
+    let first = read().await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    env.fake
+        .add_user("newcomer", UserRole::Member)
+        .expect("user added");
+    let second = read().await;
+    assert_eq!(second["refreshed_at"], first["refreshed_at"]);
+    assert_eq!(second["features"]["user_limit"]["actual"], 1);
+    env.fake.set_entitlement(Entitlement::Entitled);
+    let refreshed = read().await;
+    let at = |body: &Value| -> jiff::Timestamp {
+        body["refreshed_at"]
+            .as_str()
+            .expect("refreshed_at")
+            .parse()
+            .expect("RFC 3339")
+    };
+    assert!(at(&refreshed) > at(&first), "{refreshed} after {first}");
+    assert_eq!(refreshed["features"]["user_limit"]["actual"], 2);
 }
