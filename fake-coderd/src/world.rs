@@ -12,6 +12,7 @@ use crate::seed::{Seed, SeedUser};
 use crate::state::{
     Entitlement, Organization, ProvisionerKey, State, UserView, generate_session_token,
 };
+use crate::version::CoderdVersion;
 
 #[derive(Debug)]
 pub struct World {
@@ -19,6 +20,8 @@ pub struct World {
     pub faults: Faults,
     pub limiter: RateLimiter,
     pub journal: Journal,
+    /// The modelled release: the build version every answer reports, and the limiter's keying.
+    pub coderd_version: CoderdVersion,
     /// The seed with every generated id and token fixed, so a reset returns to the very same deployment.
     seed: Seed,
     operator_token: String,
@@ -39,15 +42,21 @@ fn pin_seed(mut seed: Seed) -> Seed {
 
 impl World {
     /// `api_rate_limit`: requests per minute per caller and endpoint, as coderd's
-    /// `--api-rate-limit` (default 512; 0 or less: no limiting).
-    pub fn new(seed: Seed, operator_token: String, api_rate_limit: i64) -> Result<World, Error> {
+    /// `--api-rate-limit` (default 512; 0 or less: no limiting), keyed as `coderd_version` keys.
+    pub fn new(
+        seed: Seed,
+        operator_token: String,
+        api_rate_limit: i64,
+        coderd_version: CoderdVersion,
+    ) -> Result<World, Error> {
         let seed = pin_seed(seed);
         let state = State::from_seed(&seed, &operator_token)?;
         Ok(World {
             state,
             faults: Faults::default(),
-            limiter: RateLimiter::per_minute(api_rate_limit),
+            limiter: RateLimiter::per_minute(api_rate_limit, coderd_version.limits_by_user()),
             journal: Journal::default(),
+            coderd_version,
             seed,
             operator_token,
         })

@@ -11,7 +11,8 @@ use fake_coderd::api::{
     RESOURCE_NOT_FOUND_MESSAGE, SIGNED_OUT_MESSAGE,
 };
 use fake_coderd::{
-    Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus, fingerprint, routes,
+    CoderdVersion, Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus,
+    fingerprint, routes,
 };
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -685,7 +686,11 @@ async fn error_rows(
     assert_matches(&expected, &answer.json());
     assert_eq!(
         answer.header("x-coder-build-version"),
-        Some(fake_coderd::api::BUILD_VERSION)
+        Some(
+            fake_coderd::CoderdVersion::default()
+                .build_version()
+                .as_str()
+        )
     );
 }
 
@@ -774,7 +779,10 @@ async fn buildinfo_needs_no_token_and_has_the_sdk_fields() {
             "workspace_proxy"
         ]
     );
-    assert_eq!(body["version"], fake_coderd::api::BUILD_VERSION);
+    assert_eq!(
+        body["version"], "v2.31.0+fake",
+        "the newest modelled release"
+    );
 }
 
 #[rstest]
@@ -1683,4 +1691,74 @@ async fn refreshed_at_and_actual_come_from_the_last_refresh() {
     };
     assert!(at(&refreshed) > at(&first), "{refreshed} after {first}");
     assert_eq!(refreshed["features"]["user_limit"]["actual"], 2);
+}
+
+async fn fake_of(version: CoderdVersion) -> fake_coderd::FakeCoderd {
+    fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig {
+        coderd_version: version,
+        ..Default::default()
+    })
+    .await
+    .expect("starts")
+}
+
+// `--coderd-version` names the modelled release: `X-Coder-Build-Version`, `/buildinfo`'s
+// `version` and the admin API's info report it.
+#[rstest]
+#[case::v2_30_0(CoderdVersion::V2_30_0, "v2.30.0+fake")]
+#[case::v2_31_0(CoderdVersion::V2_31_0, "v2.31.0+fake")]
+#[tokio::test]
+async fn the_modelled_release_is_reported(#[case] version: CoderdVersion, #[case] build: &str) {
+    let fake = fake_of(version).await;
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&common::http(), &fake.url())
+        .await;
+    assert_eq!(answer.header("x-coder-build-version"), Some(build));
+    assert_eq!(answer.json()["version"], build);
+    assert_eq!(fake.coderd_version(), version);
+    assert_eq!(
+        fake.admin().info().await.expect("info").coderd_version,
+        version
+    );
+}
+
+// The limiter of each release, at 2 requests a minute on one path: v2.30.0 ran it before the API
+// key was extracted (coder/coder issue #20857), so it keys by client IP (every caller is one IP
+// here) and never reads the bypass header; v2.31.0 (PR #22049) keys by user, lets an owner's
+// bypass through and answers 428 to a member's.
+#[rstest]
+#[case::v2_30_0(CoderdVersion::V2_30_0, [200, 200, 429, 429, 429])]
+#[case::v2_31_0(CoderdVersion::V2_31_0, [200, 200, 200, 200, 428])]
+#[tokio::test]
+async fn each_release_keys_the_rate_limit_its_own_way(
+    #[case] version: CoderdVersion,
+    #[case] expected: [u16; 5],
+) {
+    let fake = fake_of(version).await;
+    fake.set_rate_limit(Some(RateLimitSpec::Window {
+        limit: 2,
+        window_secs: 60,
+    }));
+    let member = fake.add_user("member", UserRole::Member).expect("user");
+    let owner = fake.operator_token();
+    let http = common::http();
+    let me = |token: &str, bypass: bool| {
+        let request = Request::new("GET", ME).token(token);
+        if bypass {
+            request.header("X-Coder-Bypass-Ratelimit", "true")
+        } else {
+            request
+        }
+    };
+    let mut statuses = Vec::new();
+    for (token, bypass) in [
+        (&owner, false),
+        (&owner, false),
+        (&member, false),
+        (&owner, true),
+        (&member, true),
+    ] {
+        statuses.push(me(token, bypass).send(&http, &fake.url()).await.status);
+    }
+    assert_eq!(statuses, expected);
 }

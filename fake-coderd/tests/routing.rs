@@ -80,7 +80,11 @@ async fn a_known_path_with_another_method_is_405_with_allow(
     assert_eq!(allowed(&answer), expected);
     assert_eq!(
         answer.header("x-coder-build-version"),
-        Some(fake_coderd::api::BUILD_VERSION)
+        Some(
+            fake_coderd::CoderdVersion::default()
+                .build_version()
+                .as_str()
+        )
     );
     let journal = env.fake.journal();
     assert_eq!(journal[0].route, None, "no endpoint served it");

@@ -17,7 +17,7 @@ use std::time::Duration;
 use percent_encoding::percent_decode_str;
 use wiremock::{Match, Mock, Request, Respond, ResponseTemplate};
 
-use crate::api::{ApiError, BUILD_VERSION, Reply, ReplyBody};
+use crate::api::{ApiError, Reply, ReplyBody};
 use crate::faults::{FaultId, FaultKind, FaultSpec};
 use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
 use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict, unix_now_ms};
@@ -264,7 +264,7 @@ fn dispatch(
     let token = call.session_token.as_deref();
     let first = param(params, 0);
     match endpoint {
-        Endpoint::BuildInfo => Ok(buildinfo::get()),
+        Endpoint::BuildInfo => Ok(buildinfo::get(world.coderd_version)),
         Endpoint::Entitlements => entitlements::get(state, token),
         Endpoint::DaemonKey => {
             provisioner_keys::daemon_key(state, call).map(|key| Reply::json(200, key))
@@ -392,7 +392,10 @@ fn finish(world: &mut World, endpoint: Option<Endpoint>, call: &Call, reply: Rep
         reply.status,
         authenticated_key_id,
     ));
-    reply.with_header("X-Coder-Build-Version", BUILD_VERSION)
+    reply.with_header(
+        "X-Coder-Build-Version",
+        world.coderd_version.build_version(),
+    )
 }
 
 /// The whole pipeline for a request no fault claimed.
