@@ -1,6 +1,7 @@
-//! The coderd routes (coderd-api.md §2.1–§2.7, §2.9 step 1), mounted on wiremock as one `Mock` per
-//! endpoint, plus the request pipeline every endpoint shares: faults → rate limiter → middleware
-//! precedence of §1.6 → handler → journal. Each fault is a `Mock` of its own, ahead of the routes.
+//! The coderd routes (coderd-api.md §2.1–§2.7, §2.9 step 1) behind one wiremock `Mock`, and the
+//! request pipeline they share: faults → router (`router`) → rate limiter → middleware precedence
+//! of §1.6 → handler, or the router's 404/405 → journal. Each fault is a `Mock` of its own, ahead
+//! of the router.
 
 mod buildinfo;
 mod entitlements;
@@ -303,10 +304,13 @@ fn pass_guards(world: &mut World, call: &Call, guards: &[Guard]) -> Result<(), A
                 caller = Some(state.authenticate_session(call.session_token.as_deref())?);
             }
             Guard::Organization(ident) => {
-                let user = caller
-                    .as_ref()
-                    .ok_or_else(|| ApiError::internal("no session"))?;
-                organization_id = state.organization_for(user, ident)?.id.clone();
+                // Always after `Session` in coderd's trees: the organization needs the caller.
+                let user = match caller.take() {
+                    Some(user) => user,
+                    None => state.authenticate_session(call.session_token.as_deref())?,
+                };
+                organization_id = state.organization_for(&user, ident)?.id.clone();
+                caller = Some(user);
             }
             Guard::FeatureGate => {
                 if !state.entitlement_seen_by(caller.as_ref()).enabled() {
