@@ -9,8 +9,6 @@ use wiremock::ResponseTemplate;
 pub const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
 /// `Content-Type` of the one plain-text answer, the 428 of §1.7.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
-/// Sent as `X-Coder-Build-Version` on every coderd answer and as `version` by `/buildinfo`.
-pub const BUILD_VERSION: &str = "v2.30.0+fake";
 
 pub const SIGNED_OUT_MESSAGE: &str =
     "You are signed out or your session has expired. Please sign in again to continue.";
@@ -245,8 +243,9 @@ impl Reply {
         if let Some((bytes, content_type)) = self.encoded_body() {
             template = template.set_body_raw(bytes, content_type);
         }
+        // Appended, so a repeated name (chi's one `Allow` per method) keeps every value.
         for (name, value) in self.headers {
-            template = template.insert_header(name.as_str(), value.as_str());
+            template = template.append_header(name.as_str(), value.as_str());
         }
         template
     }

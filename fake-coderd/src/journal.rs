@@ -8,7 +8,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub const REDACTED: &str = "<redacted>";
-/// Top-level request body fields that may carry a secret.
+/// Request body fields that may carry a secret, at any depth.
 const SECRET_FIELDS: [&str; 6] = ["key", "token", "secret", "password", "psk", "session_token"];
 
 /// `"sha256:"` + the first 12 hex digits of the secret's SHA-256: enough to tell secrets apart, not to recover one.
@@ -34,7 +34,7 @@ pub struct JournalEntry {
     pub daemon_key_fingerprint: Option<String>,
     /// Raw value of `X-Coder-Bypass-Ratelimit`, if sent.
     pub bypass_ratelimit: Option<String>,
-    /// Request body (JSON) with secret fields redacted.
+    /// Request body (JSON) with secret fields redacted at any depth.
     pub body: Option<Value>,
     /// Id of the provisioner key that authenticated a daemon request (§2.9), when one did.
     #[serde(default)]
@@ -77,7 +77,8 @@ impl JournalQuery for [JournalEntry] {
     }
 }
 
-/// Replaces the value of secret-carrying top-level fields; a non-JSON body is summarised by its size.
+/// Replaces the value of every secret-carrying field, in nested objects and in arrays too (a body
+/// need not be an object); a non-JSON body is summarised by its size.
 pub fn redact_body(body: &[u8]) -> Option<Value> {
     if body.is_empty() {
         return None;
@@ -88,17 +89,27 @@ pub fn redact_body(body: &[u8]) -> Option<Value> {
             body.len()
         )));
     };
-    if let Value::Object(fields) = &mut value {
-        for (name, field) in fields.iter_mut() {
-            if SECRET_FIELDS
-                .iter()
-                .any(|secret| secret.eq_ignore_ascii_case(name))
-            {
-                *field = Value::String(REDACTED.to_string());
+    redact_secrets(&mut value);
+    Some(value)
+}
+
+fn redact_secrets(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields.iter_mut() {
+                if SECRET_FIELDS
+                    .iter()
+                    .any(|secret| secret.eq_ignore_ascii_case(name))
+                {
+                    *field = Value::String(REDACTED.to_string());
+                } else {
+                    redact_secrets(field);
+                }
             }
         }
+        Value::Array(items) => items.iter_mut().for_each(redact_secrets),
+        _ => {}
     }
-    Some(value)
 }
 
 /// The entries recorded so far, in order.
@@ -133,8 +144,10 @@ mod tests {
     use serde_json::json;
 
     #[rstest]
-    #[case(br#"{"name":"k","tags":{"key":"v"}}"#.as_slice(), Some(json!({"name":"k","tags":{"key":"v"}})))]
     #[case(br#"{"key":"s3cret","Token":"t"}"#.as_slice(), Some(json!({"key":REDACTED,"Token":REDACTED})))]
+    #[case(br#"[{"name":"a","key":"s3cret"},"plain"]"#.as_slice(), Some(json!([{"name":"a","key":REDACTED},"plain"])))]
+    #[case(br#"{"tags":{"psk":"p"},"list":[{"Password":"x","n":1}]}"#.as_slice(), Some(json!({"tags":{"psk":REDACTED},"list":[{"Password":REDACTED,"n":1}]})))]
+    #[case(br#"{"name":"k","tags":{"key":"v"}}"#.as_slice(), Some(json!({"name":"k","tags":{"key":REDACTED}})))]
     #[case(b"not json".as_slice(), Some(json!("<non-JSON body, 8 bytes>")))]
     #[case(b"".as_slice(), None)]
     fn bodies_are_redacted(#[case] body: &[u8], #[case] expected: Option<Value>) {

@@ -6,6 +6,7 @@
 //! * `faults`, `ratelimit`, `journal` — scripted misbehaviour, §1.7 limiter, request record;
 //! * `admin` — the admin HTTP API and `AdminClient`; `server` — `FakeCoderd`, listeners;
 //! * `error` — `Error`, what the fake itself refuses or fails at;
+//! * `version` — the modelled coderd release (`--coderd-version`);
 //! * `stub` — the `coder-stub` provisioner daemon stand-in (binary `coder-stub`).
 
 pub mod admin;
@@ -19,6 +20,7 @@ pub mod seed;
 pub mod server;
 pub mod state;
 pub mod stub;
+pub mod version;
 pub mod world;
 
 /// Logs of the two binaries: `RUST_LOG` (default `info`) on stderr, colours only on a terminal.
@@ -41,4 +43,5 @@ pub use journal::{JournalEntry, JournalQuery, fingerprint};
 pub use ratelimit::RateLimitSpec;
 pub use seed::{Seed, SeedOrganization, SeedUser};
 pub use server::{FakeCoderd, FakeConfig};
-pub use state::{Entitlement, Organization, ProvisionerKey, UserRole, UserStatus};
+pub use state::{Entitlement, Organization, ProvisionerKey, UserRole, UserStatus, UserView};
+pub use version::CoderdVersion;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use fake_coderd::state::random_alphanumeric;
-use fake_coderd::{FakeCoderd, FakeConfig, Seed};
+use fake_coderd::{CoderdVersion, FakeCoderd, FakeConfig, Seed};
 
 /// A stateful, scriptable fake of the coderd HTTP API (see fake-coderd/README.md).
 #[derive(Parser, Debug)]
@@ -37,6 +37,10 @@ struct Cli {
         allow_negative_numbers = true
     )]
     api_rate_limit: i64,
+    /// The coderd release modelled: the build version reported, and the rate limiter's keying
+    /// (v2.30.0: by client IP, bypass header ignored; v2.31.0: by user, owner bypass, 428).
+    #[arg(long, env = "FAKE_CODERD_VERSION", value_enum, default_value_t)]
+    coderd_version: CoderdVersion,
 }
 
 fn default_admin_listen(listen: SocketAddr) -> SocketAddr {
@@ -71,6 +75,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         operator_token: cli.operator_token,
         seed,
         api_rate_limit: cli.api_rate_limit,
+        coderd_version: cli.coderd_version,
     };
     let fake = FakeCoderd::start_with(config).await?;
     println!("fake-coderd: coderd API on {}", fake.url());

@@ -3,10 +3,13 @@
 //! Like coderd (`coderd/httpmw/ratelimit.go` over go-chi/httprate), the fake counts every
 //! `/api/v2` request by default: 512 per minute per caller and endpoint (path), with httprate's
 //! sliding-window estimate, `X-Ratelimit-Limit`/`-Remaining`/`-Reset` on every answer and
-//! `Retry-After` on a 429. Callers are keyed by user id when a valid session token is presented,
-//! else as one anonymous caller (coderd keys them by client IP). The bypass header lets an
-//! authenticated owner through, is answered 428 text/plain for any other authenticated user, and is
-//! ignored for unauthenticated callers. The admin API can change the window, script the next
+//! `Retry-After` on a 429. As v2.31.0 does (coder/coder PR #22049), callers are keyed by user id
+//! when a valid session token is presented, else as one anonymous caller (coderd keys them by
+//! client IP, which wiremock does not expose), and the bypass header lets an authenticated owner
+//! through, is answered 428 text/plain for any other authenticated user, and is ignored for
+//! unauthenticated callers. As v2.30.0 does (the limiter ran before the API key was known, coder/coder
+//! issue #20857), every caller is keyed by client IP, all callers being one IP here, and the bypass
+//! header is never looked at. The admin API can change the window, script the next
 //! answers, or switch counting off (as coderd's `--api-rate-limit -1`, which also ignores the
 //! bypass header).
 
@@ -80,6 +83,8 @@ struct Counts {
 pub struct RateLimiter {
     /// What `set(None)` and a reset return to: coderd's default unless configured otherwise.
     base: Option<Window>,
+    /// Keyed by the session token's user, with the owner bypass (v2.31.0); else by client IP.
+    by_user: bool,
     window: Option<Window>,
     script: Option<Script>,
     /// By a fingerprint of (caller, path): the paths may hold daemon keys.
@@ -92,6 +97,7 @@ impl Default for RateLimiter {
     fn default() -> Self {
         Self {
             base: Some(DEFAULT_WINDOW),
+            by_user: true,
             window: Some(DEFAULT_WINDOW),
             script: None,
             counts: HashMap::new(),
@@ -166,7 +172,9 @@ pub struct Caller<'a> {
 
 impl RateLimiter {
     /// A limiter like coderd's `--api-rate-limit` per minute: 0 or less switches counting off.
-    pub fn per_minute(limit: i64) -> Self {
+    /// `by_user`: keyed by the session token's user, with the owner bypass (v2.31.0), else by
+    /// client IP (v2.30.0).
+    pub fn per_minute(limit: i64, by_user: bool) -> Self {
         let base = u32::try_from(limit)
             .ok()
             .filter(|limit| *limit > 0)
@@ -176,6 +184,7 @@ impl RateLimiter {
             });
         Self {
             base,
+            by_user,
             window: base,
             ..Self::default()
         }
@@ -243,7 +252,8 @@ impl RateLimiter {
             return Verdict::Allow(Vec::new());
         }
         let window = self.window.unwrap_or(DEFAULT_WINDOW);
-        let bypass = caller.user_id.is_some() && caller.bypass_header.is_some_and(is_true);
+        let user_id = caller.user_id.filter(|_| self.by_user);
+        let bypass = user_id.is_some() && caller.bypass_header.is_some_and(is_true);
         let key = match (bypass, caller.is_owner) {
             (true, false) => {
                 return Verdict::BypassRefused(Reply::text(
@@ -258,7 +268,7 @@ impl RateLimiter {
             }
             (false, _) => crate::journal::fingerprint(&format!(
                 "{}|{}",
-                caller.user_id.unwrap_or("anonymous"),
+                user_id.unwrap_or("anonymous"),
                 caller.path
             )),
         };

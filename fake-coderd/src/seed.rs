@@ -27,7 +27,9 @@ pub struct Seed {
     pub entitlements_require_token: bool,
     /// `false` models an AGPL (OSS) coderd: `/entitlements` and the provisioner-key routes do not exist (§1.1, §2.4).
     pub enterprise: bool,
-    /// Pre-shared key for daemon authentication (§2.9, deprecated PSK mode); none by default.
+    /// coderd's `--provisioner-daemon-psk` (§2.9, deprecated PSK mode); none by default. It
+    /// authenticates only the daemons' serve route, which the fake does not serve, so it changes
+    /// no answer: in particular it never authenticates `GET /api/v2/provisionerkeys/{key}`.
     pub provisioner_daemon_psk: Option<String>,
 }
 

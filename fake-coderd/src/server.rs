@@ -16,9 +16,10 @@ use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::{Seed, SeedUser};
 use crate::state::{
-    Entitlement, Organization, ProvisionerKey, UserRole, generate_session_token,
+    Entitlement, Organization, ProvisionerKey, UserRole, UserView, generate_session_token,
     random_alphanumeric, split_session_token,
 };
+use crate::version::CoderdVersion;
 use crate::world::{Shared, World};
 
 /// How long closing or reopening the coderd listener may take.
@@ -39,6 +40,9 @@ pub struct FakeConfig {
     /// Requests per minute per caller and endpoint, as coderd's `--api-rate-limit`: 512 by
     /// default, 0 or less switches the limiter off. A reset returns to this.
     pub api_rate_limit: i64,
+    /// The coderd release modelled: the build version reported and the limiter's keying. The
+    /// newest modelled by default.
+    pub coderd_version: CoderdVersion,
 }
 
 impl Default for FakeConfig {
@@ -50,6 +54,7 @@ impl Default for FakeConfig {
             operator_token: None,
             seed: Seed::default(),
             api_rate_limit: i64::from(crate::ratelimit::DEFAULT_LIMIT),
+            coderd_version: CoderdVersion::default(),
         }
     }
 }
@@ -206,8 +211,13 @@ impl FakeCoderd {
             .clone()
             .unwrap_or_else(generate_session_token);
         split_session_token(&operator_token).map_err(Error::MalformedOperatorToken)?;
-        let world = World::new(config.seed, operator_token.clone(), config.api_rate_limit)
-            .map_err(|error| Error::InvalidSeed(Box::new(error)))?;
+        let world = World::new(
+            config.seed,
+            operator_token.clone(),
+            config.api_rate_limit,
+            config.coderd_version,
+        )
+        .map_err(|error| Error::InvalidSeed(Box::new(error)))?;
 
         let listen = config
             .listen
@@ -278,6 +288,11 @@ impl FakeCoderd {
         self.operator_token.clone()
     }
 
+    /// The coderd release the fake models.
+    pub fn coderd_version(&self) -> CoderdVersion {
+        self.coderd.shared.lock().coderd_version
+    }
+
     pub fn admin_token(&self) -> String {
         self.admin_token.clone()
     }
@@ -322,6 +337,11 @@ impl FakeCoderd {
 
     pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
         self.coderd.shared.lock().add_user(user)
+    }
+
+    /// A user (by name or id) as an owner reads it, e.g. to see a dormant user made active.
+    pub fn user(&self, user: &str) -> Result<UserView, Error> {
+        self.coderd.shared.lock().user(user)
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {

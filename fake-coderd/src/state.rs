@@ -159,6 +159,8 @@ pub struct User {
     /// Organization ids in which the user holds `organization-admin`.
     pub admin_organization_ids: Vec<String>,
     pub created_at: String,
+    /// Changes when coderd updates the user: here, when a dormant user is made active.
+    pub updated_at: String,
     /// The entitlement this user's calls see instead of the deployment's (`None`: the
     /// deployment's). Not coderd behaviour, which has one per deployment: it lets tests that share
     /// one fake each see their own answer (see [`State::entitlement_seen_by`]).
@@ -166,6 +168,20 @@ pub struct User {
 }
 
 impl User {
+    /// `ExtractAPIKey`'s status check.
+    fn ensure_active(&self) -> Result<(), ApiError> {
+        if self.status == UserStatus::Active {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            401,
+            format!(
+                "User is not active (status = \"{}\"). Contact an admin to reactivate your account.",
+                self.status.wire_value()
+            ),
+        ))
+    }
+
     pub fn is_owner(&self) -> bool {
         self.role == UserRole::Owner
     }
@@ -217,9 +233,21 @@ pub struct State {
     pub has_license: bool,
     pub entitlements_require_token: bool,
     pub enterprise: bool,
-    pub daemon_psk: Option<String>,
     last_timestamp: Timestamp,
+    entitlements_refreshed: EntitlementsRefresh,
 }
+
+/// What coderd's last entitlements refresh saw (`license.Entitlements` runs at start, every
+/// `EntitlementsUpdateInterval` and when a license changes; `serveEntitlements` answers its
+/// result): when it ran and the active user count it took.
+#[derive(Clone, Copy, Debug)]
+pub struct EntitlementsRefresh {
+    pub at: Timestamp,
+    pub active_users: i64,
+}
+
+/// `enterprise/coderd/coderd.go` `New`: `EntitlementsUpdateInterval` defaults to 10 minutes.
+const ENTITLEMENTS_UPDATE_INTERVAL: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
 
 /// Random `[A-Za-z0-9]` string.
 pub fn random_alphanumeric(length: usize) -> String {
@@ -311,8 +339,11 @@ impl State {
             has_license: seed.has_license,
             entitlements_require_token: seed.entitlements_require_token,
             enterprise: seed.enterprise,
-            daemon_psk: seed.provisioner_daemon_psk.clone(),
             last_timestamp: Timestamp::UNIX_EPOCH,
+            entitlements_refreshed: EntitlementsRefresh {
+                at: Timestamp::UNIX_EPOCH,
+                active_users: 0,
+            },
         };
         let default_id = seed.default_organization_id.unwrap_or_else(Uuid::new_v4);
         let default_org = state.insert_organization(
@@ -348,6 +379,7 @@ impl State {
         for user in std::iter::once(&operator).chain(&seed.users) {
             state.add_user(user)?;
         }
+        state.refresh_entitlements();
         Ok(state)
     }
 
@@ -461,6 +493,7 @@ impl State {
             organization_ids,
             admin_organization_ids,
             created_at: created_at.clone(),
+            updated_at: created_at.clone(),
             entitlement: None,
         };
         self.tokens.push(SessionToken {
@@ -473,8 +506,9 @@ impl State {
         Ok(token)
     }
 
-    /// The §1.4 checks in coderd's order, for a token found in cookie, query or header.
-    pub fn authenticate(&self, token: Option<&str>) -> Result<&User, ApiError> {
+    /// The §1.4 token checks in coderd's order, for a token found in cookie, query or header: the
+    /// index of the token's user.
+    fn token_user(&self, token: Option<&str>) -> Result<usize, ApiError> {
         let Some(token) = token.filter(|token| !token.is_empty()) else {
             return Err(ApiError::signed_out(
                 "Cookie \"coder_session_token\" or query parameter must be provided.",
@@ -495,21 +529,36 @@ impl State {
                 "API key expired at \"{expired_at}\"."
             )));
         }
-        let user = self
-            .users
+        self.users
             .iter()
-            .find(|user| user.id == stored.user_id)
-            .ok_or_else(|| ApiError::signed_out("API key is invalid."))?;
-        if user.status != UserStatus::Active {
-            return Err(ApiError::new(
-                401,
-                format!(
-                    "User is not active (status = \"{}\"). Contact an admin to reactivate your account.",
-                    user.status.wire_value()
-                ),
-            ));
-        }
+            .position(|user| user.id == stored.user_id)
+            .ok_or_else(|| ApiError::signed_out("API key is invalid."))
+    }
+
+    /// The token's user if active; read-only, as the rate limiter and the routes without
+    /// `ExtractAPIKeyMW` see a token.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<&User, ApiError> {
+        let user = &self.users[self.token_user(token)?];
+        user.ensure_active()?;
         Ok(user)
+    }
+
+    /// `httpmw.ExtractAPIKeyMW` on a route: the token checks, then a dormant user is made active
+    /// (`ActivateDormantUser`: status `active`, `updated_at` now) before the status check, so
+    /// the request goes on (`coderd/httpmw/apikey.go` `ExtractAPIKey`, read at commit
+    /// a2c107ca853268ccc52fd7cba323e013906eb733; `coderd/userauth.go` `ActivateDormantUser`).
+    /// A suspended user is still refused.
+    pub fn authenticate_session(&mut self, token: Option<&str>) -> Result<User, ApiError> {
+        let index = self.token_user(token)?;
+        if self.users[index].status == UserStatus::Dormant {
+            let now = self.next_timestamp();
+            let user = &mut self.users[index];
+            user.status = UserStatus::Active;
+            user.updated_at = now;
+        }
+        let user = &self.users[index];
+        user.ensure_active()?;
+        Ok(user.clone())
     }
 
     /// §2.3 resolution: exactly `default` or the nil UUID, then a UUID by id, then a
@@ -528,11 +577,10 @@ impl State {
     }
 
     /// The organization as `user` may see it: owners see all, members only their own (§2.3 "no
-    /// read access" is 404, the same answer as an unknown organization).
+    /// read access" is 404, the same answer as an unknown organization). The path value is never
+    /// empty: chi matches no `{organization}` to an empty segment, so the middleware's 400 for an
+    /// empty value is unreachable.
     pub fn organization_for(&self, user: &User, ident: &str) -> Result<&Organization, ApiError> {
-        if ident.is_empty() {
-            return Err(ApiError::new(400, "\"organization\" must be provided."));
-        }
         self.organization(ident)
             .filter(|org| {
                 user.reads_every_organization() || user.organization_ids.contains(&org.id)
@@ -555,7 +603,7 @@ impl State {
             username: user.username.clone(),
             email: format!("{}@fake-coderd.invalid", user.username),
             created_at: user.created_at.clone(),
-            updated_at: user.created_at.clone(),
+            updated_at: user.updated_at.clone(),
             last_seen_at: user.created_at.clone(),
             status: user.status.wire_value().to_string(),
             login_type: if user.username == OPERATOR_USERNAME {
@@ -577,6 +625,32 @@ impl State {
             .unwrap_or(self.entitlement)
     }
 
+    /// Recomputes the entitlements now, as coderd does when a license is added or removed.
+    pub fn refresh_entitlements(&mut self) {
+        let active_users = self
+            .users
+            .iter()
+            .filter(|user| user.status == UserStatus::Active)
+            .count();
+        self.entitlements_refreshed = EntitlementsRefresh {
+            at: Timestamp::now(),
+            active_users: i64::try_from(active_users).unwrap_or(i64::MAX),
+        };
+    }
+
+    /// The last refresh, renewed first when it is older than coderd's update interval.
+    pub fn entitlements_refresh(&mut self) -> EntitlementsRefresh {
+        let due = self
+            .entitlements_refreshed
+            .at
+            .checked_add(ENTITLEMENTS_UPDATE_INTERVAL)
+            .is_ok_and(|due| due <= Timestamp::now());
+        if due {
+            self.refresh_entitlements();
+        }
+        self.entitlements_refreshed
+    }
+
     /// Gives one user an entitlement of its own (`None`: the deployment's again).
     pub fn set_user_entitlement(
         &mut self,
@@ -589,6 +663,7 @@ impl State {
             .find(|user| user.id == ident || user.username.eq_ignore_ascii_case(ident))
             .ok_or_else(|| Error::UnknownUser(ident.to_owned()))?;
         user.entitlement = entitlement;
+        self.refresh_entitlements();
         Ok(())
     }
 
@@ -682,6 +757,17 @@ impl State {
             .find(|key| key.view.organization == organization_id && key.view.name == lowered)
     }
 
+    /// `httpmw.ExtractProvisionerKeyParam`: the organization's key of that name, else the generic 404.
+    pub fn key_named(
+        &self,
+        organization_id: &str,
+        name: &str,
+    ) -> Result<&ProvisionerKey, ApiError> {
+        self.find_key(organization_id, name)
+            .map(|key| &key.view)
+            .ok_or_else(ApiError::resource_not_found)
+    }
+
     /// §2.7 as a caller allowed to delete keys.
     pub fn delete_key(&mut self, organization_id: &str, name: &str) -> Result<(), ApiError> {
         self.delete_key_as(organization_id, name, true)
@@ -698,9 +784,6 @@ impl State {
         name: &str,
         may_delete: bool,
     ) -> Result<(), ApiError> {
-        if name.is_empty() {
-            return Err(ApiError::new(400, "\"provisionerkey\" must be provided."));
-        }
         let key = self
             .find_key(organization_id, name)
             .ok_or_else(ApiError::resource_not_found)?;

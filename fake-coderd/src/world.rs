@@ -9,7 +9,10 @@ use crate::faults::Faults;
 use crate::journal::{Journal, JournalEntry};
 use crate::ratelimit::{RateLimitSpec, RateLimiter};
 use crate::seed::{Seed, SeedUser};
-use crate::state::{Entitlement, Organization, ProvisionerKey, State, generate_session_token};
+use crate::state::{
+    Entitlement, Organization, ProvisionerKey, State, UserView, generate_session_token,
+};
+use crate::version::CoderdVersion;
 
 #[derive(Debug)]
 pub struct World {
@@ -17,6 +20,8 @@ pub struct World {
     pub faults: Faults,
     pub limiter: RateLimiter,
     pub journal: Journal,
+    /// The modelled release: the build version every answer reports, and the limiter's keying.
+    pub coderd_version: CoderdVersion,
     /// The seed with every generated id and token fixed, so a reset returns to the very same deployment.
     seed: Seed,
     operator_token: String,
@@ -37,15 +42,21 @@ fn pin_seed(mut seed: Seed) -> Seed {
 
 impl World {
     /// `api_rate_limit`: requests per minute per caller and endpoint, as coderd's
-    /// `--api-rate-limit` (default 512; 0 or less: no limiting).
-    pub fn new(seed: Seed, operator_token: String, api_rate_limit: i64) -> Result<World, Error> {
+    /// `--api-rate-limit` (default 512; 0 or less: no limiting), keyed as `coderd_version` keys.
+    pub fn new(
+        seed: Seed,
+        operator_token: String,
+        api_rate_limit: i64,
+        coderd_version: CoderdVersion,
+    ) -> Result<World, Error> {
         let seed = pin_seed(seed);
         let state = State::from_seed(&seed, &operator_token)?;
         Ok(World {
             state,
             faults: Faults::default(),
-            limiter: RateLimiter::per_minute(api_rate_limit),
+            limiter: RateLimiter::per_minute(api_rate_limit, coderd_version.limits_by_user()),
             journal: Journal::default(),
+            coderd_version,
             seed,
             operator_token,
         })
@@ -64,8 +75,10 @@ impl World {
         Ok(())
     }
 
+    /// Like a license change in coderd, this refreshes the entitlements.
     pub fn set_entitlement(&mut self, entitlement: Entitlement) {
         self.state.entitlement = entitlement;
+        self.state.refresh_entitlements();
     }
 
     /// One user's own entitlement (`None`: the deployment's), see [`State::entitlement_seen_by`].
@@ -77,8 +90,10 @@ impl World {
         self.state.set_user_entitlement(user, entitlement)
     }
 
+    /// Like a license change in coderd, this refreshes the entitlements.
     pub fn set_license(&mut self, has_license: bool) {
         self.state.has_license = has_license;
+        self.state.refresh_entitlements();
     }
 
     pub fn set_entitlements_require_token(&mut self, require: bool) {
@@ -95,6 +110,14 @@ impl World {
 
     pub fn add_user(&mut self, user: &SeedUser) -> Result<String, Error> {
         self.state.add_user(user)
+    }
+
+    /// A user as coderd's `GET /api/v2/users/{user}` shows it to an owner (by name or id).
+    pub fn user(&self, ident: &str) -> Result<UserView, Error> {
+        self.state
+            .user_by_name_or_id(ident)
+            .map(|user| self.state.user_view(user))
+            .ok_or_else(|| Error::UnknownUser(ident.to_string()))
     }
 
     pub fn clear_faults(&mut self) {

@@ -11,7 +11,8 @@ use fake_coderd::api::{
     RESOURCE_NOT_FOUND_MESSAGE, SIGNED_OUT_MESSAGE,
 };
 use fake_coderd::{
-    Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus, fingerprint, routes,
+    CoderdVersion, Entitlement, JournalQuery, RateLimitSpec, SeedUser, UserRole, UserStatus,
+    fingerprint, routes,
 };
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -384,24 +385,6 @@ const ME: &str = "/api/v2/users/me";
     404,
     org_not_found("11111111-1111-1111-1111-111111111111")
 )]
-#[case::org_empty(
-    Given::Nothing,
-    Who::Operator,
-    "GET",
-    "/api/v2/organizations/",
-    None,
-    400,
-    message("\"organization\" must be provided.")
-)]
-#[case::org_empty_on_keys(
-    Given::Nothing,
-    Who::Operator,
-    "GET",
-    "/api/v2/organizations//provisionerkeys",
-    None,
-    400,
-    message("\"organization\" must be provided.")
-)]
 // §2.4 entitlements with the token switch on
 #[case::entitlements_switch(
     Given::EntitlementsNeedToken,
@@ -582,15 +565,6 @@ const ME: &str = "/api/v2/users/me";
     404,
     org_not_found("nope")
 )]
-#[case::delete_empty_name(
-    Given::Nothing,
-    Who::Operator,
-    "DELETE",
-    "/api/v2/organizations/default/provisionerkeys/",
-    None,
-    400,
-    message("\"provisionerkey\" must be provided.")
-)]
 // §2.9 daemon key authentication
 #[case::daemon_no_key(
     Given::Nothing,
@@ -644,15 +618,6 @@ const ME: &str = "/api/v2/users/me";
     Who::Operator,
     "GET",
     "/api/v2/nope",
-    None,
-    404,
-    message("Route not found.")
-)]
-#[case::unknown_method(
-    Given::Nothing,
-    Who::Operator,
-    "PUT",
-    "/api/v2/buildinfo",
     None,
     404,
     message("Route not found.")
@@ -721,7 +686,11 @@ async fn error_rows(
     assert_matches(&expected, &answer.json());
     assert_eq!(
         answer.header("x-coder-build-version"),
-        Some(fake_coderd::api::BUILD_VERSION)
+        Some(
+            fake_coderd::CoderdVersion::default()
+                .build_version()
+                .as_str()
+        )
     );
 }
 
@@ -730,8 +699,40 @@ fn const_format_name(name: &'static str) -> &'static str {
     Box::leak(json!({ "name": name }).to_string().into_boxed_str())
 }
 
+// `enterprise/coderd/coderd.go` mounts `/provisionerkeys` behind
+// `ExtractProvisionerDaemonAuthenticated` without the deployment's PSK: even the right PSK, on any
+// method, is answered like no credential, and with a key it is the "only one" 400.
+#[rstest]
+#[case::right_psk(
+    "GET",
+    Some("right-psk"),
+    false,
+    401,
+    "provisioner daemon key required"
+)]
+#[case::wrong_psk("GET", Some("wrong"), false, 401, "provisioner daemon key required")]
+#[case::right_psk_other_method(
+    "POST",
+    Some("right-psk"),
+    false,
+    401,
+    "provisioner daemon key required"
+)]
+#[case::right_psk_with_a_key(
+    "GET",
+    Some("right-psk"),
+    true,
+    400,
+    "provisioner daemon key and psk provided, but only one is allowed"
+)]
 #[tokio::test]
-async fn wrong_psk_is_rejected_and_right_psk_has_no_key() {
+async fn a_psk_never_authenticates_the_daemon_key_route(
+    #[case] method: &str,
+    #[case] psk: Option<&str>,
+    #[case] with_key: bool,
+    #[case] status: u16,
+    #[case] expected: &str,
+) {
     let seed = fake_coderd::Seed {
         provisioner_daemon_psk: Some("right-psk".to_string()),
         ..Default::default()
@@ -742,21 +743,20 @@ async fn wrong_psk_is_rejected_and_right_psk_has_no_key() {
     })
     .await
     .expect("starts");
-    let http = common::http();
-    let wrong = Request::new("GET", "/api/v2/provisionerkeys/x")
-        .header("Coder-Provisioner-Daemon-PSK", "wrong")
-        .send(&http, &fake.url())
-        .await;
-    assert_eq!(wrong.status, 401);
-    assert_eq!(wrong.json(), message("provisioner daemon psk invalid"));
-    let right = Request::new("GET", "/api/v2/provisionerkeys/x")
-        .header("Coder-Provisioner-Daemon-PSK", "right-psk")
-        .send(&http, &fake.url())
-        .await;
-    assert_eq!(
-        right.status, 404,
-        "a PSK-authenticated daemon has no key to show"
-    );
+    let secret = fake
+        .create_key_directly("default", "k", BTreeMap::new())
+        .expect("key");
+    let mut request = Request::new(method, "/api/v2/provisionerkeys/x");
+    if let Some(psk) = psk {
+        request = request.header("Coder-Provisioner-Daemon-PSK", psk);
+    }
+    if with_key {
+        request = request.header("Coder-Provisioner-Daemon-Key", &secret);
+    }
+    let answer = request.send(&common::http(), &fake.url()).await;
+    assert_eq!(answer.status, status, "{}", answer.text);
+    assert_eq!(answer.json(), message(expected));
+    assert_eq!(fake.journal()[0].authenticated_key_id, None);
 }
 
 #[tokio::test]
@@ -779,7 +779,10 @@ async fn buildinfo_needs_no_token_and_has_the_sdk_fields() {
             "workspace_proxy"
         ]
     );
-    assert_eq!(body["version"], fake_coderd::api::BUILD_VERSION);
+    assert_eq!(
+        body["version"], "v2.31.0+fake",
+        "the newest modelled release"
+    );
 }
 
 #[rstest]
@@ -1455,9 +1458,9 @@ async fn a_template_admin_manages_keys_in_every_organization() {
     assert_eq!(bypass.status, 428, "only owners may bypass");
 }
 
-// coderd routes on decoded path segments (chi, `enterprise/coderd/coderd.go` `/provisionerkeys/{provisionerkey}`),
-// so the daemon key must be redacted from the journal (and the log, which prints the same path)
-// however the path spells it.
+// coderd routes on the decoded path with slashes collapsed (`singleSlashMW`; chi,
+// `enterprise/coderd/coderd.go` `/provisionerkeys/{provisionerkey}`), so the daemon key must be
+// redacted from the journal (and the log, which prints the same path) however the path spells it.
 #[rstest]
 #[case::literal("/api/v2/provisionerkeys/{key}", true)]
 #[case::encoded_segment("/api/v2/provisioner%6Beys/{key}", true)]
@@ -1465,6 +1468,8 @@ async fn a_template_admin_manages_keys_in_every_organization() {
 #[case::doubled_slash("//api/v2/provisionerkeys/{key}", true)]
 #[case::doubled_inner_slash("/api/v2//provisionerkeys/{key}", true)]
 #[case::encoded_key("/api/v2/provisionerkeys/{encoded key}", true)]
+#[case::encoded_slash_before_key("/api/v2/provisionerkeys%2F{key}", false)]
+#[case::trailing_slash_after_key("/api/v2/provisionerkeys/{key}/", false)]
 #[case::literal_without_header("/api/v2/provisionerkeys/{key}", false)]
 #[case::encoded_without_header("/api/v2/provisioner%6Beys/{key}", false)]
 #[case::key_in_query("/api/v2/buildinfo?k={key}", true)]
@@ -1544,7 +1549,8 @@ async fn an_empty_token_source_falls_through_to_the_header(#[case] carrier: &str
     assert_eq!(answer.status, 200, "{}", answer.text);
 }
 
-// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature name.
+// coderd `enterprise/coderd/coderd.go` `serveEntitlements`: the features map holds every feature
+// name; the seed's Premium license entitles all but the limit features.
 #[tokio::test]
 async fn entitlements_list_every_feature_name() {
     let env = Env::start().await;
@@ -1554,12 +1560,205 @@ async fn entitlements_list_every_feature_name() {
         .json();
     let features = body["features"].as_object().expect("features");
     assert_eq!(features.len(), 26, "{features:?}");
-    for name in [
-        "user_limit",
-        "multiple_organizations",
-        "workspace_prebuilds",
-        "boundary",
+    for (name, entitlement) in [
+        ("user_limit", "not_entitled"),
+        ("multiple_organizations", "entitled"),
+        ("workspace_prebuilds", "entitled"),
+        ("boundary", "entitled"),
     ] {
-        assert_eq!(features[name]["entitlement"], "not_entitled", "{name}");
+        assert_eq!(features[name]["entitlement"], entitlement, "{name}");
     }
+}
+
+// coderd `httpmw/apikey.go` `ExtractAPIKey` with `ActivateDormantUser` (`coderd/userauth.go`): a
+// dormant user's token on a route behind the API-key middleware makes the user active (and
+// bumps `updated_at`) and the request goes on; a route without that middleware (`/buildinfo`)
+// leaves the user dormant.
+#[tokio::test]
+async fn a_dormant_users_token_makes_them_active() {
+    let env = Env::start().await;
+    let mut sleeper = SeedUser::new("sleeper", UserRole::Member);
+    sleeper.status = UserStatus::Dormant;
+    let token = env.fake.add_user_with(&sleeper).expect("user added");
+    let before = env.fake.user("sleeper").expect("user");
+    assert_eq!(before.status, "dormant");
+
+    let buildinfo = env
+        .send(Request::new("GET", "/api/v2/buildinfo").token(&token))
+        .await;
+    assert_eq!(buildinfo.status, 200);
+    assert_eq!(env.fake.user("sleeper").expect("user").status, "dormant");
+
+    let me = env.send(Request::new("GET", ME).token(&token)).await;
+    assert_eq!(me.status, 200, "{}", me.text);
+    assert_eq!(me.json()["status"], "active");
+    let after = env.fake.admin().user("sleeper").await.expect("admin user");
+    assert_eq!(after.status, "active");
+    assert!(after.updated_at > before.updated_at, "{after:?}");
+    assert_eq!(env.fake.user(&after.id).expect("by id"), after);
+    assert!(env.fake.admin().user("nobody").await.is_err());
+}
+
+const EXPIRED_WARNING: &str =
+    "External Provisioner Daemons is enabled but your license for this feature is expired.";
+const NOT_ENTITLED_WARNING: &str =
+    "External Provisioner Daemons is enabled but your license is not entitled to this feature.";
+
+// `enterprise/coderd/license/license.go` `LicensesEntitlements` for one Premium license: its
+// features carry the license's entitlement, `user_limit` always shows `actual`, and each enabled
+// feature in grace period (or enabled and not entitled) gets coderd's own warning text.
+#[rstest]
+#[case::entitled(true, Entitlement::Entitled, "entitled", true, &[])]
+#[case::grace_period(true, Entitlement::GracePeriod, "grace_period", true, &[EXPIRED_WARNING, "Audit Log is enabled but your license for this feature is expired."])]
+#[case::licensed_without_the_feature(true, Entitlement::NotEntitled, "entitled", true, &[NOT_ENTITLED_WARNING])]
+#[case::unlicensed(false, Entitlement::NotEntitled, "not_entitled", false, &[])]
+#[tokio::test]
+async fn entitlements_follow_coderds_license_rules(
+    #[case] has_license: bool,
+    #[case] entitlement: Entitlement,
+    #[case] licensed: &str,
+    #[case] audit_log_enabled: bool,
+    #[case] expected_warnings: &[&str],
+) {
+    let env = Env::start().await;
+    env.fake.set_license(has_license);
+    env.fake.set_entitlement(entitlement);
+    let body = env
+        .send(Request::new("GET", "/api/v2/entitlements"))
+        .await
+        .json();
+    let features = &body["features"];
+    assert_eq!(
+        features["audit_log"],
+        json!({"entitlement": licensed, "enabled": audit_log_enabled})
+    );
+    assert_eq!(
+        features["browser_only"],
+        json!({"entitlement": licensed, "enabled": false}),
+        "licensed, but not configured"
+    );
+    assert_eq!(
+        features["user_limit"],
+        json!({"entitlement": "not_entitled", "enabled": false, "actual": 1}),
+        "the operator is the one active user; the license has no limit"
+    );
+    let warnings: Vec<&str> = body["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|warning| warning.as_str().expect("text"))
+        .collect();
+    for expected in expected_warnings {
+        assert!(warnings.contains(expected), "{expected:?} in {warnings:#?}");
+    }
+    if expected_warnings.is_empty() {
+        assert!(warnings.is_empty(), "{warnings:#?}");
+    }
+    assert!(
+        warnings
+            .iter()
+            .all(|warning| !warning.contains("grace period")),
+        "{warnings:#?}"
+    );
+}
+
+// `refreshed_at` is when coderd last computed the entitlements (at start, on a license change,
+// every 10 minutes), and `user_limit.actual` is the count taken then, not on every read.
+#[tokio::test]
+async fn refreshed_at_and_actual_come_from_the_last_refresh() {
+    let env = Env::start().await;
+    let read = || async {
+        env.send(Request::new("GET", "/api/v2/entitlements"))
+            .await
+            .json()
+    };
+    let first = read().await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    env.fake
+        .add_user("newcomer", UserRole::Member)
+        .expect("user added");
+    let second = read().await;
+    assert_eq!(second["refreshed_at"], first["refreshed_at"]);
+    assert_eq!(second["features"]["user_limit"]["actual"], 1);
+    env.fake.set_entitlement(Entitlement::Entitled);
+    let refreshed = read().await;
+    let at = |body: &Value| -> jiff::Timestamp {
+        body["refreshed_at"]
+            .as_str()
+            .expect("refreshed_at")
+            .parse()
+            .expect("RFC 3339")
+    };
+    assert!(at(&refreshed) > at(&first), "{refreshed} after {first}");
+    assert_eq!(refreshed["features"]["user_limit"]["actual"], 2);
+}
+
+async fn fake_of(version: CoderdVersion) -> fake_coderd::FakeCoderd {
+    fake_coderd::FakeCoderd::start_with(fake_coderd::FakeConfig {
+        coderd_version: version,
+        ..Default::default()
+    })
+    .await
+    .expect("starts")
+}
+
+// `--coderd-version` names the modelled release: `X-Coder-Build-Version`, `/buildinfo`'s
+// `version` and the admin API's info report it.
+#[rstest]
+#[case::v2_30_0(CoderdVersion::V2_30_0, "v2.30.0+fake")]
+#[case::v2_31_0(CoderdVersion::V2_31_0, "v2.31.0+fake")]
+#[tokio::test]
+async fn the_modelled_release_is_reported(#[case] version: CoderdVersion, #[case] build: &str) {
+    let fake = fake_of(version).await;
+    let answer = Request::new("GET", "/api/v2/buildinfo")
+        .send(&common::http(), &fake.url())
+        .await;
+    assert_eq!(answer.header("x-coder-build-version"), Some(build));
+    assert_eq!(answer.json()["version"], build);
+    assert_eq!(fake.coderd_version(), version);
+    assert_eq!(
+        fake.admin().info().await.expect("info").coderd_version,
+        version
+    );
+}
+
+// The limiter of each release, at 2 requests a minute on one path: v2.30.0 ran it before the API
+// key was extracted (coder/coder issue #20857), so it keys by client IP (every caller is one IP
+// here) and never reads the bypass header; v2.31.0 (PR #22049) keys by user, lets an owner's
+// bypass through and answers 428 to a member's.
+#[rstest]
+#[case::v2_30_0(CoderdVersion::V2_30_0, [200, 200, 429, 429, 429])]
+#[case::v2_31_0(CoderdVersion::V2_31_0, [200, 200, 200, 200, 428])]
+#[tokio::test]
+async fn each_release_keys_the_rate_limit_its_own_way(
+    #[case] version: CoderdVersion,
+    #[case] expected: [u16; 5],
+) {
+    let fake = fake_of(version).await;
+    fake.set_rate_limit(Some(RateLimitSpec::Window {
+        limit: 2,
+        window_secs: 60,
+    }));
+    let member = fake.add_user("member", UserRole::Member).expect("user");
+    let owner = fake.operator_token();
+    let http = common::http();
+    let me = |token: &str, bypass: bool| {
+        let request = Request::new("GET", ME).token(token);
+        if bypass {
+            request.header("X-Coder-Bypass-Ratelimit", "true")
+        } else {
+            request
+        }
+    };
+    let mut statuses = Vec::new();
+    for (token, bypass) in [
+        (&owner, false),
+        (&owner, false),
+        (&member, false),
+        (&owner, true),
+        (&member, true),
+    ] {
+        statuses.push(me(token, bypass).send(&http, &fake.url()).await.status);
+    }
+    assert_eq!(statuses, expected);
 }

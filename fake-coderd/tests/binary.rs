@@ -229,3 +229,36 @@ async fn binary_rejects_a_bad_seed_file_clearly() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("parsing JSON seed file"), "{stderr}");
 }
+
+#[tokio::test]
+async fn binary_models_the_release_named_by_coderd_version() {
+    let mut fake = Running::start(
+        &["--listen", "127.0.0.1:0", "--coderd-version", "v2.30.0"],
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    let coderd_url = fake.printed_value("fake-coderd: coderd API on ").await;
+    let admin_url = fake.printed_value("fake-coderd: admin API on ").await;
+    let info = AdminClient::new(&admin_url, ADMIN_TOKEN)
+        .info()
+        .await
+        .expect("info");
+    assert_eq!(info.coderd_version, fake_coderd::CoderdVersion::V2_30_0);
+    let buildinfo = Request::new("GET", "/api/v2/buildinfo")
+        .send(&http(), &coderd_url)
+        .await;
+    assert_eq!(buildinfo.json()["version"], "v2.30.0+fake");
+    assert!(fake.terminate().await.1);
+
+    let unknown = Command::new(env!("CARGO_BIN_EXE_fake-coderd"))
+        .args(["--listen", "127.0.0.1:0", "--coderd-version", "v2.29.0"])
+        .output()
+        .await
+        .expect("runs");
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("v2.31.0"),
+        "lists the modelled releases: {stderr}"
+    );
+}

@@ -360,6 +360,30 @@ async fn journal_records_each_request_without_secrets() {
     assert!(env.fake.journal().is_empty());
 }
 
+// Secrets are redacted wherever they sit in a JSON body: in a nested object, and in a body that is
+// an array (coderd answers that one 400, but the journal records it all the same).
+#[rstest]
+#[case::nested_object(
+    r#"{"name":"n","tags":{"token":"s3cret-token"}}"#,
+    json!({"name": "n", "tags": {"token": REDACTED}})
+)]
+#[case::top_level_array(
+    r#"[{"name":"n","password":"s3cret-token"},["psk",{"PSK":"s3cret-token"}]]"#,
+    json!([{"name": "n", "password": REDACTED}, ["psk", {"PSK": REDACTED}]])
+)]
+#[tokio::test]
+async fn journal_redacts_secrets_at_any_depth(
+    #[case] body: &str,
+    #[case] recorded: serde_json::Value,
+) {
+    let env = Env::start().await;
+    env.as_operator(Request::new("POST", KEYS).body(body)).await;
+    let journal = env.fake.journal();
+    assert_eq!(journal[0].body, Some(recorded));
+    let serialized = serde_json::to_string(&journal).expect("json");
+    assert!(!serialized.contains("s3cret-token"), "{serialized}");
+}
+
 #[tokio::test]
 async fn reset_returns_to_the_seed_and_isolates_tests() {
     let env = Env::start().await;

@@ -15,7 +15,7 @@ use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::SeedUser;
-use crate::state::{Entitlement, Organization, ProvisionerKey, UserRole};
+use crate::state::{Entitlement, Organization, ProvisionerKey, UserRole, UserView};
 
 #[derive(Clone)]
 pub struct AdminClient {
@@ -113,6 +113,17 @@ impl AdminClient {
             entitlement: Some(entitlement),
             ..DeploymentPatch::default()
         })
+        .await
+    }
+
+    /// A user (by name or id) as an owner reads it (`GET /__fake/users/{user}`): its `status`
+    /// shows whether a dormant user was made active.
+    pub async fn user(&self, user: &str) -> anyhow::Result<UserView> {
+        self.call(
+            Method::GET,
+            &format!("/users/{}", encode(user)),
+            None::<&()>,
+        )
         .await
     }
 

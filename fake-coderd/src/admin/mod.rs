@@ -29,6 +29,7 @@ use crate::ratelimit::RateLimitSpec;
 use crate::seed::SeedUser;
 use crate::server::CoderdListener;
 use crate::state::Entitlement;
+use crate::version::CoderdVersion;
 use crate::world::World;
 
 pub const PREFIX: &str = "/__fake";
@@ -53,6 +54,8 @@ pub struct DeploymentPatch {
 pub struct FakeInfo {
     pub coderd_url: String,
     pub operator_token: String,
+    /// The coderd release the fake models (`--coderd-version`).
+    pub coderd_version: CoderdVersion,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -159,13 +162,16 @@ async fn route(
     let shared = coderd.shared();
     let with_world = |operation: &dyn Fn(&mut World) -> Reply| operation(&mut shared.lock());
     let reply = match (method.as_str(), segments.as_slice()) {
-        ("GET", ["info"]) => Reply::json(
-            200,
-            FakeInfo {
-                coderd_url: admin.coderd_url.clone(),
-                operator_token: shared.lock().operator_token().to_string(),
-            },
-        ),
+        ("GET", ["info"]) => with_world(&|world| {
+            Reply::json(
+                200,
+                FakeInfo {
+                    coderd_url: admin.coderd_url.clone(),
+                    operator_token: world.operator_token().to_string(),
+                    coderd_version: world.coderd_version,
+                },
+            )
+        }),
         ("POST", ["reset"]) => with_world(&|world| done(world.reset())),
         ("PATCH", ["deployment"]) => {
             let patch: DeploymentPatch = parse(body)?;
@@ -198,6 +204,7 @@ async fn route(
                 json_or_400(world.add_user(&user).map(|token| SessionToken { token }))
             })
         }
+        ("GET", ["users", user]) => with_world(&|world| json_or_400(world.user(user))),
         ("PUT", ["users", user, "entitlement"]) => {
             let entitlement: Option<Entitlement> = parse(body)?;
             with_world(&|world| done(world.set_user_entitlement(user, entitlement)))

@@ -2,14 +2,16 @@
 
 use serde_json::json;
 
-use crate::api::{BUILD_VERSION, Reply};
+use crate::api::Reply;
+use crate::version::CoderdVersion;
 
-pub fn get() -> Reply {
+/// `version` is the modelled release, as `X-Coder-Build-Version`.
+pub fn get(version: CoderdVersion) -> Reply {
     Reply::json(
         200,
         json!({
             "external_url": "https://github.com/coder/coder",
-            "version": BUILD_VERSION,
+            "version": version.build_version(),
             "dashboard_url": "/",
             "telemetry": false,
             "workspace_proxy": false,

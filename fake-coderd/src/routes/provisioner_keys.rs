@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Call;
 use crate::api::{ApiError, Reply};
-use crate::state::{KEY_SECRET_LENGTH, Organization, State, User, equal_fold};
+use crate::state::{KEY_SECRET_LENGTH, Organization, ProvisionerKey, State, User, equal_fold};
 
 /// §1.6 after authentication: organization lookup (400/404), then the feature gate (403). There is
 /// no permission middleware on these routes in coderd: each query is checked by the database
@@ -105,7 +105,13 @@ pub fn delete(state: &mut State, caller: &User, org: &str, name: &str) -> Result
 }
 
 /// §2.9 daemon-auth middleware rows, then the key itself. The path value is ignored, as in coderd.
-pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
+/// The route's middleware is configured without the deployment's PSK
+/// (`enterprise/coderd/coderd.go` route `/provisionerkeys`, `ExtractProvisionerAuthConfig{DB,
+/// Optional: false}`, read at commit 00199bfcf437b2a7356c665352a4d735ed3fecaa), so
+/// `ExtractProvisionerDaemonAuthenticated` (`coderd/httpmw/provisionerdaemon.go`, stored at
+/// 1e9b79a7858944c3a041e3ecd32a807c6f513180) never falls back to a PSK: without a key, a PSK
+/// header is answered like no credential at all.
+pub fn daemon_key<'s>(state: &'s State, call: &Call) -> Result<&'s ProvisionerKey, ApiError> {
     let key = call.daemon_key.as_deref().filter(|key| !key.is_empty());
     let psk = call.daemon_psk.as_deref().filter(|psk| !psk.is_empty());
     match (key, psk) {
@@ -113,23 +119,15 @@ pub fn daemon_key(state: &State, call: &Call) -> Result<Reply, ApiError> {
             400,
             "provisioner daemon key and psk provided, but only one is allowed",
         )),
-        (None, Some(psk)) if state.daemon_psk.is_some() => {
-            if state.daemon_psk.as_deref() != Some(psk) {
-                return Err(ApiError::new(401, "provisioner daemon psk invalid"));
-            }
-            // A PSK-authenticated daemon has no key to show; the spec does not pin this answer.
-            Err(ApiError::resource_not_found())
-        }
         (None, _) => Err(ApiError::new(401, "provisioner daemon key required")),
         (Some(key), None) => {
             if key.len() != KEY_SECRET_LENGTH {
                 return Err(ApiError::new(400, "provisioner daemon key invalid")
                     .with_detail("must be 43 characters"));
             }
-            let view = state
+            state
                 .key_by_secret(key)
-                .ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))?;
-            Ok(Reply::json(200, view))
+                .ok_or_else(|| ApiError::new(401, "provisioner daemon key invalid"))
         }
     }
 }
