@@ -168,6 +168,10 @@ pub struct RunArgs {
     /// Existing control plane as NAMESPACE/NAME (with --coderd).
     #[arg(long, requires = "coderd")]
     pub control_plane: Option<String>,
+    /// The coderd release the fake coderd models (its rate limiting differs between them); the
+    /// local tier's in-process fake only.
+    #[arg(long, value_enum, conflicts_with = "coderd")]
+    pub coderd_version: Option<fake_coderd::CoderdVersion>,
     /// Name of the implementation, for the report.
     #[arg(long, default_value = "coder-provisioner-operator (reference)")]
     pub impl_name: String,

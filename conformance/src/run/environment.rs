@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 
 use crate::cli::{ClusterTier, ControlPlaneAccess, OperatorMode, RunArgs};
 use crate::cluster::k3s::{K3sCluster, K3sOptions};
@@ -181,6 +181,12 @@ pub(super) async fn prepare(
             )
         }
         _ if let Some(in_cluster) = in_cluster_fake => {
+            if let Some(version) = args.coderd_version {
+                bail!(
+                    "--coderd-version {version}: only the local tier's in-process fake coderd \
+                     takes another release; the in-cluster fake models the default"
+                );
+            }
             let coderd = Coderd {
                 url: in_cluster.in_cluster_url.clone(),
                 runner_url: in_cluster.local_url(),
@@ -189,10 +195,18 @@ pub(super) async fn prepare(
             (coderd, None, None)
         }
         _ => {
-            let fake = fake_coderd::FakeCoderd::start()
+            let config = fake_coderd::FakeConfig {
+                coderd_version: args.coderd_version.unwrap_or_default(),
+                ..Default::default()
+            };
+            let fake = fake_coderd::FakeCoderd::start_with(config)
                 .await
                 .context("starting the fake coderd")?;
-            eprintln!("conformance: fake coderd at {}", fake.url());
+            eprintln!(
+                "conformance: fake coderd {} at {}",
+                fake.coderd_version(),
+                fake.url()
+            );
             (
                 Coderd {
                     url: fake.url(),
