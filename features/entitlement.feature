@@ -1,4 +1,4 @@
-@fake-coderd
+@fake-coderd @entitlement
 Feature: The external provisioner entitlement
   External provisioners need the Coder license entitlement "external_provisioner_daemons".
   The operator trusts the control plane's recent check (less than two minutes old) and asks

@@ -1,4 +1,4 @@
-@fake-coderd @fault-injection
+@fake-coderd @fault-injection @rate-limit
 Feature: Rate limiting by coderd
   coderd answers 429 when a client sends too many requests. The operator reports it, backs off
   (about 2 s, then 4 s, doubling each time) and retries, and marks its key requests with the
@@ -115,7 +115,7 @@ Feature: Rate limiting by coderd
 
   # Only an owner may bypass the rate limit: coderd answers 428 to anyone else who asks, and the
   # operator repeats the same request once without the header.
-  @R-KEY-23 @R-RL-5 @extended
+  @R-KEY-23 @R-RL-5 @coderd-428 @extended
   Scenario: A token that may not bypass the rate limit repeats its requests without the header
     Given a Ready control plane with operator access
     And the operator's token is a template admin's, not an owner's

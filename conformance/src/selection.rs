@@ -27,6 +27,9 @@ pub struct Selection {
     pub replicas: bool,
     /// The suite reads the API server's audit log (only when it started the API server).
     pub audit_log: bool,
+    /// The fake coderd answers 428 to a bypass header the token may not use (coder/coder PR
+    /// #22049; not `--coderd-version v2.30.0`).
+    pub coderd_answers_428: bool,
 }
 
 impl Selection {
@@ -73,6 +76,13 @@ impl Selection {
         if !self.audit_log && has("api-audit") {
             return Some(
                 "counts the operator's API requests in the API server's audit log, which the suite reads only on the local tier (where it starts kube-apiserver)".to_owned(),
+            );
+        }
+        if !self.coderd_answers_428 && has("coderd-428") {
+            return Some(
+                "needs coderd's 428 answer to a rate-limit bypass the token may not use, which coderd sends since \
+                 coder/coder PR #22049; the fake models v2.30.0 (--coderd-version), which never sends it"
+                    .to_owned(),
             );
         }
         None
@@ -126,6 +136,8 @@ mod tests {
     #[case(None, false, false, true, &["extended", "api-audit"], None)]
     #[case(None, false, true, true, &["extended", "leader-election"], Some("--replica-cmd"))]
     #[case(None, false, false, true, &["extended", "leader-election"], None)]
+    #[case(None, false, false, false, &["extended", "coderd-428"], Some("v2.30.0"))]
+    #[case(None, false, false, true, &["extended", "coderd-428"], None)]
     fn skips_carry_their_reason(
         #[case] expression: Option<&str>,
         #[case] real_coderd: bool,
@@ -141,6 +153,8 @@ mod tests {
             operator_installed: installed,
             replicas: !installed,
             audit_log,
+            // The cases without an audit log stand for the older release too.
+            coderd_answers_428: audit_log,
         };
         let skip = selection.skip_reason(&tags(scenario_tags), "s");
         match reason {

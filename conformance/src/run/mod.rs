@@ -62,6 +62,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             && args.operator == OperatorMode::Reference
             && (args.started.operator_cmd.is_none() || args.started.replica_cmd.is_some()),
         audit_log: args.cluster == ClusterTier::Local,
+        coderd_answers_428: args.coderd_version != Some(fake_coderd::CoderdVersion::V2_30_0),
     };
     let mut inputs = args.started.inputs(args.features.as_deref())?;
     if let Some(count) = args.explore {
