@@ -1,12 +1,23 @@
 //! `conformance local-cluster`: a local control plane (etcd + kube-apiserver + controller
 //! manager) for other tools, kept running until Ctrl-C or SIGTERM.
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Args;
 
-use crate::cli::LocalClusterArgs;
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
+
+#[derive(Args, Debug, Clone)]
+pub struct LocalClusterArgs {
+    /// Where to write the admin kubeconfig (written last, so its presence means "ready").
+    #[arg(long)]
+    pub kubeconfig_out: PathBuf,
+    /// Also install the suite's CRDs (config/crd, built into this binary).
+    #[arg(long)]
+    pub install_crds: bool,
+}
 
 /// `conformance local-cluster`: the kubeconfig tier's counterpart in CI, and a quick cluster
 /// for trying an operator by hand.

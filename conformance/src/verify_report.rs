@@ -1,13 +1,32 @@
 //! `conformance verify-report`: checks a conformance report against this suite's features
 //! (schema, digest, feature hashes, every scenario listed, the rule verdicts recomputed) and the
 //! requirements named on the command line (tier, nothing simulated, the Core claim).
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use clap::Args;
 
-use crate::cli::VerifyArgs;
 use crate::features::feature_hashes;
 use crate::report::model::{self, ConformanceReport};
+
+#[derive(Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// The conformance report (YAML).
+    pub file: PathBuf,
+    /// Folder with the suite's feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
+    /// Also require the run to be on this tier (e.g. `kind`).
+    #[arg(long)]
+    pub require_tier: Option<String>,
+    /// Also require that the suite simulated nothing (a cluster with kubelets).
+    #[arg(long)]
+    pub require_nothing_simulated: bool,
+    /// Also require the Core conformance claim.
+    #[arg(long)]
+    pub require_core: bool,
+}
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)

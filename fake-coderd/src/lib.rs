@@ -14,6 +14,7 @@ pub mod api;
 pub mod error;
 pub mod faults;
 pub mod journal;
+mod listener;
 pub mod ratelimit;
 pub mod routes;
 pub mod seed;

@@ -3,16 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use wiremock::{Mock, MockServer};
 
 use crate::admin::{self, AdminClient};
 use crate::error::Error;
 use crate::faults::FaultSpec;
 use crate::journal::JournalEntry;
+use crate::listener::CoderdListener;
 use crate::ratelimit::RateLimitSpec;
 use crate::seed::{Seed, SeedUser};
 use crate::state::{
@@ -23,8 +22,6 @@ use crate::version::CoderdVersion;
 use crate::world::{Shared, World};
 
 /// How long closing or reopening the coderd listener may take.
-const REACHABILITY_DEADLINE: Duration = Duration::from_secs(10);
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 #[derive(Clone, Debug)]
 pub struct FakeConfig {
@@ -70,135 +67,6 @@ pub struct FakeCoderd {
 }
 
 /// Binds, retrying while the previous listener on that address is still being released.
-async fn bind_with_retry(addr: SocketAddr) -> Result<TcpListener, Error> {
-    let deadline = Instant::now() + REACHABILITY_DEADLINE;
-    loop {
-        match TcpListener::bind(addr) {
-            Ok(listener) => return Ok(listener),
-            Err(error)
-                if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-            Err(source) => return Err(Error::Bind { addr, source }),
-        }
-    }
-}
-
-/// Waits until nothing accepts connections on `addr` any more.
-async fn wait_until_closed(addr: SocketAddr) -> Result<(), Error> {
-    let deadline = Instant::now() + REACHABILITY_DEADLINE;
-    while tokio::net::TcpStream::connect(addr).await.is_ok() {
-        if Instant::now() >= deadline {
-            return Err(Error::StillAccepting {
-                addr,
-                waited: REACHABILITY_DEADLINE,
-            });
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-    Ok(())
-}
-
-/// Registers a mock from synchronous code, so that the Rust API stays synchronous. wiremock
-/// registers through an async lock that only its own server thread holds, and only while it
-/// matches and answers one request (our matchers and responders take nothing but the world's
-/// short lock), so this waits briefly and needs no runtime.
-fn mount(server: &MockServer, mock: Mock) {
-    futures::executor::block_on(server.register(mock));
-}
-
-/// The coderd listener: a wiremock `MockServer` that can be closed and reopened, always on the
-/// same address, with responders over the same shared world.
-pub(crate) struct CoderdListener {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    /// `None` while unreachable. Held while mocks are mounted, so that a fault injected during a
-    /// reopen is mounted exactly once; never held across an `.await`.
-    server: Mutex<Option<MockServer>>,
-    /// Serialises closing and reopening.
-    reachability: tokio::sync::Mutex<()>,
-}
-
-impl CoderdListener {
-    async fn start(addr: SocketAddr, listener: TcpListener, shared: Arc<Shared>) -> Self {
-        let coderd = CoderdListener {
-            addr,
-            shared,
-            server: Mutex::new(None),
-            reachability: tokio::sync::Mutex::new(()),
-        };
-        coderd.open(listener).await;
-        coderd
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    fn server(&self) -> MutexGuard<'_, Option<MockServer>> {
-        self.server.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Serves on `listener`: the faults in force are mounted before the routes, so that no request
-    /// slips past one in the moment between.
-    async fn open(&self, listener: TcpListener) {
-        let started = MockServer::builder()
-            .listener(listener)
-            .disable_request_recording()
-            .start()
-            .await;
-        let mut server = self.server();
-        let faults: Vec<Mock> = {
-            let world = self.shared.lock();
-            world
-                .faults
-                .active()
-                .iter()
-                .filter_map(|(id, spec)| crate::routes::fault_mock(&self.shared, *id, spec))
-                .collect()
-        };
-        for mock in faults.into_iter().chain(crate::routes::mocks(&self.shared)) {
-            mount(&started, mock);
-        }
-        *server = Some(started);
-    }
-
-    /// Records the fault and mounts its mock, unless the listener is closed (a reopen mounts it).
-    pub(crate) fn inject_fault(&self, spec: FaultSpec) -> Result<(), Error> {
-        let server = self.server();
-        let id = self.shared.lock().faults.inject(spec.clone())?;
-        if let (Some(server), Some(mock)) = (
-            server.as_ref(),
-            crate::routes::fault_mock(&self.shared, id, &spec),
-        ) {
-            mount(server, mock);
-        }
-        Ok(())
-    }
-
-    /// Closes (`true`) or reopens (`false`) the listener; returns once connecting fails or the
-    /// routes are mounted again.
-    pub(crate) async fn set_unreachable(&self, unreachable: bool) -> Result<(), Error> {
-        let _one_change_at_a_time = self.reachability.lock().await;
-        if unreachable {
-            let Some(running) = self.server().take() else {
-                return Ok(());
-            };
-            drop(running);
-            wait_until_closed(self.addr).await?;
-        } else {
-            if self.server().is_some() {
-                return Ok(());
-            }
-            let listener = bind_with_retry(self.addr).await?;
-            self.open(listener).await;
-        }
-        tracing::info!(unreachable, addr = %self.addr, "coderd listener reachability changed");
-        Ok(())
-    }
-}
-
 impl FakeCoderd {
     /// A fake with the default seed on a free loopback port.
     pub async fn start() -> Result<FakeCoderd, Error> {
@@ -271,7 +139,7 @@ impl FakeCoderd {
 
     /// coderd base URL, e.g. `http://127.0.0.1:PORT` (no trailing slash).
     pub fn url(&self) -> String {
-        format!("http://{}", self.coderd.addr)
+        format!("http://{}", self.coderd.addr())
     }
 
     /// Admin API base URL (the API lives under `/__fake/`), no trailing slash.
@@ -280,7 +148,7 @@ impl FakeCoderd {
     }
 
     pub fn address(&self) -> SocketAddr {
-        self.coderd.addr
+        self.coderd.addr()
     }
 
     /// The owner operator session token.
@@ -290,7 +158,7 @@ impl FakeCoderd {
 
     /// The coderd release the fake models.
     pub fn coderd_version(&self) -> CoderdVersion {
-        self.coderd.shared.lock().coderd_version
+        self.coderd.shared().lock().coderd_version
     }
 
     pub fn admin_token(&self) -> String {
@@ -303,31 +171,31 @@ impl FakeCoderd {
     }
 
     pub fn reset(&self) -> Result<(), Error> {
-        self.coderd.shared.lock().reset()
+        self.coderd.shared().lock().reset()
     }
 
     pub fn set_entitlement(&self, entitlement: Entitlement) {
-        self.coderd.shared.lock().set_entitlement(entitlement);
+        self.coderd.shared().lock().set_entitlement(entitlement);
     }
 
     pub fn set_license(&self, has_license: bool) {
-        self.coderd.shared.lock().set_license(has_license);
+        self.coderd.shared().lock().set_license(has_license);
     }
 
     pub fn set_entitlements_require_token(&self, require: bool) {
         self.coderd
-            .shared
+            .shared()
             .lock()
             .set_entitlements_require_token(require);
     }
 
     /// `false` models an AGPL coderd (no entitlements or provisioner-key routes).
     pub fn set_enterprise(&self, enterprise: bool) {
-        self.coderd.shared.lock().set_enterprise(enterprise);
+        self.coderd.shared().lock().set_enterprise(enterprise);
     }
 
     pub fn add_organization(&self, name: &str) -> Result<Organization, Error> {
-        self.coderd.shared.lock().add_organization(name)
+        self.coderd.shared().lock().add_organization(name)
     }
 
     /// Adds a user (member of `default`) and returns their session token.
@@ -336,12 +204,12 @@ impl FakeCoderd {
     }
 
     pub fn add_user_with(&self, user: &SeedUser) -> Result<String, Error> {
-        self.coderd.shared.lock().add_user(user)
+        self.coderd.shared().lock().add_user(user)
     }
 
     /// A user (by name or id) as an owner reads it, e.g. to see a dormant user made active.
     pub fn user(&self, user: &str) -> Result<UserView, Error> {
-        self.coderd.shared.lock().user(user)
+        self.coderd.shared().lock().user(user)
     }
 
     pub fn inject_fault(&self, fault: FaultSpec) -> Result<(), Error> {
@@ -349,17 +217,17 @@ impl FakeCoderd {
     }
 
     pub fn clear_faults(&self) {
-        self.coderd.shared.lock().clear_faults();
+        self.coderd.shared().lock().clear_faults();
     }
 
     /// Removes only the faults scoped to this session-token fingerprint.
     pub fn clear_faults_for(&self, fingerprint: &str) {
-        self.coderd.shared.lock().clear_faults_for(fingerprint);
+        self.coderd.shared().lock().clear_faults_for(fingerprint);
     }
 
     /// `None` returns to the base counting (see [`FakeConfig::api_rate_limit`]).
     pub fn set_rate_limit(&self, spec: Option<RateLimitSpec>) {
-        self.coderd.shared.lock().set_rate_limit(spec);
+        self.coderd.shared().lock().set_rate_limit(spec);
     }
 
     /// Closes (`true`) or reopens (`false`, same port) the coderd listener; returns once done.
@@ -368,7 +236,7 @@ impl FakeCoderd {
     }
 
     pub fn keys(&self, org: &str) -> Result<Vec<ProvisionerKey>, Error> {
-        self.coderd.shared.lock().keys(org)
+        self.coderd.shared().lock().keys(org)
     }
 
     pub fn create_key_directly(
@@ -378,25 +246,25 @@ impl FakeCoderd {
         tags: BTreeMap<String, String>,
     ) -> Result<String, Error> {
         self.coderd
-            .shared
+            .shared()
             .lock()
             .create_key_directly(org, name, tags)
     }
 
     pub fn delete_key_directly(&self, org: &str, id: &str) -> Result<(), Error> {
-        self.coderd.shared.lock().delete_key_directly(org, id)
+        self.coderd.shared().lock().delete_key_directly(org, id)
     }
 
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.coderd.shared.lock().journal()
+        self.coderd.shared().lock().journal()
     }
 
     /// The entries recorded after sequence number `since`.
     pub fn journal_since(&self, since: u64) -> Vec<JournalEntry> {
-        self.coderd.shared.lock().journal_since(since)
+        self.coderd.shared().lock().journal_since(since)
     }
 
     pub fn clear_journal(&self) {
-        self.coderd.shared.lock().clear_journal();
+        self.coderd.shared().lock().clear_journal();
     }
 }

@@ -111,21 +111,6 @@ pub fn service_url(service: &str, namespace: &str, port: u16) -> String {
     format!("http://{service}.{namespace}.svc:{port}")
 }
 
-/// A real cluster the suite started, whichever tier; dropping it tears it down unless kept.
-pub enum StartedCluster {
-    Kind(Box<KindCluster>),
-    K3s(Box<super::k3s::K3sCluster>),
-}
-
-impl StartedCluster {
-    pub fn provisioned(&self) -> &ProvisionedCluster {
-        match self {
-            Self::Kind(cluster) => cluster.provisioned(),
-            Self::K3s(cluster) => cluster.provisioned(),
-        }
-    }
-}
-
 // ---- the kind cluster ----
 
 /// Environment variable selecting the node image (as `--node-image`).

@@ -17,3 +17,18 @@ pub mod kind;
 pub mod kubeconfig;
 pub mod local;
 pub mod pki;
+
+/// A real cluster the suite started, whichever tier; dropping it tears it down unless kept.
+pub enum StartedCluster {
+    Kind(Box<kind::KindCluster>),
+    K3s(Box<k3s::K3sCluster>),
+}
+
+impl StartedCluster {
+    pub fn provisioned(&self) -> &kind::ProvisionedCluster {
+        match self {
+            Self::Kind(cluster) => cluster.provisioned(),
+            Self::K3s(cluster) => cluster.provisioned(),
+        }
+    }
+}

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 
-use crate::cli::{ClusterTier, ControlPlaneAccess, OperatorMode, RunArgs};
+use super::args::{ClusterTier, ControlPlaneAccess, OperatorMode, RunArgs};
+use crate::cluster::StartedCluster;
 use crate::cluster::k3s::{K3sCluster, K3sOptions};
-use crate::cluster::kind::{KindCluster, KindOptions, StartedCluster};
+use crate::cluster::kind::{KindCluster, KindOptions};
 use crate::cluster::kubeconfig::{ClusterEndpoint, load_config};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};

@@ -3,6 +3,7 @@
 //! `run` starts the shared environment once (control plane, fake coderd, operator under test,
 //! readiness simulator), publishes it for the Worlds, runs cucumber with the terminal, JUnit,
 //! Cucumber-JSON and conformance writers teed together, and tears everything down again.
+pub mod args;
 mod environment;
 mod hooks;
 mod summary;
@@ -22,14 +23,14 @@ use regex::Regex;
 use self::environment::{prepare, teardown};
 use self::hooks::after_scenario;
 use self::summary::print_summary;
-use crate::cli::{ClusterTier, OperatorMode, RunArgs};
-use crate::cluster::kind::StartedCluster;
+use crate::cluster::StartedCluster;
 use crate::features::{all_tags, feature_hashes, parse_features};
 use crate::paths::{KIND_LOGS_DIR, REPORT_FILE};
 use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
 use crate::selection::{NOT_STARTED, Selection, list};
 use crate::world::{Gate, ProvisionerWorld, install_environment};
+use args::{ClusterTier, OperatorMode, RunArgs};
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.operator_deployment.is_some() && args.operator != OperatorMode::Installed {

@@ -1,0 +1,175 @@
+//! The options of `conformance run`.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::shared_args::{StartedOperatorArgs, parse_duration};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClusterTier {
+    /// Start etcd + kube-apiserver (+ controller manager) on loopback; readiness is simulated.
+    Local,
+    /// Use an existing cluster from --kubeconfig / --context.
+    Kubeconfig,
+    /// Create a kind cluster, build and load the images, install the operator and an in-cluster
+    /// fake coderd (needs Docker and kind; run by .ci/run through scripts/kind-e2e.sh).
+    Kind,
+    /// Start k3s in a container through testcontainers, then as kind (needs Docker; not
+    /// exercised by this repository's CI).
+    K3s,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OperatorMode {
+    /// The reference operator of this repository, started under --operator-rbac.
+    Reference,
+    /// Already running in the cluster: nothing is started, restart scenarios are skipped.
+    Installed,
+}
+
+/// What the operator under test may do to CoderControlPlanes (the suite's fixture).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControlPlaneAccess {
+    /// Its RBAC as shipped.
+    ReadWrite,
+    /// Its RBAC without write verbs on codercontrolplanes, their status and finalizers (for an
+    /// operator that also reconciles CoderControlPlanes); recorded in the report.
+    ReadOnly,
+}
+
+impl ControlPlaneAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadWrite => "read-write",
+            Self::ReadOnly => "read-only",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Where the Kubernetes API comes from.
+    #[arg(long, value_enum, default_value_t = ClusterTier::Local)]
+    pub cluster: ClusterTier,
+    /// Kubeconfig for --cluster kubeconfig (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in the kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Keep the kind cluster or k3s container after the run (a later run reuses a kept kind cluster).
+    #[arg(long)]
+    pub keep_cluster: bool,
+    /// kind node image: an image reference, or `offline` to build (or reuse) the node image made
+    /// here without a registry (scripts/kind-node-image.sh). Default: the image
+    /// config/kind/kind-config.yaml pins (kind's stock image).
+    #[arg(long, env = "KIND_NODE_IMAGE")]
+    pub node_image: Option<String>,
+    /// How the kind and k3s tiers build their images: `prebuilt` (host binaries copied by
+    /// */Dockerfile.prebuilt, no registry) or `dockerfile` (multi-stage */Dockerfile, needs internet).
+    #[arg(long, value_enum, env = "CONFORMANCE_IMAGE_BUILD", default_value_t = crate::cluster::images::ImageBuild::Prebuilt)]
+    pub image_build: crate::cluster::images::ImageBuild,
+    /// Cucumber tag expression selecting scenarios, e.g. "@core and not @serial".
+    #[arg(long, short = 't', env = "CUCUMBER_FILTER_TAGS")]
+    pub tags: Option<String>,
+    /// Regex on scenario names.
+    #[arg(long, short = 'n')]
+    pub name: Option<String>,
+    /// Stop at the first failing scenario.
+    #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
+    pub fail_fast: bool,
+    /// Scenarios run at the same time (`@serial` ones always run alone). Default on the local
+    /// tier (no kubelets; a scenario mostly waits out its 8 s observation window): 32 for the
+    /// reference operator, which runs 32 reconcile workers (on 2 cores its whole run took 183 s
+    /// at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may run one
+    /// worker as controller-runtime does by default (one worker keeps up with 16 scenarios at a
+    /// time, not with 32: 14 scenarios then timed out before their first reconcile). 4 on
+    /// clusters that also run the operator, the fake coderd and provisioner pods.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
+    #[arg(long, default_value_t = 0)]
+    pub retry: usize,
+    /// Folder for junit.xml, cucumber.json, the conformance report and diagnostics.
+    #[arg(long, default_value = "reports")]
+    pub report_dir: PathBuf,
+    /// Keep the namespace of a failed scenario for inspection.
+    #[arg(long)]
+    pub keep_on_failure: bool,
+    /// List the scenarios with their tags, without running anything.
+    #[arg(long)]
+    pub list: bool,
+    /// Folder with the feature files (default: the ones built into this binary).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
+    /// The implementation under test.
+    #[arg(long, value_enum, default_value_t = OperatorMode::Reference, conflicts_with = "operator_cmd")]
+    pub operator: OperatorMode,
+    /// With --operator installed: its Deployment, as NAMESPACE/NAME. The suite then restarts it
+    /// (scaling to 0 and back to its replicas), reads its pods' logs (diagnostics, the secret-leak
+    /// check) and checks its ServiceAccount's permissions; without it those scenarios are skipped.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub operator_deployment: Option<String>,
+    #[command(flatten)]
+    pub started: StartedOperatorArgs,
+    /// Anything else the operator needs (e.g. a CRD of its own): applied before the operator
+    /// starts, waiting for CRDs to be Established and Deployments to be available.
+    #[arg(long)]
+    pub extra_manifests: Option<PathBuf>,
+    /// What the started operator's RBAC allows on CoderControlPlanes, the suite's fixture.
+    #[arg(long, value_enum, default_value_t = ControlPlaneAccess::ReadWrite)]
+    pub control_plane_access: ControlPlaneAccess,
+    /// Use a real coderd at this URL (with --control-plane); fake-coderd scenarios are skipped.
+    #[arg(long, requires = "control_plane")]
+    pub coderd: Option<String>,
+    /// Existing control plane as NAMESPACE/NAME (with --coderd).
+    #[arg(long, requires = "coderd")]
+    pub control_plane: Option<String>,
+    /// The coderd release the fake coderd models (its rate limiting differs between them); the
+    /// local tier's in-process fake only.
+    #[arg(long, value_enum, conflicts_with = "coderd")]
+    pub coderd_version: Option<fake_coderd::CoderdVersion>,
+    /// Name of the implementation, for the report.
+    #[arg(long, default_value = "coder-provisioner-operator (reference)")]
+    pub impl_name: String,
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+    pub impl_version: String,
+    #[arg(long, default_value = "")]
+    pub impl_url: String,
+    #[arg(long, default_value = "")]
+    pub impl_contact: String,
+    /// Multiplies every wait deadline and observation window.
+    #[arg(long)]
+    pub timeout_scale: Option<f64>,
+    /// Deadline of "eventually" assertions, e.g. 90s or 3m (overrides the tier's default).
+    #[arg(long, value_parser = parse_duration)]
+    pub wait_timeout: Option<Duration>,
+    /// Explore: run the generated cases (`@generated`, unless --tags says otherwise) with N seeds
+    /// instead of the fixed ones, starting at --explore-from. Its report is not a conformance
+    /// report (its features differ from the suite's); a failing seed reruns alone with
+    /// `--explore 1 --explore-from <seed>`.
+    #[arg(long, value_name = "N")]
+    pub explore: Option<u64>,
+    /// The first seed of --explore (default: drawn from the clock, and printed).
+    #[arg(long, value_name = "SEED", requires = "explore")]
+    pub explore_from: Option<u64>,
+    /// How long a failed generated case may look for the smallest spec that still fails, trying
+    /// one-step simpler specs as new CRs in its namespace (0: no shrinking).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub shrink_seconds: u64,
+}
+
+impl RunArgs {
+    /// `--concurrency`, or the tier's default (see the flag).
+    pub fn concurrency(&self) -> usize {
+        let reference =
+            self.operator == OperatorMode::Reference && self.started.operator_cmd.is_none();
+        let default = match self.cluster {
+            ClusterTier::Local if reference => 32,
+            ClusterTier::Local => 16,
+            ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,
+        };
+        self.concurrency.unwrap_or(default).max(1)
+    }
+}
