@@ -158,6 +158,9 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "rate-limit-count-kept-across-failures",
     // Blind batch 6's observable miss (2026-12-03): a label value left unshortened.
     "long-instance-label-not-shortened",
+    // One-line mistakes the suite was found to miss (2026-12-04): the default organization
+    // looked up by its usual name.
+    "default-organization-looked-up-as-coder",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

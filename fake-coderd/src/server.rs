@@ -198,6 +198,11 @@ impl FakeCoderd {
         self.coderd.shared().lock().add_organization(name)
     }
 
+    /// Renames an organization (by name, id or `default`); see [`crate::state::State::rename_organization`].
+    pub fn rename_organization(&self, ident: &str, name: &str) -> Result<Organization, Error> {
+        self.coderd.shared().lock().rename_organization(ident, name)
+    }
+
     /// Adds a user (member of `default`) and returns their session token.
     pub fn add_user(&self, username: &str, role: UserRole) -> Result<String, Error> {
         self.add_user_with(&SeedUser::new(username, role))

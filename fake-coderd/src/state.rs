@@ -438,6 +438,39 @@ impl State {
         self.insert_organization(name, name, Uuid::new_v4(), false)
     }
 
+    /// Renames an organization (by name, id, `default` or the nil UUID), as an owner may with
+    /// coderd's `PATCH /api/v2/organizations/{organization}`: the default one too, so that no
+    /// client can count on its name (`coder` since coderd v2.16, `first-organization` before).
+    pub fn rename_organization(&mut self, ident: &str, name: &str) -> Result<Organization, Error> {
+        if name.is_empty() {
+            return Err(Error::EmptyOrganizationName);
+        }
+        let id = self
+            .organization(ident)
+            .ok_or_else(|| Error::UnknownOrganization(ident.to_string()))?
+            .id
+            .clone();
+        if let Some(taken) = self
+            .organizations
+            .iter()
+            .find(|org| org.id != id && org.name.eq_ignore_ascii_case(name))
+        {
+            return Err(Error::DuplicateOrganization {
+                name: name.to_string(),
+                id: taken.id.clone(),
+            });
+        }
+        let updated_at = self.next_timestamp();
+        let org = self
+            .organizations
+            .iter_mut()
+            .find(|org| org.id == id)
+            .expect("found above");
+        org.name = name.to_string();
+        org.updated_at = updated_at;
+        Ok(org.clone())
+    }
+
     pub fn organizations(&self) -> &[Organization] {
         &self.organizations
     }
@@ -857,6 +890,27 @@ mod tests {
             state.organization(&org.id.clone()).map(|o| o.name.as_str()),
             Some(org.name.as_str())
         );
+    }
+
+    #[test]
+    fn a_renamed_default_organization_keeps_its_id_and_is_found_by_default_only() {
+        let mut state = state();
+        let before = state.organization("default").expect("default org").clone();
+        let renamed = state
+            .rename_organization("default", "main-org")
+            .expect("renamed");
+        assert_eq!((renamed.id.as_str(), renamed.is_default), (before.id.as_str(), true));
+        assert_eq!(state.organization("default").map(|o| o.name.as_str()), Some("main-org"));
+        assert_eq!(state.organization("MAIN-ORG").map(|o| o.id.as_str()), Some(before.id.as_str()));
+        assert!(state.organization("coder").is_none(), "the old name is gone");
+        assert!(matches!(
+            state.rename_organization("default", "ACME"),
+            Err(Error::DuplicateOrganization { .. })
+        ));
+        assert!(matches!(
+            state.rename_organization("no-such-org", "x"),
+            Err(Error::UnknownOrganization(_))
+        ));
     }
 
     #[rstest]

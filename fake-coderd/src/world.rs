@@ -108,6 +108,10 @@ impl World {
         self.state.add_organization(name)
     }
 
+    pub fn rename_organization(&mut self, ident: &str, name: &str) -> Result<Organization, Error> {
+        self.state.rename_organization(ident, name)
+    }
+
     pub fn add_user(&mut self, user: &SeedUser) -> Result<String, Error> {
         self.state.add_user(user)
     }

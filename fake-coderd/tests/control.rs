@@ -1214,3 +1214,26 @@ async fn faults_on_routes_an_agpl_coderd_lacks_do_not_fire(
     );
     assert_eq!(env.as_operator(Request::new("GET", KEYS)).await.status, 200);
 }
+
+/// The suite renames the default organization for its runs; `default` still finds it, by id too.
+#[tokio::test]
+async fn the_admin_api_renames_the_default_organization() {
+    let env = Env::start().await;
+    let admin = env.fake.admin();
+    let renamed = admin
+        .rename_organization("default", "renamed-default-org")
+        .await
+        .expect("renamed");
+    assert!(renamed.is_default);
+    let by_default = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/default"))
+        .await;
+    assert_eq!(by_default.status, 200);
+    assert_eq!(by_default.json()["name"], "renamed-default-org");
+    assert_eq!(by_default.json()["id"], renamed.id.as_str());
+    let by_old_name = env
+        .as_operator(Request::new("GET", "/api/v2/organizations/coder"))
+        .await;
+    assert_eq!(by_old_name.status, 404);
+    assert!(admin.rename_organization("no-such-org", "x").await.is_err());
+}

@@ -20,6 +20,9 @@ use crate::report::model;
 use crate::wait::{TimeoutProfile, Timeouts};
 use crate::world::{Coderd, Environment, ExistingControlPlane, Operator};
 
+/// The fake coderd's default organization for a run: neither of the names coderd gives it.
+const SUITE_DEFAULT_ORGANIZATION_NAME: &str = "renamed-default-org";
+
 /// What `run` owns and stops at the end (the Worlds only see the [`Environment`]).
 pub(super) struct Owned {
     control_plane: Option<LocalControlPlane>,
@@ -219,6 +222,18 @@ pub(super) async fn prepare(
             )
         }
     };
+    if let Some(admin) = &coderd.admin {
+        // No client may count on the default organization's name (coderd-api.md: `coder` since
+        // v2.16, `first-organization` before, and an owner may rename it): an operator must
+        // resolve `default`, so the fake's is renamed for the run.
+        admin
+            .rename_organization("default", SUITE_DEFAULT_ORGANIZATION_NAME)
+            .await
+            .context("renaming the fake coderd's default organization")?;
+        eprintln!(
+            "conformance: the fake coderd's default organization is named {SUITE_DEFAULT_ORGANIZATION_NAME:?} for this run (an operator must ask for \"default\")"
+        );
+    }
 
     // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may

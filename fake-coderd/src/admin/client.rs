@@ -189,6 +189,19 @@ impl AdminClient {
     }
 
     /// Adds a user (member of `default`) and returns their session token.
+    /// Renames an organization (by name, id or `default`).
+    pub async fn rename_organization(&self, org: &str, name: &str) -> anyhow::Result<Organization> {
+        let path = format!("/organizations/{}", encode(org));
+        self.call(
+            Method::PATCH,
+            &path,
+            Some(&NewOrganization {
+                name: name.to_string(),
+            }),
+        )
+        .await
+    }
+
     pub async fn add_user(&self, username: &str, role: UserRole) -> anyhow::Result<String> {
         self.add_user_with(&SeedUser::new(username, role)).await
     }

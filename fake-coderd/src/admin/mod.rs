@@ -198,6 +198,10 @@ async fn route(
             let new: NewOrganization = parse(body)?;
             with_world(&|world| json_or_400(world.add_organization(&new.name)))
         }
+        ("PATCH", ["organizations", org]) => {
+            let renamed: NewOrganization = parse(body)?;
+            with_world(&|world| json_or_400(world.rename_organization(org, &renamed.name)))
+        }
         ("POST", ["users"]) => {
             let user: SeedUser = parse(body)?;
             with_world(&|world| {
