@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api::ApiError;
-use crate::state::TokenFormatError;
+use crate::session_token::TokenFormatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -41,7 +41,7 @@ pub enum Error {
     #[error("{}", .0.body.message)]
     KeyRefused(ApiError),
 
-    #[error("unknown route template {0:?}; expected one of {templates:?}", templates = crate::routes::TEMPLATES)]
+    #[error("unknown route template {0:?}; expected one of {templates:?}", templates = crate::routes::templates::TEMPLATES)]
     UnknownRouteTemplate(String),
     #[error("times must be at least 1 (omit it for a sticky fault)")]
     ZeroFaultTimes,

@@ -128,7 +128,7 @@ impl FaultSpec {
 
     /// Rejects specs the fake could not honour.
     pub fn validate(&self) -> Result<(), Error> {
-        if !crate::routes::TEMPLATES.contains(&self.route.as_str()) {
+        if !crate::routes::templates::TEMPLATES.contains(&self.route.as_str()) {
             return Err(Error::UnknownRouteTemplate(self.route.clone()));
         }
         if self.times == Some(0) {

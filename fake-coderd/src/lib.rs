@@ -19,6 +19,7 @@ pub mod ratelimit;
 pub mod routes;
 pub mod seed;
 pub mod server;
+mod session_token;
 pub mod state;
 pub mod stub;
 pub mod version;

@@ -6,7 +6,69 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::state::{Entitlement, UserRole, UserStatus};
+
+/// The path value coderd reads as the default organization, whatever its name.
+pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
+
+/// `external_provisioner_daemons` entitlement of the deployment; `Absent` leaves the feature out of the map.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Entitlement {
+    Entitled,
+    GracePeriod,
+    NotEntitled,
+    Absent,
+}
+
+impl Entitlement {
+    /// The wire value, `None` for an absent feature.
+    pub fn wire_value(self) -> Option<&'static str> {
+        match self {
+            Entitlement::Entitled => Some("entitled"),
+            Entitlement::GracePeriod => Some("grace_period"),
+            Entitlement::NotEntitled => Some("not_entitled"),
+            Entitlement::Absent => None,
+        }
+    }
+
+    /// §1.5: the feature gate passes when the feature is entitled or in grace period.
+    pub fn enabled(self) -> bool {
+        matches!(self, Entitlement::Entitled | Entitlement::GracePeriod)
+    }
+}
+
+/// Site role of a user (coderd `coderd/rbac/roles.go`, read at commit
+/// db4576d1f43808142247814bdebcf6e4aeb437e9). Owners may do everything and may bypass rate limits
+/// (§1.7). A template admin holds create/read/update/delete on provisioner daemons (the RBAC
+/// resource of provisioner keys) and read on every organization, site-wide. A member's site role
+/// holds only read on provisioner daemons ("All users can see the provisioner daemons").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UserRole {
+    Owner,
+    #[serde(alias = "template-admin")]
+    TemplateAdmin,
+    Member,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UserStatus {
+    #[default]
+    Active,
+    Suspended,
+    Dormant,
+}
+
+impl UserStatus {
+    pub(crate) fn wire_value(self) -> &'static str {
+        match self {
+            UserStatus::Active => "active",
+            UserStatus::Suspended => "suspended",
+            UserStatus::Dormant => "dormant",
+        }
+    }
+}
 
 /// Deployment seed. Every field is optional in a seed file; the default is a licensed deployment,
 /// entitled to external provisioner daemons, with only the `default` organization and the operator user.
@@ -85,7 +147,7 @@ fn default_role() -> UserRole {
 }
 
 fn default_memberships() -> Vec<String> {
-    vec![crate::state::DEFAULT_ORGANIZATION_PARAM.to_string()]
+    vec![DEFAULT_ORGANIZATION_PARAM.to_string()]
 }
 
 impl SeedUser {

@@ -12,7 +12,11 @@ use uuid::Uuid;
 
 use crate::api::ApiError;
 use crate::error::Error;
-use crate::seed::{Seed, SeedUser};
+pub use crate::seed::{
+    DEFAULT_ORGANIZATION_PARAM, Entitlement, Seed, SeedUser, UserRole, UserStatus,
+};
+use crate::session_token::{TOKEN_ID_LENGTH, TOKEN_SECRET_LENGTH};
+pub use crate::session_token::{TokenFormatError, split_session_token};
 
 /// The name of the default organization of a deployment: coderd's migrations insert it as
 /// `first-organization` and `000259_rename_first_organization.up.sql` (coder/coder, read at commit
@@ -24,7 +28,6 @@ pub const DEFAULT_ORGANIZATION_NAME: &str = "coder";
 pub const DEFAULT_ORGANIZATION_DISPLAY_NAME: &str = "Coder";
 /// The path value that means "the default organization", compared exactly (case-sensitive), as in
 /// coderd's `httpmw.ExtractOrganizationParam` (`arg == codersdk.DefaultOrganization`).
-pub const DEFAULT_ORGANIZATION_PARAM: &str = "default";
 pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// The owner user that holds the operator token (coderd-api.md §1.2).
 pub const OPERATOR_USERNAME: &str = "coder-k8s-operator";
@@ -38,68 +41,6 @@ pub const RESERVED_KEYS: [(&str, &str); 3] = [
     ("user-auth", "00000000-0000-0000-0000-000000000002"),
     ("psk", "00000000-0000-0000-0000-000000000003"),
 ];
-const TOKEN_ID_LENGTH: usize = 10;
-const TOKEN_SECRET_LENGTH: usize = 22;
-
-/// `external_provisioner_daemons` entitlement of the deployment; `Absent` leaves the feature out of the map.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Entitlement {
-    Entitled,
-    GracePeriod,
-    NotEntitled,
-    Absent,
-}
-
-impl Entitlement {
-    /// The wire value, `None` for an absent feature.
-    pub fn wire_value(self) -> Option<&'static str> {
-        match self {
-            Entitlement::Entitled => Some("entitled"),
-            Entitlement::GracePeriod => Some("grace_period"),
-            Entitlement::NotEntitled => Some("not_entitled"),
-            Entitlement::Absent => None,
-        }
-    }
-
-    /// §1.5: the feature gate passes when the feature is entitled or in grace period.
-    pub fn enabled(self) -> bool {
-        matches!(self, Entitlement::Entitled | Entitlement::GracePeriod)
-    }
-}
-
-/// Site role of a user (coderd `coderd/rbac/roles.go`, read at commit
-/// db4576d1f43808142247814bdebcf6e4aeb437e9). Owners may do everything and may bypass rate limits
-/// (§1.7). A template admin holds create/read/update/delete on provisioner daemons (the RBAC
-/// resource of provisioner keys) and read on every organization, site-wide. A member's site role
-/// holds only read on provisioner daemons ("All users can see the provisioner daemons").
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum UserRole {
-    Owner,
-    #[serde(alias = "template-admin")]
-    TemplateAdmin,
-    Member,
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum UserStatus {
-    #[default]
-    Active,
-    Suspended,
-    Dormant,
-}
-
-impl UserStatus {
-    fn wire_value(self) -> &'static str {
-        match self {
-            UserStatus::Active => "active",
-            UserStatus::Suspended => "suspended",
-            UserStatus::Dormant => "dormant",
-        }
-    }
-}
 
 /// `codersdk.Organization` (§2.3).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -269,32 +210,6 @@ pub fn generate_session_token() -> String {
 
 fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// Why a session token is not `<10>-<22>` shaped, in coderd's words (§1.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TokenFormatError {
-    #[error("incorrect amount of API key parts, expected 2 got {0}")]
-    PartCount(usize),
-    #[error("invalid API key ID length, expected {TOKEN_ID_LENGTH} got {0}")]
-    IdLength(usize),
-    #[error("invalid API key secret length, expected {TOKEN_SECRET_LENGTH} got {0}")]
-    SecretLength(usize),
-}
-
-/// Splits a session token as coderd does (§1.4).
-pub fn split_session_token(token: &str) -> Result<(&str, &str), TokenFormatError> {
-    let parts: Vec<&str> = token.split('-').collect();
-    let [id, secret] = parts.as_slice() else {
-        return Err(TokenFormatError::PartCount(parts.len()));
-    };
-    if id.len() != TOKEN_ID_LENGTH {
-        return Err(TokenFormatError::IdLength(id.len()));
-    }
-    if secret.len() != TOKEN_SECRET_LENGTH {
-        return Err(TokenFormatError::SecretLength(secret.len()));
-    }
-    Ok((id, secret))
 }
 
 /// One character under Go's simple Unicode case folding, as `strings.EqualFold` compares
@@ -899,10 +814,22 @@ mod tests {
         let renamed = state
             .rename_organization("default", "main-org")
             .expect("renamed");
-        assert_eq!((renamed.id.as_str(), renamed.is_default), (before.id.as_str(), true));
-        assert_eq!(state.organization("default").map(|o| o.name.as_str()), Some("main-org"));
-        assert_eq!(state.organization("MAIN-ORG").map(|o| o.id.as_str()), Some(before.id.as_str()));
-        assert!(state.organization("coder").is_none(), "the old name is gone");
+        assert_eq!(
+            (renamed.id.as_str(), renamed.is_default),
+            (before.id.as_str(), true)
+        );
+        assert_eq!(
+            state.organization("default").map(|o| o.name.as_str()),
+            Some("main-org")
+        );
+        assert_eq!(
+            state.organization("MAIN-ORG").map(|o| o.id.as_str()),
+            Some(before.id.as_str())
+        );
+        assert!(
+            state.organization("coder").is_none(),
+            "the old name is gone"
+        );
         assert!(matches!(
             state.rename_organization("default", "ACME"),
             Err(Error::DuplicateOrganization { .. })

@@ -8,9 +8,11 @@ mod entitlements;
 mod organizations;
 mod provisioner_keys;
 mod router;
+pub(crate) mod templates;
 mod users;
 
 pub use router::{Guard, Routed, route, routing_path};
+pub use templates::*;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,29 +26,6 @@ use crate::journal::{JournalEntry, REDACTED, fingerprint, redact_body};
 use crate::ratelimit::{BYPASS_HEADER, Caller, Verdict, unix_now_ms};
 use crate::state::User;
 use crate::world::{Shared, World};
-
-pub const BUILD_INFO: &str = "/api/v2/buildinfo";
-pub const USER: &str = "/api/v2/users/{user}";
-pub const ORGANIZATION: &str = "/api/v2/organizations/{organization}";
-pub const ENTITLEMENTS: &str = "/api/v2/entitlements";
-/// GET lists, POST creates (§2.5, §2.6).
-pub const PROVISIONER_KEYS: &str = "/api/v2/organizations/{organization}/provisionerkeys";
-pub const LIST_KEYS: &str = PROVISIONER_KEYS;
-pub const CREATE_KEY: &str = PROVISIONER_KEYS;
-pub const DELETE_KEY: &str =
-    "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}";
-/// §2.9 step 1, authenticated by `Coder-Provisioner-Daemon-Key`.
-pub const DAEMON_KEY: &str = "/api/v2/provisionerkeys/{provisionerkey}";
-/// Every route template the fake serves.
-pub const TEMPLATES: [&str; 7] = [
-    BUILD_INFO,
-    USER,
-    ORGANIZATION,
-    ENTITLEMENTS,
-    PROVISIONER_KEYS,
-    DELETE_KEY,
-    DAEMON_KEY,
-];
 
 pub const SESSION_TOKEN_HEADER: &str = "Coder-Session-Token";
 pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
