@@ -265,6 +265,28 @@ Feature: The provisioner Deployment
       | 0        | Pending | False  | NoReplicasReady      |
       | 2        | Ready   | True   | MinimumReplicasReady |
 
+  # A pod quota lets the ReplicaSet controller start one pod of three (on the local tier the
+  # readiness stand-in honours the quota the same way, D-8).
+  @R-ST-2 @R-ST-3 @R-ST-5 @core
+  Scenario: One ready replica of three makes the provisioner Ready
+    Given the namespace allows only 1 pod
+    When the sample provisioner is applied with spec:
+      """
+      replicas: 3
+      """
+    # checks: R-ST-3
+    Then the provisioner status has:
+      | field         | value |
+      | readyReplicas | 1     |
+    # checks: R-ST-2
+    And the provisioner status has:
+      | field | value |
+      | phase | Ready |
+    # checks: R-ST-5
+    And the provisioner has condition "DeploymentReady" "True" with reason "MinimumReplicasReady"
+    # checks: R-ST-1, R-ST-2
+    And the provisioner stays in phase "Ready" during the observation window
+
   @R-ST-3 @core
   Scenario: The status counts the Deployment's ready replicas
     When the sample provisioner is applied with spec:

@@ -18,7 +18,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PodTemplateSpec, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PodTemplateSpec, ResourceQuota, Secret, ServiceAccount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -199,7 +201,14 @@ async fn reconcile(client: &kube::Client, deployment: &Deployment, patches: &Ato
     } else {
         Verdict::Blocked
     };
-    let desired = simulated_status(deployment, &problems);
+    let pod_quota = match pod_quota(client, &namespace).await {
+        Ok(quota) => quota,
+        Err(e) => {
+            tracing::debug!(%namespace, %name, error = %e, "readiness simulator quota lookup failed");
+            return Verdict::Blocked;
+        }
+    };
+    let desired = simulated_status(deployment, &problems, pod_quota);
     if !status_differs(deployment.status.as_ref(), &desired) {
         return verdict;
     }
@@ -256,6 +265,24 @@ async fn runtime_problems(
         }
     }
     Ok(problems)
+}
+
+/// The fewest pods a ResourceQuota of the namespace allows (`pods` or `count/pods`): the
+/// ReplicaSet controller could start no more (the suite's namespaces run no other pods).
+async fn pod_quota(client: &kube::Client, namespace: &str) -> anyhow::Result<Option<i32>> {
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+    let quotas = quotas.list(&ListParams::default()).await?;
+    Ok(quotas
+        .items
+        .iter()
+        .filter_map(|quota| quota.spec.as_ref()?.hard.as_ref())
+        .flat_map(|hard| {
+            ["pods", "count/pods"]
+                .into_iter()
+                .filter_map(|k| hard.get(k))
+        })
+        .filter_map(|limit| limit.0.parse::<i32>().ok())
+        .min())
 }
 
 /// Why a pod template could not run, judged from the template alone (empty = it could): at least
@@ -355,14 +382,19 @@ fn service_account_name(template: &PodTemplateSpec) -> Option<&str> {
 
 /// The status the ReplicaSet controller and kubelets would produce: all replicas ready when the
 /// template can run (`problems` empty), none otherwise.
-pub fn simulated_status(deployment: &Deployment, problems: &[String]) -> DeploymentStatus {
+pub fn simulated_status(
+    deployment: &Deployment,
+    problems: &[String],
+    pod_quota: Option<i32>,
+) -> DeploymentStatus {
     let desired = deployment
         .spec
         .as_ref()
         .and_then(|s| s.replicas)
         .unwrap_or(1);
     let runnable = problems.is_empty();
-    let ready = if runnable { desired } else { 0 };
+    let started = pod_quota.map_or(desired, |quota| desired.min(quota.max(0)));
+    let ready = if runnable { started } else { 0 };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let available = ready >= desired;
     let condition = |type_: &str, ok: bool, reason: &str, message: String| DeploymentCondition {
@@ -385,7 +417,13 @@ pub fn simulated_status(deployment: &Deployment, problems: &[String]) -> Deploym
             "Available",
             false,
             "MinimumReplicasUnavailable",
-            format!("Pods cannot start (simulated): {}", problems.join("; ")),
+            if runnable {
+                format!(
+                    "{started} of {desired} pods allowed by the namespace's pod quota (simulated)."
+                )
+            } else {
+                format!("Pods cannot start (simulated): {}", problems.join("; "))
+            },
         )
     };
     DeploymentStatus {
@@ -533,7 +571,7 @@ spec:
 
     #[test]
     fn runnable_deployments_report_every_replica_ready() {
-        let status = simulated_status(&deployment(VALID), &[]);
+        let status = simulated_status(&deployment(VALID), &[], None);
         assert_eq!(status.observed_generation, Some(3));
         assert_eq!(
             (
@@ -555,7 +593,7 @@ spec:
     #[test]
     fn unrunnable_deployments_report_no_ready_replica() {
         let problems = vec!["Secret x does not exist".to_owned()];
-        let status = simulated_status(&deployment(VALID), &problems);
+        let status = simulated_status(&deployment(VALID), &problems, None);
         assert_eq!(
             (status.ready_replicas, status.unavailable_replicas),
             (Some(0), Some(2))
@@ -572,11 +610,30 @@ spec:
     }
 
     #[test]
+    fn a_pod_quota_caps_the_ready_replicas() {
+        let mut three = deployment(VALID);
+        three.spec.as_mut().expect("spec").replicas = Some(3);
+        let status = simulated_status(&three, &[], Some(1));
+        assert_eq!(
+            (
+                status.replicas,
+                status.ready_replicas,
+                status.unavailable_replicas
+            ),
+            (Some(3), Some(1), Some(2))
+        );
+        assert_eq!(
+            simulated_status(&three, &[], Some(5)).ready_replicas,
+            Some(3)
+        );
+    }
+
+    #[test]
     fn replicas_default_to_one_and_zero_is_available() {
         let unset = deployment(&VALID.replace("  replicas: 2\n", ""));
-        assert_eq!(simulated_status(&unset, &[]).ready_replicas, Some(1));
+        assert_eq!(simulated_status(&unset, &[], None).ready_replicas, Some(1));
         let zero = deployment(&VALID.replace("replicas: 2", "replicas: 0"));
-        let status = simulated_status(&zero, &["anything".to_owned()]);
+        let status = simulated_status(&zero, &["anything".to_owned()], None);
         assert_eq!(status.ready_replicas, Some(0));
         assert_eq!(status.conditions.expect("conditions")[0].status, "True");
     }
@@ -584,9 +641,9 @@ spec:
     #[test]
     fn only_a_change_in_counts_generation_or_conditions_needs_a_patch() {
         let d = deployment(VALID);
-        let desired = simulated_status(&d, &[]);
+        let desired = simulated_status(&d, &[], None);
         assert!(status_differs(None, &desired));
-        let later = simulated_status(&d, &[]);
+        let later = simulated_status(&d, &[], None);
         assert!(
             !status_differs(Some(&later), &desired),
             "timestamps alone do not count"
@@ -595,12 +652,12 @@ spec:
         rotated.metadata.generation = Some(4);
         assert!(status_differs(
             Some(&desired),
-            &simulated_status(&rotated, &[])
+            &simulated_status(&rotated, &[], None)
         ));
         let scaled = deployment(&VALID.replace("replicas: 2", "replicas: 3"));
         assert!(status_differs(
             Some(&desired),
-            &simulated_status(&scaled, &[])
+            &simulated_status(&scaled, &[], None)
         ));
     }
 }

@@ -161,6 +161,9 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     // One-line mistakes the suite was found to miss (2026-12-04): the default organization
     // looked up by its usual name.
     "default-organization-looked-up-as-coder",
+    // Blind batch 7's misses (2026-12-04): readiness from all replicas, a stale check trusted.
+    "ready-only-when-all-replicas-ready",
+    "stale-not-entitled-trusted",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

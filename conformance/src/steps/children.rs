@@ -1364,6 +1364,32 @@ async fn refuse_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Resul
     Ok(())
 }
 
+/// A pod quota: the ReplicaSet controller starts only `pods` of the provisioner's replicas (the
+/// local tier's readiness stand-in caps its ready replicas at the quota too).
+#[given(expr = "the namespace allows only {int} pod(s)")]
+async fn pod_quota(world: &mut ProvisionerWorld, pods: u32) -> anyhow::Result<()> {
+    let hard = BTreeMap::from([("pods".to_owned(), json!(pods.to_string()))]);
+    let quota = json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "conformance-pods"},
+        "spec": {"hard": hard},
+    });
+    let api: Api<ResourceQuota> = world.api();
+    api.create(&PostParams::default(), &serde_json::from_value(quota)?)
+        .await
+        .context("creating the pod ResourceQuota")?;
+    // As for the refusing quotas: admission enforces `status.hard`, written here at once.
+    let status = json!({"status": {"hard": hard, "used": {"pods": "0"}}});
+    api.patch_status(
+        "conformance-pods",
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .context("writing the pod ResourceQuota status")?;
+    Ok(())
+}
+
 #[when(expr = "the namespace accepts new {word} again")]
 async fn accept_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
     world.mark_action().await?;

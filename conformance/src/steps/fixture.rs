@@ -180,8 +180,17 @@ async fn patch_control_plane_spec(world: &ProvisionerWorld, spec: Value) -> anyh
 
 #[given("the control plane's entitlement check is older than two minutes")]
 async fn stale_entitlement(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    stale_entitlement_saying(world, "unknown".to_owned()).await
+}
+
+/// R-ENT-3: a check at least two minutes old is not trusted, whatever it said.
+#[given(expr = "the control plane's {string} entitlement check is older than two minutes")]
+async fn stale_entitlement_saying(
+    world: &mut ProvisionerWorld,
+    value: String,
+) -> anyhow::Result<()> {
     let patch = json!({"status": {
-        "externalProvisionerDaemonsEntitlement": "unknown",
+        "externalProvisionerDaemonsEntitlement": value,
         "entitlementsLastChecked": "2020-01-01T00:00:00Z",
     }});
     patch_control_plane_status(world, &patch).await
