@@ -12,7 +12,7 @@
 //! and the reference's artifacts stay as they are) and runs the suite against that binary, under the copy's
 //! `config/rbac` (and `config/crd`) when the patch changed them, with only the scenarios of the
 //! variant. Builds run one after another while earlier variants' suites run. The **unbroken**
-//! operator runs twice on the union of the variants' scenarios.
+//! operator runs on the union of the variants' scenarios, twice by default (`--unbroken-runs`).
 //!
 //! A variant is *caught* when a scenario fails on a step that checks one of the rules it breaks
 //! (the report's `failed_rules`, see [`crate::attribution`]), while the unbroken operator passes
@@ -388,6 +388,11 @@ pub struct SeededArgs {
     /// variant's scenarios, are the longest).
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Runs of the unbroken operator on the union of the variants' scenarios: a catch counts only
+    /// when it passes them in every run. CI gives 1: its `cargo test` has already run the whole
+    /// suite once on the same operator.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub unbroken_runs: u32,
     /// Multiplies every wait deadline of the suite (slow machines).
     #[arg(long)]
     pub timeout_scale: Option<f64>,
@@ -1106,7 +1111,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         expressions.join(" or ")
     };
     let reports = out_dir.join("reports");
-    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=2)
+    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=args.unbroken_runs as usize)
         .map(|round| {
             let run = PlannedRun {
                 variant: None,
@@ -1138,8 +1143,9 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     }
 
     eprintln!(
-        "seeded-bugs: {} variants, the unbroken operator twice and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants, the unbroken operator {} time(s) and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
+        args.unbroken_runs,
         runs.iter().filter(|(run, _)| run.read_only).count(),
         args.jobs.max(1),
         reports.display()
