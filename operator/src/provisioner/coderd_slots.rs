@@ -42,15 +42,15 @@ impl Line {
 /// A pass's hold on one of its coderd's slots; giving it back wakes the next CR in line.
 #[derive(Debug)]
 pub struct Slot {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     line: Arc<Line>,
     wake: UnboundedSender<Waiter>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The permit is released just after this; the woken pass starts after the controller's
-        // debounce, so it finds the slot free.
+        // The slot is given back before the next CR is woken: its pass may start at once.
+        drop(self.permit.take());
         if let Some(next) = self.line.waiting().pop_front() {
             let _ = self.wake.unbounded_send(next);
         }
@@ -96,7 +96,7 @@ impl CoderdSlots {
                 waiting.retain(|queued| queued != waiter);
                 drop(waiting);
                 Some(Slot {
-                    _permit: permit,
+                    permit: Some(permit),
                     line,
                     wake: self.wake.clone(),
                 })

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use super::backoff::{AttemptCounters, HoldOff};
 use super::coderd_slots::CoderdSlots;
 use super::entitlement_cache::EntitlementCache;
+use super::own_writes::OwnWrites;
 
 /// Shared state of all reconciles.
 pub struct Context {
@@ -34,6 +35,8 @@ pub struct Context {
     /// Asked before writing a key's plaintext or record, and (through the coderd clients)
     /// before every key request: a replica whose leadership ended must not change keys.
     pub fence: Fence,
+    /// This operator's writes, whose watch events start no pass.
+    pub own_writes: OwnWrites,
 }
 
 impl Context {

@@ -28,6 +28,7 @@ mod error;
 pub mod gates;
 pub mod keys;
 pub mod names;
+pub mod own_writes;
 pub mod status;
 
 #[cfg(test)]
@@ -197,6 +198,7 @@ impl<'a> StatusWriter<'a> {
                 outcome => break outcome?,
             }
         };
+        self.ctx.own_writes.record(&written.metadata);
         self.base_version = written.metadata.resource_version;
         // The stored form (times at second precision), to compare later reads with.
         self.current = written.status.or(Some(next));
@@ -718,7 +720,11 @@ impl Pass<'_> {
         };
         let secret = children::key_secret(inputs, established.plaintext.expose());
         self.ctx.fence.check().await.map_err(KeyError::from)?;
-        if let Err(error) = apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret).await {
+        let stored = apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret).await;
+        if let Ok(stored) = &stored {
+            self.ctx.own_writes.record(&stored.metadata);
+        }
+        if let Err(error) = stored {
             let fate = forget_unstored_key(client, &established.record).await;
             report.set(ConditionUpdate::failed(
                 condition::KEY_READY,
@@ -748,15 +754,19 @@ impl Pass<'_> {
             Error::Apply(error)
         };
         let names = &self.names;
-        apply::ensure(client, field_manager, &workload.service_account)
+        let own = &self.ctx.own_writes;
+        let account = apply::ensure(client, field_manager, &workload.service_account)
             .await
             .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
-        apply::ensure(client, field_manager, &workload.role)
+        own.record(&account.metadata);
+        let role = apply::ensure(client, field_manager, &workload.role)
             .await
             .map_err(|e| refused("Role", &names.workload, e, report))?;
-        apply::ensure(client, field_manager, &workload.role_binding)
+        own.record(&role.metadata);
+        let binding = apply::ensure(client, field_manager, &workload.role_binding)
             .await
             .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
+        own.record(&binding.metadata);
         let applied = apply::apply_unless_current(
             client,
             field_manager,
@@ -765,6 +775,7 @@ impl Pass<'_> {
         )
         .await
         .map_err(|e| refused("Deployment", &names.workload, e, report))?;
+        own.record(&applied.metadata);
         Ok(applied)
     }
 

@@ -1,6 +1,8 @@
 //! The kube-runtime `Controller` for CoderProvisioner: watches, triggers and readiness.
 //!
-//! Triggers (contract §13):
+//! Triggers (contract §13), each starting its pass at once (no debounce): the events that would
+//! only echo this operator's own writes are dropped ([`OwnWrites`]), so a pass's writes start no
+//! follow-up pass, and triggers that arrive while a CR's pass runs start one pass after it:
 //! * the CR itself, when something a pass reads of it changes ([`trigger_predicate`]): other
 //!   writers' labels and annotations start no pass;
 //! * owned children (Deployment, Secret, ServiceAccount, Role, RoleBinding), selected by the
@@ -14,15 +16,17 @@
 //!   Secret that still lacks the label cannot make the check pass; the reconciler re-checks
 //!   every `CREDENTIALS_RETRY` while the condition is False, which also refreshes its message.
 //!   Watching every Secret in the cluster instead would cache all Secret data in memory.
-use std::future::Future;
+use std::fmt::Debug;
+use std::future::{Future, ready};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, Predicate, WatchStreamExt, controller, predicates, watcher};
@@ -42,20 +46,11 @@ use crate::provisioner::credentials::credential_refs;
 use crate::provisioner::entitlement_cache::EntitlementCache;
 use crate::provisioner::gates::ENTITLEMENT_WINDOW;
 use crate::provisioner::names::Names;
+use crate::provisioner::own_writes::OwnWrites;
 use crate::provisioner::{Context, error_policy, reconcile};
 
 /// Name under which the operator reports Events and applies objects by default.
 pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
-
-/// Trailing-edge debounce of reconcile requests: triggers for one CR closer together than this
-/// start one pass. It merges the watch events that trail a pass's own writes (children, status;
-/// tens of milliseconds apart on a local API server, more under load) into one follow-up pass.
-/// Kept short because kube-runtime adds it to every request, requeues included: R-RL-2 wants the
-/// first 429 retry within 3 s of a nominal 2 s ±20 %, so 2.4 s + this + a pass must fit; and a
-/// stream of triggers for one CR spaced closer than this postpones its pass until a gap. The
-/// CR's own metadata edits never reach the scheduler ([`trigger_predicate`]); a child rewritten
-/// by someone else more than five times a second, without a pause, would hold its CR back.
-const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Set once the controller's CR cache is filled; cheap to clone (for `/readyz`).
 #[derive(Clone, Debug, Default)]
@@ -121,6 +116,40 @@ fn trigger_predicate() -> impl Predicate<CoderProvisioner> {
             // The stored form: the status has no `Hash`, and equal statuses serialize equally.
             Some(hash(&serde_json::to_vec(&cr.status).unwrap_or_default()))
         })
+}
+
+/// Metadata events of one kind of child, without this operator's own writes (their echoes).
+fn owned_triggers<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: &watcher::Config,
+    own_writes: &OwnWrites,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let own_writes = own_writes.clone();
+    watcher(
+        api::<PartialObjectMeta<K>>(client, namespace),
+        config.clone(),
+    )
+    .touched_objects()
+    .filter(move |event| {
+        ready(!is_echo(
+            &own_writes,
+            event.as_ref().ok().map(|o| &o.metadata),
+        ))
+    })
+}
+
+fn is_echo(own_writes: &OwnWrites, observed: Option<&ObjectMeta>) -> bool {
+    observed.is_some_and(|meta| own_writes.is_echo(meta))
 }
 
 fn hash(value: &impl std::hash::Hash) -> u64 {
@@ -189,10 +218,20 @@ pub async fn run(
     let events = watcher(provisioners, watcher::Config::default())
         .reflect(writer)
         .applied_objects();
-    let triggers = events.predicate_filter(trigger_predicate(), Default::default());
-    let config = controller::Config::default()
-        .concurrency(settings.max_concurrent_reconciles)
-        .debounce(DEBOUNCE);
+    let own_writes = OwnWrites::default();
+    let triggers = {
+        let own_writes = own_writes.clone();
+        events
+            .predicate_filter(trigger_predicate(), Default::default())
+            // After the predicate, which must see the echo to know the status it carries.
+            .filter(move |event| {
+                ready(!is_echo(
+                    &own_writes,
+                    event.as_ref().ok().map(|cr| &cr.metadata),
+                ))
+            })
+    };
+    let config = controller::Config::default().concurrency(settings.max_concurrent_reconciles);
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
     let store_at_stop = store.clone();
@@ -243,6 +282,7 @@ pub async fn run(
         entitlements: EntitlementCache::new(ENTITLEMENT_WINDOW),
         coderd_slots,
         fence,
+        own_writes: own_writes.clone(),
     });
     // `graceful_shutdown_on` needs a `Sync` future; relay the caller's signal through a channel.
     // kube-runtime lets the runner drain only once the cache is filled, and the shutdown stops
@@ -264,11 +304,36 @@ pub async fn run(
         "starting CoderProvisioner controller"
     );
     let running = controller
-        .owns(api::<Deployment>(&client, namespace), owned.clone())
-        .owns(api::<Secret>(&client, namespace), owned.clone())
-        .owns(api::<ServiceAccount>(&client, namespace), owned.clone())
-        .owns(api::<Role>(&client, namespace), owned.clone())
-        .owns(api::<RoleBinding>(&client, namespace), owned)
+        .owns_stream(owned_triggers::<Deployment>(
+            &client,
+            namespace,
+            &owned,
+            &own_writes,
+        ))
+        .owns_stream(owned_triggers::<Secret>(
+            &client,
+            namespace,
+            &owned,
+            &own_writes,
+        ))
+        .owns_stream(owned_triggers::<ServiceAccount>(
+            &client,
+            namespace,
+            &owned,
+            &own_writes,
+        ))
+        .owns_stream(owned_triggers::<Role>(
+            &client,
+            namespace,
+            &owned,
+            &own_writes,
+        ))
+        .owns_stream(owned_triggers::<RoleBinding>(
+            &client,
+            namespace,
+            &owned,
+            &own_writes,
+        ))
         .watches(
             api::<CoderControlPlane>(&client, namespace),
             watcher::Config::default(),
