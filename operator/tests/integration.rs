@@ -111,6 +111,46 @@ async fn the_sample_becomes_ready_with_exactly_one_key_create() -> anyhow::Resul
     Ok(())
 }
 
+/// A pass's own writes (children, key Secret, status) come back as watch events that start no
+/// pass: the sample takes its finalizer pass, its main pass and the pass its Deployment's
+/// readiness starts, and then none while nothing changes.
+#[tokio::test]
+async fn the_operators_own_writes_start_no_pass() -> anyhow::Result<()> {
+    let harness = Harness::start().await?;
+    harness.create_provisioner(SAMPLE, json!({})).await?;
+    harness.wait_for(SAMPLE, "phase Ready", is_ready).await?;
+    let base = support::metrics_url(&harness.operator.full_log())
+        .expect("the operator logs its metrics address");
+    let passes = || async {
+        let metrics = reqwest::get(format!("{base}/metrics"))
+            .await?
+            .text()
+            .await?;
+        anyhow::Ok(support::metric_sum(
+            &metrics,
+            "coder_provisioner_operator_reconciles_total",
+        ))
+    };
+    let at_ready = passes().await?;
+    eprintln!("passes until Ready: {at_ready}");
+    assert!(
+        at_ready <= 4.0,
+        "{at_ready} passes until Ready (the echoes started passes)"
+    );
+    // A window long enough for every echo of the last pass's writes to arrive (milliseconds
+    // here), watched throughout.
+    let window = std::time::Instant::now();
+    while window.elapsed() < std::time::Duration::from_secs(2) {
+        let now = passes().await?;
+        assert_eq!(
+            now, at_ready,
+            "a pass started after Ready, with nothing changed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_key_secret_the_provisioner_does_not_own_is_refused_and_left_alone() -> anyhow::Result<()>
 {

@@ -268,6 +268,18 @@ pub fn metrics_url(log: &str) -> Option<String> {
     Some(format!("http://{addr}"))
 }
 
+/// The sum of every series of `name` (any labels) in a Prometheus text exposition.
+pub fn metric_sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 /// Requests to the provisioner-key routes (list, create, delete), whatever their answer.
 pub fn key_calls(journal: &[JournalEntry]) -> Vec<&JournalEntry> {
     journal
