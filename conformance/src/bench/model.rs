@@ -78,6 +78,9 @@ pub struct CoderdTraffic {
     pub entitlement_calls: u64,
     /// Answered 429.
     pub rate_limited: u64,
+    /// Provisioner keys coderd created (`POST …/provisionerkeys` answered 201).
+    #[serde(default)]
+    pub keys_created: u64,
     /// `METHOD route-template` → count.
     pub by_route: BTreeMap<String, u64>,
 }
@@ -96,6 +99,9 @@ impl CoderdTraffic {
             }
             if entry.status == 429 {
                 traffic.rate_limited += 1;
+            }
+            if entry.method == "POST" && route == routes::PROVISIONER_KEYS && entry.status == 201 {
+                traffic.keys_created += 1;
             }
             *traffic
                 .by_route
@@ -406,21 +412,53 @@ pub fn evaluate_targets(report: &BenchReport) -> Vec<TargetOutcome> {
             None,
         ));
     }
-    targets.push(outcome(
-        "N = 1000 all Ready in under 60 s",
-        at(1000).map(|s| match s.all_ready_ms {
-            Some(ms) => (format!("{:.1} s", ms as f64 / 1000.0), ms < 60_000),
+    let all_ready_within = |size: usize, limit_ms: u64| {
+        at(size).map(|s| match s.all_ready_ms {
+            Some(ms) => (format!("{:.2} s", ms as f64 / 1000.0), ms <= limit_ms),
             None => (
-                format!("{} of 1000 Ready before the deadline", s.ready),
+                format!("{} of {size} Ready before the deadline", s.ready),
                 false,
             ),
+        })
+    };
+    targets.push(outcome(
+        "N = 1 create → Ready ≤ 0.3 s",
+        all_ready_within(1, 300),
+    ));
+    targets.push(outcome(
+        "N = 1000 all Ready ≤ 25 s",
+        all_ready_within(1000, 25_000),
+    ));
+    targets.push(outcome(
+        "operator ≤ 5 % of all CPU seconds at N = 1000",
+        at(1000).and_then(|s| {
+            let operator = s.cpu.cpu_seconds.get("operator")?;
+            let share = operator / s.cpu.total();
+            Some((
+                format!(
+                    "{:.1} % ({operator:.1} of {:.1} s)",
+                    share * 100.0,
+                    s.cpu.total()
+                ),
+                share <= 0.05,
+            ))
         }),
     ));
     targets.push(outcome(
-        "operator peak RSS at N = 1000 under 64 MiB",
+        "operator peak RSS at N = 1000 ≤ 32 MiB",
         at(1000).map(|s| {
             let mib = s.operator.peak_rss_kib as f64 / 1024.0;
-            (format!("{mib:.1} MiB"), s.operator.peak_rss_kib < 64 * 1024)
+            (
+                format!("{mib:.1} MiB"),
+                s.operator.peak_rss_kib <= 32 * 1024,
+            )
+        }),
+    ));
+    targets.push(outcome(
+        "churn under 429s: ≤ 1 key created per CR",
+        report.churn.as_ref().map(|churn| {
+            let per_cr = churn.faulted.coderd.keys_created as f64 / churn.size.max(1) as f64;
+            (format!("{per_cr:.2}"), per_cr <= 1.0)
         }),
     ));
     targets
@@ -475,6 +513,7 @@ pub(crate) mod tests {
                 key_calls: size as u64 * 2,
                 entitlement_calls: 0,
                 rate_limited: 0,
+                keys_created: size as u64,
                 by_route: BTreeMap::from([(
                     "POST /api/v2/organizations/{organization}/provisionerkeys".to_owned(),
                     size as u64,
@@ -557,6 +596,7 @@ pub(crate) mod tests {
         assert_eq!(traffic.key_calls, 4);
         assert_eq!(traffic.entitlement_calls, 1);
         assert_eq!(traffic.rate_limited, 1);
+        assert_eq!(traffic.keys_created, 1, "only the create answered 201");
         assert_eq!(
             traffic.by_route[&format!("POST {}", routes::PROVISIONER_KEYS)],
             2
@@ -604,6 +644,7 @@ pub(crate) mod tests {
         assert_eq!(status("N = 1000 all Ready"), Some(TargetStatus::Missed));
         assert_eq!(status("operator peak RSS"), Some(TargetStatus::Missed));
         assert_eq!(status("steady state"), Some(TargetStatus::NotMeasured));
+        assert_eq!(status("churn under 429s"), Some(TargetStatus::NotMeasured));
         assert_eq!(status("after restart"), Some(TargetStatus::NotMeasured));
     }
 

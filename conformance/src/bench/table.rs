@@ -325,6 +325,10 @@ pub fn render(report: &BenchReport) -> String {
                 run.coderd.total.to_string(),
                 ratio(run.coderd.per_cr),
                 run.coderd.rate_limited.to_string(),
+                format!(
+                    "{:.2}",
+                    run.coderd.keys_created as f64 / churn.size.max(1) as f64
+                ),
             ]
         };
         out += &table(
@@ -336,6 +340,7 @@ pub fn render(report: &BenchReport) -> String {
                 "coderd",
                 "coderd/CR",
                 "429s",
+                "keys/CR",
             ],
             &[
                 row("healthy", &churn.healthy),
