@@ -267,7 +267,7 @@ Feature: The provisioner Deployment
 
   # A pod quota lets the ReplicaSet controller start one pod of three (on the local tier the
   # readiness stand-in honours the quota the same way, D-8).
-  @R-ST-2 @R-ST-3 @R-ST-5 @core
+  @R-ST-1 @R-ST-2 @R-ST-3 @R-ST-5 @core
   Scenario: One ready replica of three makes the provisioner Ready
     Given the namespace allows only 1 pod
     When the sample provisioner is applied with spec:
