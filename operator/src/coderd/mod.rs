@@ -8,6 +8,7 @@
 //!   (see [`CoderdClient::organization`]).
 //! * Errors are typed ([`CoderdError`]) and never contain the session token.
 mod error;
+mod identity;
 mod secret;
 #[cfg(test)]
 mod tests;
@@ -15,7 +16,7 @@ mod types;
 
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error as _;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use reqwest::header::{HeaderValue, RETRY_AFTER};
@@ -24,6 +25,7 @@ use serde::de::DeserializeOwned;
 use url::Url;
 
 pub use error::CoderdError;
+pub use identity::CoderdIdentity;
 pub use secret::SecretString;
 pub use types::{
     EXTERNAL_PROVISIONER_DAEMONS, EntitlementValue, Entitlements, Feature, Organization,
@@ -90,11 +92,10 @@ impl std::fmt::Debug for WriteGuard {
 }
 
 /// Organizations resolved so far, keyed by (base URL, lower-cased name or id as requested, or the
-/// returned id). Shared by every client of the process because the reconciler builds a client per
-/// pass (the token is re-read each time); organization ids never change, so an entry stays valid
-/// until coderd answers 404 for a call scoped to that id.
+/// returned id). Shared by every client of one [`Connector`] because the reconciler builds a
+/// client per pass (the token is re-read each time); organization ids never change, so an entry
+/// stays valid until coderd answers 404 for a call scoped to that id.
 type OrganizationCache = HashMap<(String, String), Organization>;
-static ORGANIZATIONS: LazyLock<Mutex<OrganizationCache>> = LazyLock::new(Default::default);
 
 /// The HTTP side shared by every [`CoderdClient`] built from it: one connection pool and one TLS
 /// configuration. The reconciler needs a client per pass (the token is re-read each time);
@@ -104,6 +105,7 @@ pub struct Connector {
     http: reqwest::Client,
     metrics: Option<Arc<Metrics>>,
     write_guard: Option<WriteGuard>,
+    organizations: Arc<Mutex<OrganizationCache>>,
 }
 
 impl Connector {
@@ -126,6 +128,7 @@ impl Connector {
             http,
             metrics: opts.metrics,
             write_guard: opts.write_guard,
+            organizations: Arc::default(),
         })
     }
 
@@ -159,6 +162,7 @@ impl Connector {
                 token_header,
                 metrics: self.metrics.clone(),
                 write_guard: self.write_guard.clone(),
+                organizations: Arc::clone(&self.organizations),
             }),
         })
     }
@@ -180,6 +184,7 @@ struct Inner {
     token_header: HeaderValue,
     metrics: Option<Arc<Metrics>>,
     write_guard: Option<WriteGuard>,
+    organizations: Arc<Mutex<OrganizationCache>>,
 }
 
 /// Whether a request carries the rate-limit bypass header.
@@ -209,7 +214,7 @@ impl CoderdClient {
 
     /// `GET /api/v2/organizations/{name_or_id}`.
     ///
-    /// Successful lookups are cached per (base URL, organization) for the life of the process,
+    /// Successful lookups are cached per (base URL, organization) for the life of the connector,
     /// under the lower-cased argument and the returned id (ids never change; names are
     /// case-insensitive in coderd). A 404 from a later list, create or delete scoped to that
     /// organization id drops its entries, so a deleted or re-created organization is looked up
@@ -218,7 +223,7 @@ impl CoderdClient {
     /// still gets coderd's 404 from the key routes, which check the organization themselves.
     pub async fn organization(&self, name_or_id: &str) -> Result<Organization, CoderdError> {
         let cache_key = self.cache_key(name_or_id);
-        if let Some(hit) = organizations().get(&cache_key) {
+        if let Some(hit) = self.organizations().get(&cache_key) {
             return Ok(hit.clone());
         }
         let url = self.url(&["organizations", name_or_id]);
@@ -228,7 +233,7 @@ impl CoderdClient {
         let organization: Organization =
             self.decode(expect(answer, StatusCode::OK, &self.inner.token)?)?;
         let by_id = self.cache_key(&organization.id);
-        let mut cache = organizations();
+        let mut cache = self.organizations();
         cache.insert(cache_key, organization.clone());
         cache.insert(by_id, organization.clone());
         Ok(organization)
@@ -381,7 +386,7 @@ impl CoderdClient {
         let answer = answer?;
         if answer.status == StatusCode::NOT_FOUND {
             let base = self.inner.base.as_str();
-            organizations().retain(|(url, _), organization| {
+            self.organizations().retain(|(url, _), organization| {
                 url != base || !organization.id.eq_ignore_ascii_case(org_id)
             });
         }
@@ -483,6 +488,14 @@ impl CoderdClient {
         })
     }
 
+    fn organizations(&self) -> MutexGuard<'_, OrganizationCache> {
+        // A poisoned cache only means another task panicked mid-insert; the map is still valid.
+        self.inner
+            .organizations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn decode<T: DeserializeOwned>(&self, body: Vec<u8>) -> Result<T, CoderdError> {
         serde_json::from_slice(&body).map_err(|e| CoderdError::InvalidResponse {
             detail: format!(
@@ -491,11 +504,6 @@ impl CoderdClient {
             ),
         })
     }
-}
-
-fn organizations() -> MutexGuard<'static, OrganizationCache> {
-    // A poisoned cache only means another task panicked mid-insert; the map is still valid.
-    ORGANIZATIONS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The body of an answer with the `success` status, or the typed error for any other status.

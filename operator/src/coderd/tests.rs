@@ -188,12 +188,18 @@ async fn organization_lookups_are_cached_until_a_scoped_404() {
     let fake = fake().await;
     // An organization no other test uses, so no earlier test can have cached it.
     fake.add_organization("cache-test").unwrap();
-    let coderd = client(&fake);
+    let connector = Connector::new(ClientOptions::default()).unwrap();
+    let per_pass = || {
+        connector
+            .client(&fake.url(), SecretString::new(fake.operator_token()))
+            .unwrap()
+    };
+    let coderd = per_pass();
     let first = coderd.organization("cache-test").await.unwrap();
-    // A second client for the same coderd (the reconciler builds one per pass) shares the cache,
-    // also when it asks by id. Another spelling is asked again: only coderd knows that
+    // A second client of the same connector (the reconciler builds one per pass) shares the
+    // cache, also when it asks by id. Another spelling is asked again: only coderd knows that
     // `Default` is not `default`.
-    let other = client(&fake);
+    let other = per_pass();
     assert_eq!(other.organization("cache-test").await.unwrap(), first);
     assert_eq!(other.organization(&first.id).await.unwrap(), first);
     assert_eq!(fake.journal().count("GET", fake_routes::ORGANIZATION), 1);
@@ -212,6 +218,9 @@ async fn organization_lookups_are_cached_until_a_scoped_404() {
         3,
         "the 404 dropped the cached entry"
     );
+    // Another connector (another operator process) has a cache of its own.
+    client(&fake).organization("cache-test").await.unwrap();
+    assert_eq!(fake.journal().count("GET", fake_routes::ORGANIZATION), 4);
 }
 
 #[tokio::test]

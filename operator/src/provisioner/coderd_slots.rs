@@ -6,7 +6,6 @@
 //! coderd rather than of a retry timer. The deferred pass also requeues itself, in case the CR
 //! it was woken for is gone by then.
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -14,15 +13,14 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::CoderProvisioner;
-use crate::coderd::SecretString;
+use crate::coderd::{CoderdIdentity, SecretString};
 
 type Waiter = ObjectRef<CoderProvisioner>;
 
 #[derive(Debug)]
 pub struct CoderdSlots {
     per_coderd: usize,
-    token_hasher: RandomState,
-    coderds: Mutex<HashMap<(String, u64), Arc<Line>>>,
+    coderds: Mutex<HashMap<CoderdIdentity, Arc<Line>>>,
     wake: UnboundedSender<Waiter>,
 }
 
@@ -64,7 +62,6 @@ impl CoderdSlots {
         let (wake, woken) = mpsc::unbounded();
         let slots = Self {
             per_coderd: per_coderd.max(1),
-            token_hasher: RandomState::new(),
             coderds: Mutex::default(),
             wake,
         };
@@ -74,10 +71,7 @@ impl CoderdSlots {
     /// A slot of (`url`, `token`) for `waiter`'s pass, held until dropped; `None` while all are
     /// taken, and then `waiter` is in line to be woken when one comes back.
     pub fn try_take(&self, url: &str, token: &SecretString, waiter: &Waiter) -> Option<Slot> {
-        let key = (
-            url.trim_end_matches('/').to_owned(),
-            self.token_hasher.hash_one(token.expose()),
-        );
+        let key = CoderdIdentity::new(url, token);
         let line = {
             let mut coderds = self.coderds.lock().unwrap_or_else(PoisonError::into_inner);
             coderds

@@ -5,16 +5,15 @@
 //! Passes that need an answer while one is being fetched wait for it instead of asking too, and
 //! get that answer, a failure included: a failure is kept for [`FAILURE_WINDOW`], so passes that
 //! queued behind a hanging coderd return at once instead of each waiting out its own timeout.
-//! Keys include the token (hashed) so that two tokens never share an answer.
+//! Keyed by [`CoderdIdentity`] (the token hashed), so that two tokens never share an answer.
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coderd::{CoderdError, EntitlementValue, SecretString};
+use crate::coderd::{CoderdError, CoderdIdentity, EntitlementValue, SecretString};
 
 /// The `external_provisioner_daemons` entitlement as coderd reported it (`None`: absent).
 pub type Reading = Option<EntitlementValue>;
@@ -28,15 +27,13 @@ type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Result<Reading, CoderdError>
 #[derive(Debug)]
 pub struct EntitlementCache {
     window: Duration,
-    token_hasher: RandomState,
-    slots: Mutex<HashMap<(String, u64), Slot>>,
+    slots: Mutex<HashMap<CoderdIdentity, Slot>>,
 }
 
 impl EntitlementCache {
     pub fn new(window: Duration) -> Self {
         Self {
             window,
-            token_hasher: RandomState::new(),
             slots: Mutex::default(),
         }
     }
@@ -70,10 +67,7 @@ impl EntitlementCache {
     }
 
     fn slot(&self, url: &str, token: &SecretString) -> Slot {
-        let key = (
-            url.trim_end_matches('/').to_owned(),
-            self.token_hasher.hash_one(token.expose()),
-        );
+        let key = CoderdIdentity::new(url, token);
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         slots.entry(key).or_default().clone()
     }
