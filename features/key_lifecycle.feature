@@ -35,6 +35,24 @@ Feature: The provisioner key in coderd
     # checks: R-KEY-25
     And coderd holds no key of the scenario's organizations that no provisioner records
 
+  # No tag is added on the way to coderd (a default scope, say), and no tags hash to 811c9dc5.
+  @R-KEY-3 @R-ST-8 @core
+  Scenario: A provisioner without tags creates its key with none
+    Given a Ready control plane with operator access
+    When the sample provisioner is applied with spec:
+      """
+      tags: null
+      """
+    # checks: none
+    Then the provisioner becomes Ready
+    # checks: R-KEY-3
+    And coderd holds a provisioner key named "coderprovisioner-sample" with tags:
+      | tag | value |
+    # checks: R-ST-8
+    And the provisioner status has:
+      | field    | value    |
+      | tagsHash | 811c9dc5 |
+
   # The default organization is shared by the scenarios, so the key is named after the
   # scenario's own organization to keep it apart from theirs.
   @R-KEY-1 @R-CRD-5 @extended
@@ -291,13 +309,25 @@ Feature: The provisioner key in coderd
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     And coderd saw no POST on "provisionerkeys"
 
-  @R-KEY-18 @fault-injection @extended
-  Scenario: A failing key request is reported and changes nothing else
+  # A 401 or 403 on a key request is a key failure too: the operator's access was checked
+  # (entitlements and the organization answered), so it is not blamed.
+  @R-KEY-18 @R-PRE-11 @fault-injection @extended
+  Scenario Outline: A key request answered <status> is reported and changes nothing else
     Given a Ready control plane with operator access
-    And coderd answers every POST on "provisionerkeys" with status 500
+    And coderd answers every POST on "provisionerkeys" with status <status>
     When the sample provisioner is applied
+    # checks: R-KEY-18
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
+    # checks: R-KEY-18, R-PRE-11
+    And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
+    # checks: R-KEY-18
     And no child object of the provisioner exists during the observation window
+
+    Examples:
+      | status |
+      | 500    |
+      | 401    |
+      | 403    |
 
   # The new key's own lookup is authenticated by the key, not by the session token: coderd's
   # 401 there refuses the key, and the condition must not send the human to the operator token.

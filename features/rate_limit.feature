@@ -12,7 +12,7 @@ Feature: Rate limiting by coderd
     # checks: R-RL-1
     Then the provisioner has condition "ProvisionerKeyReady" "False" with reason "RateLimited"
     # checks: R-RL-1
-    And the ProvisionerKeyReady condition's message mentions "Coder API rate limited while reconciling provisioner key"
+    And the ProvisionerKeyReady condition's message is "Coder API rate limited while reconciling provisioner key"
     # checks: R-RL-4
     And no child object of the provisioner exists during the observation window
     When coderd answers normally again

@@ -164,6 +164,11 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     // Blind batch 7's misses (2026-12-04): readiness from all replicas, a stale check trusted.
     "ready-only-when-all-replicas-ready",
     "stale-not-entitled-trusted",
+    // Blind batch 8's observable misses (2026-12-04): a tag added on the way, a key call's 401
+    // blamed on operator access, the rate-limit message with a delay appended.
+    "default-scope-tag-added",
+    "key-call-401-blamed-on-operator-access",
+    "rate-limited-message-carries-delay",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

@@ -564,12 +564,31 @@ async fn condition_message_mentions(
     kind: String,
     text: String,
 ) -> anyhow::Result<()> {
-    let message = world
-        .remembered
-        .get(&format!("message:{kind}"))
-        .ok_or_else(|| anyhow!("no earlier step observed a {kind} condition message"))?;
+    let message = remembered_message(world, &kind)?;
     if !message.contains(&text) {
         bail!("the {kind} message {message:?} does not mention {text:?}");
+    }
+    Ok(())
+}
+
+/// The message of the `kind` condition as the last condition step saw it.
+fn remembered_message<'w>(world: &'w ProvisionerWorld, kind: &str) -> anyhow::Result<&'w String> {
+    world
+        .remembered
+        .get(&format!("message:{kind}"))
+        .ok_or_else(|| anyhow!("no earlier step observed a {kind} condition message"))
+}
+
+/// The exact message, for the rules that give one (R-RL-1).
+#[then(expr = "the {word} condition's message is {string}")]
+async fn condition_message_is(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    text: String,
+) -> anyhow::Result<()> {
+    let message = remembered_message(world, &kind)?;
+    if *message != text {
+        bail!("the {kind} message is {message:?}, not {text:?}");
     }
     Ok(())
 }
