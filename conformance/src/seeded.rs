@@ -1148,9 +1148,13 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     }
 
     eprintln!(
-        "seeded-bugs: {} variants, the unbroken operator {} time(s) and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants, the unbroken operator {} and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
-        args.unbroken_runs,
+        match args.unbroken_runs {
+            1 => "once".to_owned(),
+            2 => "twice".to_owned(),
+            n => format!("{n} times"),
+        },
         runs.iter().filter(|(run, _)| run.read_only).count(),
         args.jobs.max(1),
         reports.display()
