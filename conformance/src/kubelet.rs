@@ -201,7 +201,13 @@ async fn reconcile(client: &kube::Client, deployment: &Deployment, patches: &Ato
     } else {
         Verdict::Blocked
     };
-    let pod_quota = match pod_quota(client, &namespace).await {
+    // Only a runnable template starts pods, so only then can a quota cap them.
+    let quota = if problems.is_empty() {
+        pod_quota(client, &namespace).await
+    } else {
+        Ok(None)
+    };
+    let pod_quota = match quota {
         Ok(quota) => quota,
         Err(e) => {
             tracing::debug!(%namespace, %name, error = %e, "readiness simulator quota lookup failed");
@@ -381,7 +387,7 @@ fn service_account_name(template: &PodTemplateSpec) -> Option<&str> {
 }
 
 /// The status the ReplicaSet controller and kubelets would produce: all replicas ready when the
-/// template can run (`problems` empty), none otherwise.
+/// template can run (`problems` empty), as many as `pod_quota` lets start, none otherwise.
 pub fn simulated_status(
     deployment: &Deployment,
     problems: &[String],
