@@ -7,7 +7,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -186,6 +186,27 @@ pub async fn apply_status(
         &Patch::Apply(&patch),
     )
     .await
+}
+
+/// Adds `finalizer` to the CR's finalizers, on the condition that the CR is still at the version
+/// read (a merge patch replaces the whole list, so it must not drop one added meanwhile).
+pub async fn add_finalizer(
+    client: &Client,
+    cr: &CoderProvisioner,
+    finalizer: &str,
+) -> kube::Result<CoderProvisioner> {
+    let mut finalizers = cr.finalizers().to_vec();
+    finalizers.push(finalizer.to_owned());
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": cr.metadata.resource_version,
+            "finalizers": finalizers,
+        },
+    });
+    let name = cr.metadata.name.clone().unwrap_or_default();
+    api_for(client, cr)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{
     CoderProvisioner, CoderProvisionerStatus, FINALIZER, SecretKeyRef, condition, reason,
@@ -73,24 +73,64 @@ const DRY_RUN_PLAINTEXT: &str = "dry-run-placeholder";
 pub const RATE_LIMITED_MESSAGE: &str = "Coder API rate limited while reconciling provisioner key";
 
 /// Entry point for the controller: finalizer handling, then apply or cleanup.
-pub async fn reconcile(cr: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cached: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let namespace = cr.namespace().unwrap_or_default();
-    let api: Api<CoderProvisioner> = Api::namespaced(ctx.client.clone(), &namespace);
-    let outcome = finalizer(&api, FINALIZER, cr.clone(), |event| async {
-        match event {
-            finalizer::Event::Apply(cr) => apply_pass(&cr, &ctx).await,
-            finalizer::Event::Cleanup(cr) => cleanup::cleanup(&cr, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|error| Error::Finalizer(Box::new(error)));
+    // Inside kube-runtime's span, which names what started the pass.
+    debug!(
+        resource_version = cached.metadata.resource_version.as_deref(),
+        "pass starting"
+    );
+    let outcome = async {
+        // Every decision is made from the API server's copy, the finalizer's too: the watch
+        // cache can predate this operator's own last write (a finalizer added or a key recorded
+        // moments ago); a finalizer added to that copy fails its patch's test, and a key decided
+        // from it would be a second key.
+        let live = dereference::live_provisioner(&ctx.client, &cached)
+            .await
+            .map_err(Error::Dereference)?;
+        let Some(live) = live.filter(|live| live.metadata.uid == cached.metadata.uid) else {
+            // Its deletion, or the creation of its namesake, starts a pass of its own.
+            return Ok(Action::await_change());
+        };
+        let live = if needs_finalizer(&live) {
+            // Added here rather than by `finalizer`, which ends the pass after adding it: the
+            // pass goes on at once, and the addition's echo starts no pass.
+            let added = apply::add_finalizer(&ctx.client, &live, FINALIZER);
+            match ctx.own_writes.track(&live, added).await {
+                Ok(added) => added,
+                // Someone wrote the CR since it was read: that version starts its own pass.
+                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    return Ok(Action::await_change());
+                }
+                Err(error) => {
+                    return Err(Box::new(finalizer::Error::AddFinalizer(error)).into());
+                }
+            }
+        } else {
+            live
+        };
+        let namespace = live.namespace().unwrap_or_default();
+        let api: Api<CoderProvisioner> = Api::namespaced(ctx.client.clone(), &namespace);
+        finalizer(&api, FINALIZER, Arc::new(live), |event| async {
+            match event {
+                finalizer::Event::Apply(cr) => apply_pass(&cr, &ctx).await,
+                finalizer::Event::Cleanup(cr) => cleanup::cleanup(&cr, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|error| Error::Finalizer(Box::new(error)))
+    }
+    .await;
     if let Err(error) = &outcome {
         ctx.metrics.reconcile_failed(error.metric_label());
     }
     ctx.metrics
         .reconcile_finished(outcome_label(&outcome), started.elapsed().as_secs_f64());
     outcome
+}
+
+fn needs_finalizer(cr: &CoderProvisioner) -> bool {
+    cr.metadata.deletion_timestamp.is_none() && !cr.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// The `result` label of the reconcile metrics: `ok` for a pass that ended normally (resync or
@@ -168,15 +208,14 @@ impl<'a> StatusWriter<'a> {
         self.ctx.fence.check().await?;
         let mut attempt = 1;
         let written = loop {
-            match apply::apply_status(
+            let write = apply::apply_status(
                 &self.ctx.client,
                 &self.ctx.field_manager,
                 self.cr,
                 &next,
                 self.base_version.as_deref(),
-            )
-            .await
-            {
+            );
+            match self.ctx.own_writes.track(self.cr, write).await {
                 Err(kube::Error::Api(conflict))
                     if conflict.is_conflict() && attempt < STATUS_WRITE_ATTEMPTS =>
                 {
@@ -198,7 +237,6 @@ impl<'a> StatusWriter<'a> {
                 outcome => break outcome?,
             }
         };
-        self.ctx.own_writes.record(&written.metadata);
         self.base_version = written.metadata.resource_version;
         // The stored form (times at second precision), to compare later reads with.
         self.current = written.status.or(Some(next));
@@ -219,22 +257,7 @@ fn conflict_of(fresh: &CoderProvisioner) -> Box<kube::core::Status> {
 }
 
 /// One full pass for a live CR. The status is written at the end whatever the outcome.
-async fn apply_pass(cached: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
-    // Every decision is made from the API server's copy: the watch cache can predate this
-    // operator's own last status write (a key recorded moments ago), and a key decided from it
-    // would be a second key.
-    let live = dereference::live_provisioner(&ctx.client, cached)
-        .await
-        .map_err(Error::Dereference)?;
-    let Some(live) = live else {
-        return Ok(Action::await_change());
-    };
-    let deleted = live.metadata.deletion_timestamp.is_some();
-    if deleted || live.metadata.uid != cached.metadata.uid {
-        // Its deletion, or the creation of its namesake, starts a pass of its own.
-        return Ok(Action::await_change());
-    }
-    let cr = &live;
+async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Error> {
     let names = Names::for_provisioner(cr);
     let observed = dereference::observe(&ctx.client, cr, &names)
         .await
@@ -720,10 +743,14 @@ impl Pass<'_> {
         };
         let secret = children::key_secret(inputs, established.plaintext.expose());
         self.ctx.fence.check().await.map_err(KeyError::from)?;
-        let stored = apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret).await;
-        if let Ok(stored) = &stored {
-            self.ctx.own_writes.record(&stored.metadata);
-        }
+        let stored = self
+            .ctx
+            .own_writes
+            .track(
+                &secret,
+                apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret),
+            )
+            .await;
         if let Err(error) = stored {
             let fate = forget_unstored_key(client, &established.record).await;
             report.set(ConditionUpdate::failed(
@@ -755,27 +782,31 @@ impl Pass<'_> {
         };
         let names = &self.names;
         let own = &self.ctx.own_writes;
-        let account = apply::ensure(client, field_manager, &workload.service_account)
+        let account = &workload.service_account;
+        own.track(account, apply::ensure(client, field_manager, account))
             .await
             .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
-        own.record(&account.metadata);
-        let role = apply::ensure(client, field_manager, &workload.role)
+        let role = &workload.role;
+        own.track(role, apply::ensure(client, field_manager, role))
             .await
             .map_err(|e| refused("Role", &names.workload, e, report))?;
-        own.record(&role.metadata);
-        let binding = apply::ensure(client, field_manager, &workload.role_binding)
+        let binding = &workload.role_binding;
+        own.track(binding, apply::ensure(client, field_manager, binding))
             .await
             .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
-        own.record(&binding.metadata);
-        let applied = apply::apply_unless_current(
-            client,
-            field_manager,
-            &workload.deployment,
-            self.observed.deployment.as_ref(),
-        )
-        .await
-        .map_err(|e| refused("Deployment", &names.workload, e, report))?;
-        own.record(&applied.metadata);
+        let deployment = &workload.deployment;
+        let applied = own
+            .track(
+                deployment,
+                apply::apply_unless_current(
+                    client,
+                    field_manager,
+                    deployment,
+                    self.observed.deployment.as_ref(),
+                ),
+            )
+            .await
+            .map_err(|e| refused("Deployment", &names.workload, e, report))?;
         Ok(applied)
     }
 

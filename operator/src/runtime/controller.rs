@@ -17,7 +17,7 @@
 //!   every `CREDENTIALS_RETRY` while the condition is False, which also refreshes its message.
 //!   Watching every Secret in the cluster instead would cache all Secret data in memory.
 use std::fmt::Debug;
-use std::future::{Future, ready};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -140,16 +140,22 @@ where
         config.clone(),
     )
     .touched_objects()
-    .filter(move |event| {
-        ready(!is_echo(
-            &own_writes,
-            event.as_ref().ok().map(|o| &o.metadata),
-        ))
-    })
+    .filter(move |event| not_an_echo::<K>(&own_writes, event.as_ref().ok().map(|o| &o.metadata)))
 }
 
-fn is_echo(own_writes: &OwnWrites, observed: Option<&ObjectMeta>) -> bool {
-    observed.is_some_and(|meta| own_writes.is_echo(meta))
+/// Whether a watch event of a `K` is not the echo of this operator's own write (errors are not).
+fn not_an_echo<K: Resource<DynamicType = ()>>(
+    own_writes: &OwnWrites,
+    observed: Option<&ObjectMeta>,
+) -> impl Future<Output = bool> + Send + use<K> {
+    let own_writes = own_writes.clone();
+    let observed = observed.cloned();
+    async move {
+        match observed {
+            Some(meta) => !own_writes.is_echo::<K>(&meta).await,
+            None => true,
+        }
+    }
 }
 
 fn hash(value: &impl std::hash::Hash) -> u64 {
@@ -225,10 +231,10 @@ pub async fn run(
             .predicate_filter(trigger_predicate(), Default::default())
             // After the predicate, which must see the echo to know the status it carries.
             .filter(move |event| {
-                ready(!is_echo(
+                not_an_echo::<CoderProvisioner>(
                     &own_writes,
                     event.as_ref().ok().map(|cr| &cr.metadata),
-                ))
+                )
             })
     };
     let config = controller::Config::default().concurrency(settings.max_concurrent_reconciles);
