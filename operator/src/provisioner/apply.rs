@@ -188,24 +188,30 @@ pub async fn apply_status(
     .await
 }
 
-/// Adds `finalizer` to the CR's finalizers, on the condition that the CR is still at the version
-/// read (a merge patch replaces the whole list, so it must not drop one added meanwhile).
+/// Adds `finalizer` to the CR's finalizers, on the condition that they are still those read (a
+/// `test` operation, as kube-runtime's `finalizer` does: other writers' edits elsewhere in the CR
+/// do not stop it, a finalizer added or removed meanwhile does).
 pub async fn add_finalizer(
     client: &Client,
     cr: &CoderProvisioner,
     finalizer: &str,
 ) -> kube::Result<CoderProvisioner> {
-    let mut finalizers = cr.finalizers().to_vec();
-    finalizers.push(finalizer.to_owned());
-    let patch = serde_json::json!({
-        "metadata": {
-            "resourceVersion": cr.metadata.resource_version,
-            "finalizers": finalizers,
-        },
-    });
+    let operations = if cr.metadata.finalizers.is_none() {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": cr.finalizers()},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
+        ])
+    };
+    let patch: json_patch::Patch =
+        serde_json::from_value(operations).map_err(kube::Error::SerdeError)?;
     let name = cr.metadata.name.clone().unwrap_or_default();
     api_for(client, cr)
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
         .await
 }
 

@@ -96,16 +96,10 @@ pub async fn reconcile(cached: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Resu
             // Added here rather than by `finalizer`, which ends the pass after adding it: the
             // pass goes on at once, and the addition's echo starts no pass.
             let added = apply::add_finalizer(&ctx.client, &live, FINALIZER);
-            match ctx.own_writes.track(&live, added).await {
-                Ok(added) => added,
-                // Someone wrote the CR since it was read: that version starts its own pass.
-                Err(kube::Error::Api(status)) if status.is_conflict() => {
-                    return Ok(Action::await_change());
-                }
-                Err(error) => {
-                    return Err(Box::new(finalizer::Error::AddFinalizer(error)).into());
-                }
-            }
+            ctx.own_writes
+                .track(&live, added)
+                .await
+                .map_err(|error| Box::new(finalizer::Error::AddFinalizer(error)))?
         } else {
             live
         };
