@@ -441,6 +441,19 @@ pub fn with_seeds(feature: &str, seeds: impl IntoIterator<Item = u64>) -> anyhow
     Ok(out)
 }
 
+/// The seed, case and change of the scenario, kept for later steps and failure messages.
+pub struct Generated {
+    pub seed: u64,
+    pub case: Case,
+    pub change: Option<Change>,
+}
+
+impl Generated {
+    pub fn describe(&self) -> String {
+        describe(self.seed, &self.case, self.change.as_ref())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -10,7 +10,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::world::{ProvisionerWorld, control_plane_resource, provisioner_resource};
+use crate::crd_resources::{control_plane_resource, provisioner_resource};
+use crate::world::ProvisionerWorld;
 
 /// Lines of operator log kept in a bundle.
 const LOG_LINES: usize = 200;

@@ -22,7 +22,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::world::{FIELD_MANAGER, control_plane_resource};
+use crate::crd_resources::control_plane_resource;
+use crate::world::FIELD_MANAGER;
 
 /// How often the guard looks.
 const POLL: Duration = Duration::from_millis(500);

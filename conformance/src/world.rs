@@ -15,9 +15,9 @@ use cucumber::World;
 use fake_coderd::{AdminClient, JournalEntry};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
+use crate::crd_resources::{control_plane_resource, provisioner_resource};
 use crate::wait::{self, Observation, Timeouts};
 
 /// Field manager for everything the suite writes.
@@ -169,7 +169,7 @@ pub struct ProvisionerWorld {
     /// namespace can go.
     pub held: Vec<String>,
     /// The last command a tutorial step ran, with what it printed.
-    pub last_command: Option<(String, crate::steps::tutorial::CommandOutput)>,
+    pub last_command: Option<(String, CommandOutput)>,
     /// The last answer of the API server to a submitted CoderProvisioner (admission checks).
     pub last_admission: Option<Result<(), String>>,
     /// Held from the before-hook to the after-hook.
@@ -204,7 +204,7 @@ pub struct ProvisionerWorld {
     /// Set by steps that put keys into coderd themselves (no abandoned-key check then).
     pub planted_keys: bool,
     /// The generated case of the scenario, if it has one (named in every finding).
-    pub generated: Option<crate::steps::generated::Generated>,
+    pub generated: Option<crate::cases::Generated>,
     /// Secrets the suite wrote: name → (uid, the field managers its own writes left) (R-SEC-15).
     pub suite_secrets: BTreeMap<String, (String, std::collections::BTreeSet<String>)>,
 }
@@ -342,23 +342,17 @@ fn names_organization(path: &str, organizations: &[String]) -> bool {
             .is_some_and(|organization| organizations.iter().any(|o| o == organization))
 }
 
+/// What one command printed.
+#[derive(Clone, Debug, Default)]
+pub struct CommandOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub success: bool,
+}
+
 fn random_id() -> String {
     let value: u32 = rand::random();
     format!("{value:08x}")
-}
-
-pub fn provisioner_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("coder.com", "v1alpha1", "CoderProvisioner"),
-        "coderprovisioners",
-    )
-}
-
-pub fn control_plane_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("coder.com", "v1alpha1", "CoderControlPlane"),
-        "codercontrolplanes",
-    )
 }
 
 impl ProvisionerWorld {
@@ -623,6 +617,35 @@ impl ProvisionerWorld {
         Ok(())
     }
 
+    /// Asks coderd which key `key` is, as a daemon does (`GET /api/v2/provisionerkeys/{key}` with
+    /// the key itself); the answer's JSON, or why coderd refused it.
+    pub async fn daemon_key_lookup(&self, key: &str) -> anyhow::Result<Value> {
+        let url = format!(
+            "{}/api/v2/provisionerkeys/{key}",
+            self.env.coderd.runner_url
+        );
+        let response = reqwest::Client::new()
+            .get(url)
+            .header("Coder-Provisioner-Daemon-Key", key)
+            .send()
+            .await
+            // The error would carry the URL (and so the key): report only the kind of failure.
+            .map_err(|e| {
+                anyhow!(
+                    "the daemon-key request failed ({})",
+                    if e.is_connect() { "connect" } else { "request" }
+                )
+            })?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("coderd rejected the key with {status}");
+        }
+        response
+            .json()
+            .await
+            .map_err(|_| anyhow!("coderd's key answer is not JSON"))
+    }
+
     /// Journal entries made with this scenario's session token.
     ///
     /// Read by cursor: each call fetches only the entries recorded since the last one
@@ -697,7 +720,7 @@ impl ProvisionerWorld {
         let object = self.provisioners().get_opt(name).await?;
         let cr = object.map(serde_json::to_value).transpose()?;
         if let Some(cr) = &cr {
-            let found = crate::hygiene::provisioner_invariants(cr);
+            let found = crate::invariants::status_shape::provisioner_invariants(cr);
             if !found.is_empty() {
                 let mut violations = self
                     .violations

@@ -19,9 +19,9 @@ use super::procfs::{self, Footprint};
 use super::stats::{Latency, millis};
 use super::watch::{Key, ProvisionerWatch};
 use crate::cluster::local::{LocalControlPlane, LocalOptions};
+use crate::crd_resources::{control_plane_resource, provisioner_resource};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
 use crate::kubelet::{ReadinessSimulator, WatchScope};
-use crate::world::{control_plane_resource, provisioner_resource};
 
 const FIELD_MANAGER: &str = "coder-provisioner-bench";
 const POLL: Duration = Duration::from_millis(100);

@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use crate::world::provisioner_resource;
+use crate::crd_resources::provisioner_resource;
 
 /// (namespace, name)
 pub type Key = (String, String);

@@ -13,7 +13,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 
-use crate::world::provisioner_resource;
+use crate::crd_resources::provisioner_resource;
 
 /// What the watch saw during the scenario.
 #[derive(Debug, Default)]
@@ -174,7 +174,7 @@ impl Recorded {
 
 /// Everything that must hold in any single observation of a CR.
 pub fn observation_checks(cr: &Value) -> Vec<String> {
-    let mut found = crate::hygiene::provisioner_invariants(cr);
+    let mut found = super::status_shape::provisioner_invariants(cr);
     found.extend(super::oracle::observation_findings(cr));
     found
 }

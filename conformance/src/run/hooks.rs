@@ -16,8 +16,8 @@ pub(super) async fn after_scenario(
 ) {
     let Some(world) = world else { return };
     // Before anything is cleaned up: the scenario's secrets and its CRs are still there.
-    let mut findings = crate::hygiene::findings(world).await;
-    findings.extend(crate::invariants::end_of_scenario(world).await);
+    let mut findings = crate::scenario_checks::leaks::findings(world).await;
+    findings.extend(crate::scenario_checks::end_of_scenario(world).await);
     if let (false, Some(generated)) = (findings.is_empty(), &world.generated) {
         findings.push(generated.describe());
     }

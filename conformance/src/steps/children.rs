@@ -1502,7 +1502,7 @@ mod tests {
 /// R-SEC-15 as a step (the after-hook checks the same after every scenario).
 #[then("no Secret the suite wrote was written by anyone else")]
 async fn suite_secrets_untouched(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let found = crate::invariants::suite_objects_untouched(world).await?;
+    let found = crate::scenario_checks::suite_objects_untouched(world).await?;
     if !found.is_empty() {
         bail!("{}", found.join("; "));
     }

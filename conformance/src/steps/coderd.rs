@@ -11,7 +11,7 @@ use fake_coderd::{Entitlement, FaultSpec, JournalEntry, routes};
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
-use super::{is_key_request, route_template};
+use crate::coderd_routes::{is_key_request, route_template};
 use crate::wait;
 use crate::world::ProvisionerWorld;
 
@@ -569,41 +569,10 @@ async fn authenticated_key(
     )
     .await?;
     world.saw_secret(&key);
-    daemon_key_lookup(world, &String::from_utf8_lossy(&key))
+    world
+        .daemon_key_lookup(&String::from_utf8_lossy(&key))
         .await
         .with_context(|| format!("the key in Secret {secret}"))
-}
-
-/// Asks coderd which key `key` is, as a daemon does (`GET /api/v2/provisionerkeys/{key}` with
-/// the key itself); the answer's JSON, or why coderd refused it.
-pub(crate) async fn daemon_key_lookup(
-    world: &ProvisionerWorld,
-    key: &str,
-) -> anyhow::Result<Value> {
-    let url = format!(
-        "{}/api/v2/provisionerkeys/{key}",
-        world.env.coderd.runner_url
-    );
-    let response = reqwest::Client::new()
-        .get(url)
-        .header("Coder-Provisioner-Daemon-Key", key)
-        .send()
-        .await
-        // The error would carry the URL (and so the key): report only the kind of failure.
-        .map_err(|e| {
-            anyhow!(
-                "the daemon-key request failed ({})",
-                if e.is_connect() { "connect" } else { "request" }
-            )
-        })?;
-    let status = response.status();
-    if !status.is_success() {
-        bail!("coderd rejected the key with {status}");
-    }
-    response
-        .json()
-        .await
-        .map_err(|_| anyhow!("coderd's key answer is not JSON"))
 }
 
 fn entitlement(value: &str) -> anyhow::Result<Entitlement> {
@@ -977,8 +946,8 @@ mod tests {
 /// R-KEY-25 as a step (the after-hook checks the same once every CR is settled).
 #[then("coderd holds no key of the scenario's organizations that no provisioner records")]
 async fn no_abandoned_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let crs = crate::invariants::list_provisioners(world).await?;
-    let found = crate::invariants::abandoned_keys(world, &crs).await?;
+    let crs = crate::scenario_checks::list_provisioners(world).await?;
+    let found = crate::scenario_checks::abandoned_keys(world, &crs).await?;
     if !found.is_empty() {
         bail!("{}", found.join("; "));
     }

@@ -6,23 +6,11 @@ use cucumber::{then, when};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::cases::{self, Case, Change};
+use crate::cases::{self, Case, Generated};
+use crate::coderd_routes::route_template;
 use crate::invariants::oracle;
 use crate::wait;
 use crate::world::{CONTROL_PLANE, FIELD_MANAGER, ProvisionerWorld};
-
-/// The seed, case and change of the scenario, kept for later steps and failure messages.
-pub struct Generated {
-    pub seed: u64,
-    pub case: Case,
-    pub change: Option<Change>,
-}
-
-impl Generated {
-    pub fn describe(&self) -> String {
-        cases::describe(self.seed, &self.case, self.change.as_ref())
-    }
-}
 
 /// The second control plane of the generated scenarios' Background.
 const SECOND_CONTROL_PLANE: &str = "other-control-plane";
@@ -143,7 +131,7 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         })
         .await
         .with_context(|| described.clone())?;
-    let findings = crate::invariants::settled_findings(world, &world.provisioner).await?;
+    let findings = crate::scenario_checks::settled_findings(world, &world.provisioner).await?;
     world
         .violations
         .lock()
@@ -166,8 +154,8 @@ async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()
         .as_ref()
         .is_some_and(|c| c.may_rotate);
     let window = world.observation_window();
-    let creates = super::route_template("provisionerkeys")?;
-    let deletes = super::route_template("provisionerkey")?;
+    let creates = route_template("provisionerkeys")?;
+    let deletes = route_template("provisionerkey")?;
     let world = &*world;
     wait::stays("the key requests within budget", world.timeouts(), window, || async {
         let journal = world.journal().await?;
@@ -207,7 +195,7 @@ async fn generated_entitlement_budget(world: &mut ProvisionerWorld) -> anyhow::R
     }
     let described = generated.describe();
     let window = world.observation_window();
-    let route = super::route_template("entitlements")?;
+    let route = route_template("entitlements")?;
     let world = &*world;
     wait::stays(
         "no entitlements request",
@@ -289,7 +277,7 @@ async fn trial(
             Err(_) => return Ok(Trial::Fails),
             Ok(()) => {}
         }
-        if !crate::invariants::settled_findings(world, name)
+        if !crate::scenario_checks::settled_findings(world, name)
             .await?
             .is_empty()
         {

@@ -11,9 +11,9 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
+use crate::coderd_routes::route_template;
 use crate::implementation::REPLICA_NAME_PREFIX;
 use crate::steps::coderd::count_observation;
-use crate::steps::route_template;
 use crate::wait;
 use crate::world::ProvisionerWorld;
 

@@ -1,5 +1,5 @@
 //! Step definitions, grouped as the feature files use them. Helpers shared by several groups
-//! (reading conditions, parsing docstrings, naming coderd routes) live here and are pure.
+//! (reading conditions, parsing docstrings) live here and are pure.
 pub mod admission;
 pub mod audit;
 pub mod children;
@@ -101,41 +101,6 @@ pub fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str)
 }
 
-/// The coderd routes scenarios name, as `(alias, route template)`; the journal records templates.
-pub const ROUTES: &[(&str, &str)] = &[
-    (
-        "provisionerkeys",
-        "/api/v2/organizations/{organization}/provisionerkeys",
-    ),
-    (
-        "provisionerkey",
-        "/api/v2/organizations/{organization}/provisionerkeys/{provisionerkey}",
-    ),
-    ("entitlements", "/api/v2/entitlements"),
-    ("organization", "/api/v2/organizations/{organization}"),
-    // A key's own record, fetched with the key (the operator learns a new key's id there).
-    ("daemon-key", "/api/v2/provisionerkeys/{provisionerkey}"),
-];
-
-pub fn route_template(alias: &str) -> anyhow::Result<&'static str> {
-    ROUTES
-        .iter()
-        .find(|(name, _)| *name == alias)
-        .map(|(_, template)| *template)
-        .ok_or_else(|| {
-            let known: Vec<_> = ROUTES.iter().map(|(name, _)| *name).collect();
-            anyhow!(
-                "unknown coderd route \"{alias}\"; known: {}",
-                known.join(", ")
-            )
-        })
-}
-
-/// Whether a journal entry is a provisioner-key request (create, list or delete).
-pub fn is_key_request(route: Option<&str>) -> bool {
-    route.is_some_and(|r| r.contains("/provisionerkeys"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,13 +131,5 @@ mod tests {
         );
         assert!(condition(&cr, "C").is_none());
         assert_eq!(describe_conditions(&cr), "A=True Fine, B=False Broken");
-    }
-
-    #[rstest]
-    #[case("provisionerkeys", true)]
-    #[case("entitlements", true)]
-    #[case("keys", false)]
-    fn route_aliases_resolve(#[case] alias: &str, #[case] known: bool) {
-        assert_eq!(route_template(alias).is_ok(), known);
     }
 }

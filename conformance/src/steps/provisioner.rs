@@ -843,7 +843,7 @@ async fn finalizer_kept_while_pending(
 
 /// Until coderd has received a key DELETE (its answer may still be held back by a delay fault).
 async fn await_key_delete(world: &ProvisionerWorld) -> anyhow::Result<()> {
-    let template = super::route_template("provisionerkey")?;
+    let template = crate::coderd_routes::route_template("provisionerkey")?;
     wait::eventually(
         "coderd to receive the key DELETE",
         world.timeouts(),
@@ -891,7 +891,7 @@ async fn key_fields_removed(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 /// R-SEC-14, as a step (the after-hook runs the same search after every scenario).
 #[then("no secret of this scenario appears in the operator's log, the Events or the provisioner")]
 async fn no_secret_appears(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let leaks = crate::hygiene::leaks(world).await?;
+    let leaks = crate::scenario_checks::leaks::leaks(world).await?;
     if !leaks.is_empty() {
         bail!("{}", leaks.join("; "));
     }

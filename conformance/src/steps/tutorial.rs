@@ -14,18 +14,10 @@ use super::fixture::ready_control_plane;
 use super::provisioner::SAMPLE_PATH;
 use super::table_rows;
 use crate::wait;
-use crate::world::ProvisionerWorld;
+use crate::world::{CommandOutput, ProvisionerWorld};
 
 /// The sample URL the tutorial applies.
 pub const SAMPLE_URL: &str = "https://raw.githubusercontent.com/coder/coder-k8s/main/config/samples/coder_v1alpha1_coderprovisioner.yaml";
-
-/// What one command printed.
-#[derive(Clone, Debug, Default)]
-pub struct CommandOutput {
-    pub stdout: String,
-    pub stderr: String,
-    pub success: bool,
-}
 
 /// Maps the tutorial's sample URL to the repository's sample (pure, unit-tested).
 pub fn localise(command: &str, repo_root: &std::path::Path) -> String {
