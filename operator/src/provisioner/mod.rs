@@ -15,21 +15,21 @@
 //! and `coderd_slots` (a bound on the reconcile slots one coderd's passes hold). Each pass reads
 //! its CR from the API server and writes its status conditionally on that read's
 //! resourceVersion, so nothing is decided from a stale copy.
-pub mod apply;
-pub mod backoff;
-pub mod children;
+mod apply;
+mod backoff;
+mod children;
 mod cleanup;
-pub mod coderd_slots;
+mod coderd_slots;
 mod context;
-pub mod credentials;
-pub mod dereference;
-pub mod entitlement_cache;
+mod credentials;
+mod dereference;
+mod entitlement_cache;
 mod error;
-pub mod gates;
-pub mod keys;
-pub mod names;
-pub mod own_writes;
-pub mod status;
+mod gates;
+mod keys;
+mod names;
+mod own_writes;
+mod status;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -55,12 +55,20 @@ use crate::coderd::{CoderdClient, CoderdError, SecretString};
 use self::coderd_slots::Slot;
 pub use self::context::{Context, object_key};
 pub use self::error::{CleanupError, Error, KeyError, StatusError};
+// What the controller needs besides the pass itself: the state shared between passes and the
+// names of what triggers them.
+pub use self::backoff::{AttemptCounters, HoldOff};
+pub use self::coderd_slots::CoderdSlots;
+pub use self::credentials::credential_refs;
+pub use self::entitlement_cache::EntitlementCache;
+pub use self::gates::ENTITLEMENT_WINDOW;
+pub use self::names::Names;
+pub use self::own_writes::OwnWrites;
 
 use self::children::{ChildInputs, Workload};
 use self::dereference::Observed;
 use self::gates::{Blocked, ConditionUpdate, ControlPlaneView, EntitlementReading, KeySecretState};
 use self::keys::{DesiredKey, KeyAction, KeyEvent};
-use self::names::Names;
 use self::status::PassReport;
 
 /// Periodic re-check of a healthy CR (every trigger that matters also arrives through a watch).

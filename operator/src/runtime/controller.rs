@@ -40,14 +40,10 @@ use crate::api::{
 use crate::coderd::{ClientOptions, Connector, WriteGuard};
 use crate::fence::Fence;
 use crate::metrics::Metrics;
-use crate::provisioner::backoff::{AttemptCounters, HoldOff};
-use crate::provisioner::coderd_slots::CoderdSlots;
-use crate::provisioner::credentials::credential_refs;
-use crate::provisioner::entitlement_cache::EntitlementCache;
-use crate::provisioner::gates::ENTITLEMENT_WINDOW;
-use crate::provisioner::names::Names;
-use crate::provisioner::own_writes::OwnWrites;
-use crate::provisioner::{Context, error_policy, reconcile};
+use crate::provisioner::{
+    AttemptCounters, CoderdSlots, Context, ENTITLEMENT_WINDOW, EntitlementCache, HoldOff, Names,
+    OwnWrites, credential_refs, error_policy, reconcile,
+};
 
 /// Name under which the operator reports Events and applies objects by default.
 pub const CONTROLLER_NAME: &str = "coder-provisioner-operator";
