@@ -108,7 +108,7 @@ where
             return Ok(live.clone());
         }
     }
-    apply(client, field_manager, &stamped).await
+    apply_object(client, field_manager, &stamped).await
 }
 
 /// [`apply_unless_current`] after reading the cluster's copy (a read instead of a write).
@@ -123,7 +123,7 @@ where
 }
 
 /// Applies `object` (name and namespace from its metadata) and returns the object as stored.
-pub async fn apply<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
+pub async fn apply_object<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
 where
     K: Child,
 {
@@ -137,7 +137,7 @@ where
         .await
 }
 
-/// A server-side dry-run of [`apply`] (`dryRun=All`): the API server validates and admits the
+/// A server-side dry-run of [`apply_object`] (`dryRun=All`): the API server validates and admits the
 /// object (a ResourceQuota included) as it would for the real write, and stores nothing.
 pub async fn dry_run_apply<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
 where

@@ -427,7 +427,7 @@ impl Pass<'_> {
         };
         let key_value = self.keys(&inputs, &coderd, cleared, writer, report).await?;
         let workload = children::workload(&inputs, key_value.expose());
-        self.apply(&workload, report).await
+        self.apply_children(&workload, report).await
     }
 
     /// Gates 1–3 (pure): control plane, operator access, credential Secrets (D-2: while they
@@ -750,7 +750,7 @@ impl Pass<'_> {
             .own_writes
             .track(
                 &secret,
-                apply::apply(&self.ctx.client, &self.ctx.field_manager, &secret),
+                apply::apply_object(&self.ctx.client, &self.ctx.field_manager, &secret),
             )
             .await;
         if let Err(error) = stored {
@@ -772,7 +772,7 @@ impl Pass<'_> {
     /// cluster's copy differs (the Deployment's was read at the start of the pass). A refusal
     /// (an invalid spec field, a missing permission) is reported in the status, not only in the
     /// log.
-    async fn apply(
+    async fn apply_children(
         &self,
         workload: &Workload,
         report: &mut PassReport,
