@@ -440,7 +440,81 @@ async fn kind_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow:
         ..KindOptions::new(&repo())
     };
     let cluster = KindCluster::provision(options).await?;
-    daemon_uses_the_operators_key(cluster.provisioned()).await
+    daemon_uses_the_operators_key(cluster.provisioned()).await?;
+    suite_image_runs_a_scenario(cluster.provisioned()).await
+}
+
+/// The suite's image (scripts/suite-image.sh) runs a scenario against the cluster through its
+/// kubeconfig and the installed operator, as a vendor's CI would with nothing but the image: the
+/// run passes and its report, written to a mounted folder, says the scenario passed on the
+/// kubeconfig tier.
+async fn suite_image_runs_a_scenario(cluster: &ProvisionedCluster) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    const SCENARIO: &str = "A spec.organizationName longer than 128 characters is rejected";
+    let built = tokio::process::Command::new("bash")
+        .arg(repo().join("scripts/suite-image.sh"))
+        .args(["--binary", env!("CARGO_BIN_EXE_conformance")])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await?;
+    anyhow::ensure!(
+        built.status.success(),
+        "scripts/suite-image.sh failed (its messages are above)"
+    );
+    let image = String::from_utf8(built.stdout)?.trim().to_owned();
+    // The image runs as a non-root user: the kubeconfig and the report folder must be its to read
+    // and write.
+    let shared = tempfile::tempdir()?;
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777))?;
+    let kubeconfig = shared.path().join("kubeconfig");
+    std::fs::copy(&cluster.kubeconfig, &kubeconfig)?;
+    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644))?;
+    let run = tokio::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "host", "-v"])
+        .arg(format!("{}:/shared", shared.path().display()))
+        .arg(&image)
+        .args([
+            "run",
+            "--cluster",
+            "kubeconfig",
+            "--kubeconfig",
+            "/shared/kubeconfig",
+            "--operator",
+            "installed",
+            "--operator-deployment",
+            "coder-system/coder-provisioner-operator",
+            "--report-dir",
+            "/shared/reports",
+            "--name",
+            SCENARIO,
+        ])
+        .stdout(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .await?;
+    anyhow::ensure!(
+        run.success(),
+        "the suite's image failed its run ({run}); its output is above"
+    );
+    let report: Value = serde_saphyr::from_str(&std::fs::read_to_string(
+        shared
+            .path()
+            .join("reports")
+            .join(conformance::paths::REPORT_FILE),
+    )?)?;
+    let result = report["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["scenario"] == SCENARIO)
+        .with_context(|| format!("the image's report has no result for {SCENARIO:?}"))?;
+    assert_eq!(result["status"], "passed", "{result}");
+    assert_eq!(
+        report["environment"]["tier"], "kubeconfig",
+        "{}",
+        report["environment"]
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
