@@ -451,11 +451,15 @@ async fn kind_tier_runs_the_operator_and_a_daemon_that_uses_its_key() -> anyhow:
 async fn suite_image_runs_a_scenario(cluster: &ProvisionedCluster) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     const SCENARIO: &str = "A spec.organizationName longer than 128 characters is rejected";
+    // spawn + wait_with_output keeps the inherited stderr (tokio's `output()` would pipe it), so
+    // the script's progress reaches the terminal.
     let built = tokio::process::Command::new("bash")
         .arg(repo().join("scripts/suite-image.sh"))
         .args(["--binary", env!("CARGO_BIN_EXE_conformance")])
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
+        .spawn()?
+        .wait_with_output()
         .await?;
     anyhow::ensure!(
         built.status.success(),
