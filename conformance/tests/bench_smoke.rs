@@ -25,6 +25,7 @@ fn smallest(out: &Path, phases: Vec<Phase>) -> BenchArgs {
         fault_toggle: Duration::from_millis(500),
         ready_timeout: Duration::from_secs(120),
         out: out.to_path_buf(),
+        apiserver_profile: None,
         started: Default::default(),
         compare: None,
         name: None,
@@ -37,10 +38,11 @@ fn smallest(out: &Path, phases: Vec<Phase>) -> BenchArgs {
 async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let out = tempfile::tempdir()?;
-    let args = smallest(
+    let mut args = smallest(
         out.path(),
         vec![Phase::Scale, Phase::Steady, Phase::Restart, Phase::Churn],
     );
+    args.apiserver_profile = Some(1);
     conformance::bench::run(args).await?;
 
     let report: BenchReport =
@@ -69,6 +71,19 @@ async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
         scale.writes
     );
     assert!(scale.operator.peak_rss_kib > 0 && scale.operator.cpu_seconds > 0.0);
+    assert!(
+        scale
+            .api_requests_by_kind
+            .contains_key("POST coderprovisioners")
+            && scale.api_requests_by_kind.values().sum::<u64>() == scale.api_requests_all_clients,
+        "every request is counted by kind: {:?}",
+        scale.api_requests_by_kind
+    );
+    let profile = std::fs::read(out.path().join("kube-apiserver-N1.pprof"))?;
+    assert!(
+        profile.starts_with(&[0x1f, 0x8b]),
+        "the profile is Go's gzipped pprof"
+    );
     let steady = report.steady.as_ref().expect("steady phase");
     assert_eq!(steady.ready_at_end, 1);
     let restart = report.restart.as_ref().expect("restart phase");
@@ -88,6 +103,7 @@ async fn a_one_provisioner_bench_measures_every_phase() -> anyhow::Result<()> {
     assert!(svg.starts_with("<svg") && svg.contains(">1</text>"));
     let text = std::fs::read_to_string(out.path().join("bench.txt"))?;
     assert!(text.contains("Targets") && text.contains("Churn under faults"));
+    assert!(text.contains("Kubernetes API requests per CR by kind (all clients"));
     Ok(())
 }
 

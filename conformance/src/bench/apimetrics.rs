@@ -1,4 +1,5 @@
-//! Counting Kubernetes API writes from kube-apiserver's own `apiserver_request_total` counter.
+//! Counting Kubernetes API requests and writes from kube-apiserver's own `apiserver_request_total`
+//! counter.
 //!
 //! The counter has no user label, so writes are attributed by what was written: the readiness
 //! stand-in only patches `deployments/status`, the API server renews its own `leases`, `*reviews`
@@ -19,14 +20,15 @@ pub const WRITE_VERBS: [&str; 6] = [
 ];
 const REQUEST_COUNTER: &str = "apiserver_request_total";
 
-/// One kind of write: verb and resource (`coderprovisioners/status` for a subresource).
+/// One kind of request: verb and resource (`coderprovisioners/status` for a subresource); a
+/// server-side dry run is its own verb (`APPLY (dry run)`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WriteKind {
+pub struct RequestKind {
     pub verb: String,
     pub resource: String,
 }
 
-impl WriteKind {
+impl RequestKind {
     pub fn new(verb: &str, resource: &str) -> Self {
         Self {
             verb: verb.to_owned(),
@@ -51,7 +53,7 @@ pub enum Writer {
     OperatorOrBench,
 }
 
-pub fn writer_of(kind: &WriteKind) -> Writer {
+pub fn writer_of(kind: &RequestKind) -> Writer {
     match kind.resource.as_str() {
         "deployments/status" => Writer::ReadinessSimulator,
         "leases" => Writer::System,
@@ -60,12 +62,14 @@ pub fn writer_of(kind: &WriteKind) -> Writer {
     }
 }
 
-/// Cumulative write counts by kind, as read from one `/metrics` scrape.
-pub type WriteCounts = BTreeMap<WriteKind, u64>;
+/// Cumulative request counts by kind, as read from one `/metrics` scrape.
+pub type RequestCounts = BTreeMap<RequestKind, u64>;
+/// [`RequestCounts`] of the write verbs only, dry runs left out (they store nothing).
+pub type WriteCounts = RequestCounts;
 
-/// Sums `apiserver_request_total` over response codes and other labels for the write verbs.
-pub fn parse_write_counts(metrics_text: &str) -> WriteCounts {
-    let mut counts = WriteCounts::new();
+/// Sums `apiserver_request_total` over response codes and other labels, by verb and resource.
+pub fn parse_request_counts(metrics_text: &str) -> RequestCounts {
+    let mut counts = RequestCounts::new();
     for line in metrics_text.lines() {
         let Some((name, labels, value)) = parse_sample(line) else {
             continue;
@@ -74,17 +78,39 @@ pub fn parse_write_counts(metrics_text: &str) -> WriteCounts {
             continue;
         }
         let label = |key: &str| labels.get(key).map(String::as_str).unwrap_or("");
-        let verb = label("verb");
-        if !WRITE_VERBS.contains(&verb) || !label("dry_run").is_empty() {
-            continue;
-        }
+        let verb = match label("dry_run") {
+            "" => label("verb").to_owned(),
+            _ => format!("{} (dry run)", label("verb")),
+        };
         let resource = match label("subresource") {
             "" => label("resource").to_owned(),
             sub => format!("{}/{sub}", label("resource")),
         };
-        *counts.entry(WriteKind::new(verb, &resource)).or_default() += value as u64;
+        *counts
+            .entry(RequestKind::new(&verb, &resource))
+            .or_default() += value as u64;
     }
     counts
+}
+
+/// The writes among `requests`.
+pub fn write_counts(requests: &RequestCounts) -> WriteCounts {
+    requests
+        .iter()
+        .filter(|(kind, _)| WRITE_VERBS.contains(&kind.verb.as_str()))
+        .map(|(kind, n)| (kind.clone(), *n))
+        .collect()
+}
+
+/// The increase of each kind from `before` to `after`.
+pub fn increase(before: &RequestCounts, after: &RequestCounts) -> RequestCounts {
+    after
+        .iter()
+        .filter_map(|(kind, total)| {
+            let delta = total.saturating_sub(before.get(kind).copied().unwrap_or(0));
+            (delta > 0).then(|| (kind.clone(), delta))
+        })
+        .collect()
 }
 
 /// Writes attributed to the operator between two scrapes: the increase of every
@@ -181,13 +207,20 @@ fn parse_labels(mut text: &str) -> Option<(BTreeMap<String, String>, &str)> {
 pub struct ApiScrape {
     pub writes: WriteCounts,
     /// Every request any client made (all verbs), for the load on the API server.
-    pub requests: u64,
+    pub requests: RequestCounts,
+}
+
+impl ApiScrape {
+    pub fn total_requests(&self) -> u64 {
+        self.requests.values().sum()
+    }
 }
 
 pub fn parse_scrape(metrics_text: &str) -> ApiScrape {
+    let requests = parse_request_counts(metrics_text);
     ApiScrape {
-        writes: parse_write_counts(metrics_text),
-        requests: counter_sum(metrics_text, REQUEST_COUNTER).unwrap_or(0.0) as u64,
+        writes: write_counts(&requests),
+        requests,
     }
 }
 
@@ -225,17 +258,17 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
 
     #[test]
     fn write_counts_sum_codes_and_skip_reads_and_dry_runs() {
-        let counts = parse_write_counts(SCRAPE);
+        let counts = write_counts(&parse_request_counts(SCRAPE));
         assert_eq!(
-            counts.get(&WriteKind::new("POST", "coderprovisioners")),
+            counts.get(&RequestKind::new("POST", "coderprovisioners")),
             Some(&10)
         );
         assert_eq!(
-            counts.get(&WriteKind::new("PATCH", "coderprovisioners/status")),
+            counts.get(&RequestKind::new("PATCH", "coderprovisioners/status")),
             Some(&8)
         );
         assert_eq!(
-            counts.get(&WriteKind::new("APPLY", "deployments")),
+            counts.get(&RequestKind::new("APPLY", "deployments")),
             Some(&4)
         );
         assert!(!counts.keys().any(|k| k.verb == "GET"));
@@ -245,21 +278,32 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
     #[test]
     fn a_scrape_counts_every_request_too() {
         let scrape = parse_scrape(SCRAPE);
-        assert_eq!(scrape.requests, 10 + 7 + 1 + 5 + 4 + 9 + 99 + 3 + 2);
-        assert_eq!(scrape.writes, parse_write_counts(SCRAPE));
+        assert_eq!(scrape.total_requests(), 10 + 7 + 1 + 5 + 4 + 9 + 99 + 3 + 2);
+        assert_eq!(
+            scrape.requests[&RequestKind::new("APPLY (dry run)", "deployments")],
+            9,
+            "a dry run is a request of its own kind"
+        );
+        assert_eq!(scrape.requests[&RequestKind::new("GET", "secrets")], 99);
+        assert_eq!(scrape.writes, write_counts(&scrape.requests));
+        assert_eq!(
+            increase(&parse_request_counts(""), &scrape.requests),
+            scrape.requests
+        );
+        assert!(increase(&scrape.requests, &scrape.requests).is_empty());
     }
 
     #[test]
     fn operator_writes_exclude_the_simulator_the_system_and_the_bench() {
-        let before = parse_write_counts("");
-        let after = parse_write_counts(SCRAPE);
-        let bench = WriteCounts::from([(WriteKind::new("POST", "coderprovisioners"), 10)]);
+        let before = WriteCounts::new();
+        let after = parse_scrape(SCRAPE).writes;
+        let bench = WriteCounts::from([(RequestKind::new("POST", "coderprovisioners"), 10)]);
         let writes = operator_writes(&before, &after, &bench);
         assert_eq!(
             writes,
             WriteCounts::from([
-                (WriteKind::new("APPLY", "deployments"), 4),
-                (WriteKind::new("PATCH", "coderprovisioners/status"), 8),
+                (RequestKind::new("APPLY", "deployments"), 4),
+                (RequestKind::new("PATCH", "coderprovisioners/status"), 8),
             ])
         );
         assert!(operator_writes(&after, &after, &WriteCounts::new()).is_empty());
@@ -273,7 +317,7 @@ apiserver_request_duration_seconds_count{verb="POST"} 1000
     #[case("coderprovisioners/status", Writer::OperatorOrBench)]
     #[case("events", Writer::OperatorOrBench)]
     fn writers_are_told_apart_by_resource(#[case] resource: &str, #[case] writer: Writer) {
-        assert_eq!(writer_of(&WriteKind::new("PATCH", resource)), writer);
+        assert_eq!(writer_of(&RequestKind::new("PATCH", resource)), writer);
     }
 
     #[rstest]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::apimetrics::{self, ApiScrape, WriteCounts, WriteKind};
+use super::apimetrics::{self, ApiScrape, RequestKind, WriteCounts};
 use super::model::{ApiWrites, CoderdTraffic, CpuBreakdown, OperatorUse, ScaleResult};
 use super::procfs::{self, Footprint};
 use super::stats::{Latency, millis};
@@ -166,6 +166,28 @@ fn token_secret_name(index: usize) -> String {
     format!("coderd-{index}-operator-token")
 }
 
+/// Records kube-apiserver's CPU profile over the next `seconds` (Go's pprof format) to `file`.
+pub async fn apiserver_profile(
+    admin: kube::Client,
+    seconds: u64,
+    file: PathBuf,
+) -> anyhow::Result<PathBuf> {
+    use futures::AsyncReadExt as _;
+    let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+        .body(Vec::new())
+        .context("building the profile request")?;
+    let mut profile = Vec::new();
+    admin
+        .request_stream(request)
+        .await
+        .context("asking kube-apiserver for a CPU profile")?
+        .read_to_end(&mut profile)
+        .await
+        .context("reading kube-apiserver's CPU profile")?;
+    std::fs::write(&file, profile).with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
+}
+
 /// A point in time to measure a phase from.
 pub struct Mark {
     api: ApiScrape,
@@ -183,6 +205,8 @@ pub struct Delta {
     pub writes: ApiWrites,
     /// kube-apiserver requests from every client (operator, simulator, bench, controllers).
     pub api_requests: u64,
+    /// The same by kind (`GET secrets`), labelled.
+    pub api_requests_by_kind: BTreeMap<String, u64>,
     pub operator: OperatorUse,
     pub footprint: Footprint,
     /// CPU seconds by process over the phase, with its wall time.
@@ -216,6 +240,8 @@ impl BenchRun {
     pub async fn start(setup: &Setup, contender: &Contender, label: &str) -> anyhow::Result<Self> {
         let options = LocalOptions {
             binaries_dir: Some(setup.binaries.clone()),
+            audit: false,
+            profiling: true,
             ..LocalOptions::default()
         };
         let cluster = LocalControlPlane::start(options)
@@ -299,7 +325,13 @@ impl BenchRun {
                 &apimetrics::operator_writes(&mark.api.writes, &after.writes, bench_writes),
                 crs,
             ),
-            api_requests: after.requests.saturating_sub(mark.api.requests),
+            api_requests: after
+                .total_requests()
+                .saturating_sub(mark.api.total_requests()),
+            api_requests_by_kind: apimetrics::increase(&mark.api.requests, &after.requests)
+                .iter()
+                .map(|(kind, n)| (kind.label(), *n))
+                .collect(),
             operator: OperatorUse::between(mark.footprint, footprint),
             footprint,
             cpu: CpuBreakdown::between(&mark.cpu, &cpu, millis(elapsed)),
@@ -336,6 +368,11 @@ impl BenchRun {
     fn footprint(&self) -> anyhow::Result<Footprint> {
         let pid = self.operator.pid().context("the operator is not running")?;
         Footprint::read_tree(pid).with_context(|| format!("reading /proc/{pid} of the operator"))
+    }
+
+    /// The control plane's admin client.
+    pub fn admin(&self) -> &kube::Client {
+        &self.admin
     }
 
     /// Creates `size` CoderProvisioners at once and waits (up to the ready timeout) until each has
@@ -391,7 +428,7 @@ impl BenchRun {
         }
         self.settle().await?;
         let bench_writes =
-            WriteCounts::from([(WriteKind::new("POST", "coderprovisioners"), size as u64)]);
+            WriteCounts::from([(RequestKind::new("POST", "coderprovisioners"), size as u64)]);
         let delta = self.delta(&mark, &bench_writes, size).await?;
         self.keys.extend(keys);
         let result = ScaleResult {
@@ -403,6 +440,7 @@ impl BenchRun {
             coderd: delta.coderd.clone(),
             writes: delta.writes.clone(),
             api_requests_all_clients: delta.api_requests,
+            api_requests_by_kind: delta.api_requests_by_kind.clone(),
             operator: OperatorUse {
                 peak_rss_kib: delta.footprint.peak_rss_kib,
                 cpu_seconds: delta.operator.cpu_seconds,

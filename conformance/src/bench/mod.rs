@@ -107,6 +107,10 @@ pub struct BenchArgs {
     /// Results folder (created; files in it are overwritten).
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
+    /// Also record a CPU profile of kube-apiserver over the first SECONDS of each scale size, to
+    /// `kube-apiserver-N<size>.pprof` beside the results (read it with `go tool pprof -top`).
+    #[arg(long, value_name = "SECONDS")]
+    pub apiserver_profile: Option<u64>,
     #[command(flatten)]
     pub started: StartedOperatorArgs,
     /// Also measure this operator command line (run like --operator-cmd, with the same CRDs) and
@@ -384,10 +388,22 @@ async fn scale_turn(
     ) else {
         return false;
     };
-    let scale = run
-        .scale(size, None)
-        .await
-        .inspect(|(scale, _)| print_progress(scale));
+    let scale = match args.apiserver_profile {
+        None => run.scale(size, None).await,
+        Some(seconds) => {
+            let file = contender
+                .files
+                .join(format!("kube-apiserver-N{size}.pprof"));
+            let profile = harness::apiserver_profile(run.admin().clone(), seconds, file);
+            let (scale, profiled) = tokio::join!(run.scale(size, None), profile);
+            match profiled {
+                Ok(file) => eprintln!("bench:   kube-apiserver profile: {}", file.display()),
+                Err(e) => eprintln!("bench:   no kube-apiserver profile: {e:#}"),
+            }
+            scale
+        }
+    }
+    .inspect(|(scale, _)| print_progress(scale));
     let follow_up = steady_pending && scale.is_ok() && size == args.steady_size;
     if follow_up {
         let outcome = steady_and_restart(args, setup, &mut run, report).await;

@@ -224,6 +224,9 @@ pub struct ScaleResult {
     pub writes: ApiWrites,
     /// kube-apiserver requests from all clients (operator, readiness simulator, bench) in the phase.
     pub api_requests_all_clients: u64,
+    /// The same by kind (`GET secrets`, `APPLY (dry run) secrets`): where the API server's time goes.
+    #[serde(default)]
+    pub api_requests_by_kind: BTreeMap<String, u64>,
     pub operator: OperatorUse,
     /// CPU seconds by process from the first create to the end of the settle window.
     #[serde(default)]
@@ -475,7 +478,7 @@ pub(crate) mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::bench::apimetrics::WriteKind;
+    use crate::bench::apimetrics::RequestKind;
 
     fn entry(method: &str, route: Option<&str>, status: u16) -> JournalEntry {
         serde_json::from_value(serde_json::json!({
@@ -521,6 +524,7 @@ pub(crate) mod tests {
             },
             writes: ApiWrites::default(),
             api_requests_all_clients: 1000,
+            api_requests_by_kind: BTreeMap::from([("GET secrets".to_owned(), 1000)]),
             operator: OperatorUse {
                 peak_rss_kib: rss_kib,
                 cpu_seconds: 1.5,
@@ -607,8 +611,8 @@ pub(crate) mod tests {
     #[test]
     fn writes_single_out_cr_status() {
         let counts = WriteCounts::from([
-            (WriteKind::new("PATCH", "coderprovisioners/status"), 3),
-            (WriteKind::new("APPLY", "deployments"), 2),
+            (RequestKind::new("PATCH", "coderprovisioners/status"), 3),
+            (RequestKind::new("APPLY", "deployments"), 2),
         ]);
         let writes = ApiWrites::from_counts(&counts, 2);
         assert_eq!(

@@ -1,8 +1,10 @@
 //! The bench results as plain-text tables (printed, and written as `bench.txt`).
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::model::{BenchReport, CPU_PROCESSES, CoderdTraffic, CpuBreakdown, TargetStatus};
+use super::model::{
+    BenchReport, CPU_PROCESSES, CoderdTraffic, CpuBreakdown, ScaleResult, TargetStatus,
+};
 
 /// Left-aligned first column, right-aligned numbers, two spaces between columns.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -62,6 +64,33 @@ pub fn mib(kib: u64) -> String {
 }
 
 /// `APPLY deployments 10, PATCH x 2`, or nothing when there were no writes.
+/// One row per key of any size's counts, one column per size: the count divided by the size.
+fn per_cr_table(
+    first_header: &str,
+    scale: &[ScaleResult],
+    counts: impl Fn(&ScaleResult) -> &BTreeMap<String, u64>,
+) -> String {
+    let keys: BTreeSet<&String> = scale.iter().flat_map(|s| counts(s).keys()).collect();
+    let headers: Vec<String> = std::iter::once(first_header.to_owned())
+        .chain(scale.iter().map(|s| format!("N={}", s.size)))
+        .collect();
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|key| {
+            std::iter::once((*key).clone())
+                .chain(scale.iter().map(|s| {
+                    let n = counts(s).get(*key).copied().unwrap_or(0);
+                    ratio(super::stats::per(n, s.size))
+                }))
+                .collect()
+        })
+        .collect();
+    table(
+        &headers.iter().map(String::as_str).collect::<Vec<_>>(),
+        &rows,
+    )
+}
+
 fn writes_by_kind(writes: &super::model::ApiWrites) -> String {
     if writes.by_kind.is_empty() {
         return String::new();
@@ -204,52 +233,11 @@ pub fn render(report: &BenchReport) -> String {
             out += &cpu_table("process", &columns, env.cpus);
         }
         out += "\ncoderd requests per CR by route\n";
-        let routes: BTreeSet<&String> = report
-            .scale
-            .iter()
-            .flat_map(|s| s.coderd.by_route.keys())
-            .collect();
-        let headers: Vec<String> = std::iter::once("route".to_owned())
-            .chain(report.scale.iter().map(|s| format!("N={}", s.size)))
-            .collect();
-        let rows: Vec<Vec<String>> = routes
-            .iter()
-            .map(|route| {
-                std::iter::once((*route).clone())
-                    .chain(report.scale.iter().map(|s| {
-                        let n = s.coderd.by_route.get(*route).copied().unwrap_or(0);
-                        ratio(super::stats::per(n, s.size))
-                    }))
-                    .collect()
-            })
-            .collect();
-        out += &table(
-            &headers.iter().map(String::as_str).collect::<Vec<_>>(),
-            &rows,
-        );
+        out += &per_cr_table("route", &report.scale, |s| &s.coderd.by_route);
         out += "\nKubernetes API writes per CR by kind (operator only)\n";
-        let kinds: BTreeSet<&String> = report
-            .scale
-            .iter()
-            .flat_map(|s| s.writes.by_kind.keys())
-            .collect();
-        let rows: Vec<Vec<String>> = kinds
-            .iter()
-            .map(|kind| {
-                std::iter::once((*kind).clone())
-                    .chain(report.scale.iter().map(|s| {
-                        let n = s.writes.by_kind.get(*kind).copied().unwrap_or(0);
-                        ratio(super::stats::per(n, s.size))
-                    }))
-                    .collect()
-            })
-            .collect();
-        let mut headers = headers;
-        headers[0] = "write".to_owned();
-        out += &table(
-            &headers.iter().map(String::as_str).collect::<Vec<_>>(),
-            &rows,
-        );
+        out += &per_cr_table("write", &report.scale, |s| &s.writes.by_kind);
+        out += "\nKubernetes API requests per CR by kind (all clients: operator, readiness stand-in, bench, control plane)\n";
+        out += &per_cr_table("request", &report.scale, |s| &s.api_requests_by_kind);
     }
     if let Some(steady) = &report.steady {
         let _ = writeln!(

@@ -56,6 +56,11 @@ pub struct LocalOptions {
     pub startup_timeout: Duration,
     /// Keep the scratch folder (certs, logs, etcd data) after stopping, for debugging.
     pub keep_files: bool,
+    /// Write the audit log of ServiceAccount requests ([`AUDIT_LOG`]). Default true; the bench
+    /// turns it off (it reads no audit log, and a blocking log costs the API server time).
+    pub audit: bool,
+    /// Serve kube-apiserver's `/debug/pprof` (for the bench's profile). Default false.
+    pub profiling: bool,
 }
 
 impl Default for LocalOptions {
@@ -65,6 +70,8 @@ impl Default for LocalOptions {
             controller_manager: true,
             startup_timeout: Duration::from_secs(90),
             keep_files: false,
+            audit: true,
+            profiling: false,
         }
     }
 }
@@ -133,7 +140,7 @@ impl LocalControlPlane {
         };
         plane.write_files()?;
         let etcd_url = plane.start_etcd()?;
-        plane.start_apiserver(apiserver_port, &etcd_url)?;
+        plane.start_apiserver(apiserver_port, &etcd_url, opts)?;
         let deadline = Instant::now() + opts.startup_timeout;
         let client = plane.wait_ready(deadline).await?;
         plane.mark_local(&client, deadline).await?;
@@ -297,9 +304,14 @@ impl LocalControlPlane {
         Ok(client)
     }
 
-    fn start_apiserver(&mut self, port: u16, etcd_url: &str) -> anyhow::Result<()> {
+    fn start_apiserver(
+        &mut self,
+        port: u16,
+        etcd_url: &str,
+        opts: &LocalOptions,
+    ) -> anyhow::Result<()> {
         let file = |name: &str| self.dir.join(name).display().to_string();
-        let args = [
+        let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
@@ -319,13 +331,17 @@ impl LocalControlPlane {
             "--allow-privileged=true".to_owned(),
             // Saves CPU on small machines; a single client population needs no fairness.
             "--enable-priority-and-fairness=false".to_owned(),
-            "--profiling=false".to_owned(),
-            format!("--audit-policy-file={}", file("audit-policy.yaml")),
-            format!("--audit-log-path={}", file(AUDIT_LOG)),
-            // Written as each request ends, not batched for seconds: a step that reads the log
-            // right after the requests it counts finds them there.
-            "--audit-log-mode=blocking".to_owned(),
+            format!("--profiling={}", opts.profiling),
         ];
+        if opts.audit {
+            args.extend([
+                format!("--audit-policy-file={}", file("audit-policy.yaml")),
+                format!("--audit-log-path={}", file(AUDIT_LOG)),
+                // Written as each request ends, not batched for seconds: a step that reads the
+                // log right after the requests it counts finds them there.
+                "--audit-log-mode=blocking".to_owned(),
+            ]);
+        }
         self.spawn("kube-apiserver", &args)
     }
 

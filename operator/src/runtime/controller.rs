@@ -218,6 +218,9 @@ pub async fn run(
     // `Controller::new`.
     let (store, writer) = reflector::store();
     let events = watcher(provisioners, watcher::Config::default())
+        // No pass reads the cached CR's managedFields (each reads its CR live), and they are
+        // a large part of what the cache would hold.
+        .modify(|cr| cr.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects();
     let own_writes = OwnWrites::default();
