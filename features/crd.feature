@@ -49,17 +49,24 @@ Feature: The CoderProvisioner CRD and what the API server admits
       | spec.key.name |
       | 64            |
 
+  # coderd takes any case (it stores names lower-cased, R-KEY-21), digits, '.', '_' and '-'.
   @R-CRD-7 @D-4 @core
-  Scenario: A key name of 64 characters is accepted
+  Scenario Outline: A key name coderd accepts is accepted: <shape>
     When a provisioner is submitted with a spec of:
       """
       controlPlaneRef:
         name: codercontrolplane-sample
       key:
-        name: {64 x a}
+        name: <name>
       """
     # checks: R-CRD-7, D-4
     Then the API server accepts it
+
+    Examples:
+      | shape                          | name           |
+      | 64 characters                  | {64 x a}       |
+      | upper case                     | Upper-Case-Key |
+      | a digit first, '.' and '_'     | 0.key_name-1   |
 
   # R-CRD-8 sets no minimum; D-4 does.
   @D-4 @core

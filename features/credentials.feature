@@ -75,6 +75,8 @@ Feature: Credential Secrets referenced by extraEnv
       | lookalike host suffix     | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://127.0.0.1.evil.test"} | CredentialDestinationMismatch |
       | lookalike path            | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://evil.test/{authority}"} | CredentialDestinationMismatch |
       | lookalike userinfo        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://{authority}@evil.test"} | CredentialDestinationMismatch |
+      | origin with a user        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://someone@{authority}"} | CredentialDestinationMismatch |
+      | origin with user:password | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "http://someone:pw@{authority}"} | CredentialDestinationMismatch |
       | origin with a path        | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}/api"}              | CredentialDestinationMismatch |
       | wildcard                  | proxy-credentials | {coder.com/credential: "true"} | {coder.com/credential-destinations: "*"}                         | CredentialDestinationMismatch |
       | Secret does not exist     | no-such-secret    | {coder.com/credential: "true"} | {coder.com/credential-destinations: "{origin}"}                  | CredentialSecretNotFound      |

@@ -234,16 +234,22 @@ Feature: The provisioner Deployment
       | imagePullSecrets              | {imagePullSecrets: [{name: registry-credentials}]} | /spec/template/spec/imagePullSecrets              | [{name: registry-credentials}]       |
       | terminationGracePeriodSeconds | {terminationGracePeriodSeconds: 30}               | /spec/template/spec/terminationGracePeriodSeconds | 30                                   |
 
+  # Removing `replicas: 1` leaves the default, 1: a new generation whose pass changes no child.
   @R-ST-4 @core
-  Scenario: A later generation is observed, and conditions that did not change keep their transition times
+  Scenario Outline: A later generation is observed, and conditions that did not change keep their transition times, after <edit>
     Given the sample provisioner is Ready
     Then the provisioner's conditions are remembered
     When the provisioner spec is changed to:
       """
-      extraArgs: ["--verbose"]
+      <spec>
       """
     Then the provisioner's status observes its current generation
     And the provisioner's conditions keep their last transition times
+
+    Examples:
+      | edit                                 | spec                     |
+      | an edit of the Deployment            | extraArgs: ["--verbose"] |
+      | an edit that changes no child object | replicas: null           |
 
   @R-ST-1 @R-ST-2 @R-ST-3 @R-ST-5 @core
   Scenario Outline: A Deployment with <replicas> ready replica(s) gives phase <phase>
@@ -264,6 +270,22 @@ Feature: The provisioner Deployment
       | replicas | phase   | status | reason               |
       | 0        | Pending | False  | NoReplicasReady      |
       | 2        | Ready   | True   | MinimumReplicasReady |
+
+  # The status says what the Deployment reports, whoever wrote it last: an operator that
+  # ignores status events leaves a stale write standing until its next resync.
+  @R-ST-2 @R-ST-3 @D-10 @extended
+  Scenario: A status another client overwrote is corrected
+    Given the sample provisioner is Ready
+    When another client writes the provisioner's status:
+      """
+      phase: Pending
+      readyReplicas: 0
+      """
+    # checks: R-ST-2, R-ST-3, D-10
+    Then the provisioner status has:
+      | field         | value |
+      | phase         | Ready |
+      | readyReplicas | 1     |
 
   # A pod quota lets the ReplicaSet controller start one pod of three (on the local tier the
   # readiness stand-in honours the quota the same way, D-8).

@@ -254,6 +254,7 @@ Feature: The provisioner key in coderd
   @R-KEY-21 @D-4 @extended
   Scenario: An upper-case key name ends with one lower-case key
     Given a Ready control plane with operator access
+    # checks: R-KEY-21, D-4
     When the sample provisioner is applied with spec:
       """
       key:

@@ -28,6 +28,24 @@ Feature: Two replicas, one leader
     And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
     And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
 
+  # R-KEY-22's replacement deletes a key by name: a deposed leader that sent that DELETE after
+  # waking would delete the key the new leader has just created under the same name.
+  @R-KEY-4 @R-KEY-22 @extended
+  Scenario: A leader paused before replacing a same-named key deletes nothing when it wakes
+    Given a provisioner key named "coderprovisioner-sample" already exists in the scenario's organization
+    When coderd delays its answers to every POST on "provisionerkeys" by 2 seconds
+    And the sample provisioner is applied
+    And the leader is paused as soon as coderd sees its POST on "provisionerkeys"
+    # checks: none
+    Then another replica takes over the Lease
+    # checks: R-KEY-22
+    And the provisioner becomes Ready
+    When the paused replica resumes
+    # checks: R-KEY-4
+    Then coderd sees no provisioner key changes since the last action during the observation window
+    # checks: R-KEY-4, R-KEY-22
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+
   @R-KEY-4 @extended
   Scenario: A leader that stops hands its Lease over at once
     When the leader is stopped right after it renews its Lease

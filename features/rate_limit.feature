@@ -59,12 +59,67 @@ Feature: Rate limiting by coderd
     # checks: none
     And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
 
+  # The kept key's id is then learned on a later pass, with the key again. Only a 401 there
+  # (R-KEY-18's failures are reported and retried) says the key is no key any more.
+  @R-KEY-18 @R-KEY-4 @extended
+  Scenario Outline: A kept key whose next lookup is answered <status> is still kept
+    Given a Ready control plane with operator access
+    And coderd answers the next GET on "daemon-key" with status 429
+    And coderd answers the next GET on "daemon-key" with status <status>
+    When the sample provisioner is applied
+    # checks: R-KEY-18
+    Then the provisioner becomes Ready
+    # checks: R-KEY-4
+    And coderd saw exactly 1 POST on "provisionerkeys"
+    # checks: R-KEY-4
+    And coderd saw no DELETE on "provisionerkey"
+
+    Examples:
+      | status |
+      | 429    |
+      | 403    |
+      | 500    |
+
+  # A rotation's new key is looked up the same way; until its id is known the status must not
+  # keep the old key's (deleted) id, or the new key is never looked up nor cleaned up.
+  @R-RL-1 @R-KEY-6 @R-KEY-24 @extended
+  Scenario: A rate-limited lookup of a rotated key records the new key
+    Given a Ready control plane with operator access
+    And the sample provisioner is Ready
+    When coderd answers the next GET on "daemon-key" with status 429
+    And the provisioner spec is changed to:
+      """
+      tags: {team: green}
+      """
+    # checks: R-KEY-6
+    Then the provisioner status has:
+      | field    | value    |
+      | tagsHash | a05c8748 |
+    # checks: R-KEY-6
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-KEY-24
+    And coderd holds exactly 1 provisioner key named "coderprovisioner-sample"
+    # checks: R-RL-1
+    And the provisioner becomes Ready
+
   @R-RL-2 @slow @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
     When the sample provisioner is applied
     Then coderd sees 5 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
+
+  # A 429 on the new key's own lookup stops the pass like any other (R-RL-4): the kept key is
+  # looked up again after the backoff, and no Deployment runs a key whose record is unknown.
+  @R-RL-2 @R-RL-4 @slow @extended
+  Scenario: Rate-limited lookups of a new key are retried with a doubling backoff
+    Given a Ready control plane with operator access
+    And coderd answers every GET on "daemon-key" with status 429
+    When the sample provisioner is applied
+    # checks: R-RL-2
+    Then coderd sees 3 GET on "daemon-key" spaced by a backoff doubling from 2 seconds
+    # checks: R-RL-4
+    And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
   @R-RL-3 @slow @extended
   Scenario: A success starts the backoff over

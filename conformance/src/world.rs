@@ -674,7 +674,12 @@ impl ProvisionerWorld {
             seen.last_seq = seen.last_seq.max(entry.seq);
             let with_token =
                 entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str());
-            if with_token || names_organization(&entry.path, &organizations) {
+            // A key of one of them authenticated it (a new key's lookup of its own record).
+            let with_key = entry
+                .key_organization_id
+                .as_ref()
+                .is_some_and(|id| organizations.contains(id));
+            if with_token || with_key || names_organization(&entry.path, &organizations) {
                 seen.entries.push(entry);
             }
         }

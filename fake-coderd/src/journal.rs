@@ -39,6 +39,10 @@ pub struct JournalEntry {
     /// Id of the provisioner key that authenticated a daemon request (§2.9), when one did.
     #[serde(default)]
     pub authenticated_key_id: Option<String>,
+    /// Organization of the key the request's daemon key header names, when coderd holds that key,
+    /// whatever the answer (a fault's too): whose request a key-authenticated one is.
+    #[serde(default)]
+    pub key_organization_id: Option<String>,
 }
 
 /// Queries over journal entries (implemented for slices, so `Vec<JournalEntry>` has them too).

@@ -148,9 +148,10 @@ async fn saw_none(
 /// "since the last action": counted from the start of the latest `When` step;
 /// "from now on": counted from this step. Either way the window must pass without such calls:
 /// the tier's observation window, or a shorter one the scenario states ("for 3 seconds") where
-/// the calls it looks for would come at once.
+/// the calls it looks for would come at once. "Key changes" are the creates and deletes among
+/// the key requests (a deposed leader may still read; it may not write).
 #[then(
-    regex = r"^coderd sees no (provisioner key requests|requests) (since the last action|from now on) (?:during the observation window|for (\d+) seconds)$"
+    regex = r"^coderd sees no (provisioner key requests|provisioner key changes|requests) (since the last action|from now on) (?:during the observation window|for (\d+) seconds)$"
 )]
 async fn sees_nothing_new(
     world: &mut ProvisionerWorld,
@@ -159,6 +160,7 @@ async fn sees_nothing_new(
     stated_seconds: String,
 ) -> anyhow::Result<()> {
     let keys_only = kind.starts_with("provisioner key");
+    let changes_only = kind.ends_with("changes");
     let start = match baseline.as_str() {
         "since the last action" => world.action_mark.ok_or_else(|| {
             anyhow!("\"since the last action\" needs an earlier When step in this scenario")
@@ -180,6 +182,7 @@ async fn sees_nothing_new(
                 .into_iter()
                 .skip(start)
                 .filter(|e| !keys_only || is_key_request(e.route.as_deref()))
+                .filter(|e| !changes_only || matches!(e.method.as_str(), "POST" | "DELETE"))
                 .collect();
             Ok(if new.is_empty() {
                 Ok(())
@@ -605,11 +608,21 @@ async fn inject_scenario_fault(
     fault: FaultSpec,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
-    let fingerprint = world.scenario_coderd()?.token_fingerprint.clone();
-    world
-        .admin()?
-        .inject_fault(fault.sticky().for_session_token_fingerprint(fingerprint))
-        .await
+    let fault = scenario_scoped(world, fault.sticky())?;
+    world.admin()?.inject_fault(fault).await
+}
+
+/// `fault` for the scenario's requests: those with its session token, and those authenticated
+/// by a key of its organization, which carry no session token (the lookup of a new key's own
+/// record on "daemon-key").
+fn scenario_scoped(world: &ProvisionerWorld, fault: FaultSpec) -> anyhow::Result<FaultSpec> {
+    let coderd = world.scenario_coderd()?;
+    let fault = fault.for_session_token_fingerprint(coderd.token_fingerprint.clone());
+    Ok(if coderd.organization_id.is_empty() {
+        fault
+    } else {
+        fault.or_key_of_organization(coderd.organization_id.clone())
+    })
 }
 
 #[given(expr = "coderd answers every {word} on {string} with status {int}")]
@@ -624,9 +637,7 @@ async fn coderd_fault(
     inject_scenario_fault(world, fault).await
 }
 
-/// A one-shot fault: only the scenario's next such request gets the status. It also covers the
-/// requests authenticated by a key of the scenario's organization, which carry no session token
-/// (the lookup of a new key's own record on "daemon-key").
+/// A one-shot fault: only the scenario's next such request gets the status.
 #[given(expr = "coderd answers the next {word} on {string} with status {int}")]
 #[when(expr = "coderd answers the next {word} on {string} with status {int}")]
 async fn coderd_fault_once(
@@ -636,12 +647,10 @@ async fn coderd_fault_once(
     status: u16,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
-    let coderd = world.scenario_coderd()?;
-    let mut fault = FaultSpec::status(&method, route_template(&alias)?, status)
-        .for_session_token_fingerprint(coderd.token_fingerprint.clone());
-    if !coderd.organization_id.is_empty() {
-        fault = fault.or_key_of_organization(coderd.organization_id.clone());
-    }
+    let fault = scenario_scoped(
+        world,
+        FaultSpec::status(&method, route_template(&alias)?, status),
+    )?;
     world.admin()?.inject_fault(fault).await
 }
 

@@ -868,20 +868,42 @@ async fn await_key_delete(world: &ProvisionerWorld) -> anyhow::Result<()> {
 /// place, but no baseline of the key it holds.
 #[when("the provisioner's recorded key fields are removed from its status")]
 async fn key_fields_removed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    world.mark_action().await?;
     let patch = json!({"status": {
         "organizationID": null, "organizationName": null, "provisionerKeyID": null,
         "provisionerKeyName": null, "tagsHash": null, "controlPlaneRefName": null,
         "controlPlaneURL": null}});
+    write_status_as_another_client(world, &patch)
+        .await
+        .context("removing the key fields from the status")
+}
+
+/// R-ST-2, R-ST-3: a status another client wrote (a stale replica, a human with kubectl) no
+/// longer says what the Deployment reports.
+#[when("another client writes the provisioner's status:")]
+async fn status_written_by_another_client(
+    world: &mut ProvisionerWorld,
+    step: &Step,
+) -> anyhow::Result<()> {
+    let patch = json!({ "status": docstring_yaml(world, step)? });
+    write_status_as_another_client(world, &patch)
+        .await
+        .context("writing the provisioner's status")
+}
+
+/// Merge-patches the CR's status subresource, as a write of the suite's (not the operator's).
+async fn write_status_as_another_client(
+    world: &mut ProvisionerWorld,
+    patch: &serde_json::Value,
+) -> anyhow::Result<()> {
+    world.mark_action().await?;
     let written = world
         .provisioners()
         .patch_status(
             &world.provisioner,
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::Merge(patch),
         )
-        .await
-        .context("removing the key fields from the status")?;
+        .await?;
     if let Some(recorder) = &world.recorder {
         recorder.suite_wrote(written.metadata.resource_version);
     }

@@ -369,12 +369,14 @@ fn finish(world: &mut World, endpoint: Option<Endpoint>, call: &Call, reply: Rep
             .map(str::to_string),
         _ => None,
     };
-    world.journal.record(journal_entry(
+    let entry = journal_entry(
+        world,
         call,
         endpoint.map(Endpoint::template),
         reply.status,
         authenticated_key_id,
-    ));
+    );
+    world.journal.record(entry);
     reply.with_header(
         "X-Coder-Build-Version",
         world.coderd_version.build_version(),
@@ -388,11 +390,18 @@ pub fn serve(world: &mut World, call: &Call) -> Reply {
 }
 
 fn journal_entry(
+    world: &World,
     call: &Call,
     route: Option<&str>,
     status: u16,
     authenticated_key_id: Option<String>,
 ) -> JournalEntry {
+    let key_organization_id = call
+        .daemon_key
+        .as_deref()
+        .filter(|key| !key.is_empty())
+        .and_then(|key| world.state.key_by_secret(key))
+        .map(|key| key.organization.clone());
     tracing::info!(method = %call.method, path = %call.redacted_path, status, "coderd request");
     JournalEntry {
         seq: 0,
@@ -410,6 +419,7 @@ fn journal_entry(
         bypass_ratelimit: call.bypass.clone(),
         body: redact_body(&call.body),
         authenticated_key_id,
+        key_organization_id,
     }
 }
 
@@ -618,9 +628,8 @@ pub fn fault_mock(shared: &Arc<Shared>, id: FaultId, spec: &FaultSpec) -> Option
                 let call = Call::from_request(request);
                 let mut world = shared.lock();
                 world.faults.used(id);
-                world
-                    .journal
-                    .record(journal_entry(&call, Some(endpoint.template()), 0, None));
+                let entry = journal_entry(&world, &call, Some(endpoint.template()), 0, None);
+                world.journal.record(entry);
                 std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fault: reset")
             })
         }
