@@ -169,6 +169,18 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "default-scope-tag-added",
     "key-call-401-blamed-on-operator-access",
     "rate-limited-message-carries-delay",
+    // Blind batch 10's misses (2026-12-04): a userinfo origin, a 403 on a kept key's lookup,
+    // a deposed leader's unfenced delete, a generation no child shows, a rate-limited lookup
+    // that goes on, a status overwritten by another client, a narrowed key-name pattern, an
+    // unhandled SIGTERM.
+    "credential-destination-username-accepted",
+    "daemon-key-403-taken-as-refusal",
+    "key-deletes-unfenced",
+    "observed-generation-moves-only-on-deployment-write",
+    "rate-limited-lookup-still-deploys",
+    "status-edits-start-no-pass",
+    "upper-case-key-name-rejected",
+    "sigterm-not-handled",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
