@@ -32,9 +32,15 @@ pub fn route_template(alias: &str) -> anyhow::Result<&'static str> {
         })
 }
 
-/// Whether a journal entry is a provisioner-key request (create, list or delete).
+/// Whether a journal entry is a provisioner-key request (create, list or delete) of the operator:
+/// not a fetch of a key's own record with the key, which daemon pods make whenever they start.
 pub fn is_key_request(route: Option<&str>) -> bool {
-    route.is_some_and(|r| r.contains("/provisionerkeys"))
+    route.is_some_and(|r| r.contains("/provisionerkeys") && !is_daemon_key_fetch(Some(r)))
+}
+
+/// A fetch of a key's own record, authenticated by the key (`daemon-key`).
+pub fn is_daemon_key_fetch(route: Option<&str>) -> bool {
+    route == Some("/api/v2/provisionerkeys/{provisionerkey}")
 }
 
 #[cfg(test)]
@@ -48,5 +54,18 @@ mod tests {
     #[case("keys", false)]
     fn route_aliases_resolve(#[case] alias: &str, #[case] known: bool) {
         assert_eq!(route_template(alias).is_ok(), known);
+    }
+
+    #[rstest]
+    #[case("provisionerkeys", true)]
+    #[case("provisionerkey", true)]
+    #[case("daemon-key", false)]
+    #[case("entitlements", false)]
+    fn key_requests_are_the_operators_creates_lists_and_deletes(
+        #[case] alias: &str,
+        #[case] key_request: bool,
+    ) {
+        let route = route_template(alias).ok();
+        assert_eq!(is_key_request(route), key_request);
     }
 }
