@@ -15,8 +15,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("entitlements", "/api/v2/entitlements"),
     ("organization", "/api/v2/organizations/{organization}"),
     // A key's own record, fetched with the key (the operator learns a new key's id there).
-    ("daemon-key", "/api/v2/provisionerkeys/{provisionerkey}"),
+    ("daemon-key", DAEMON_KEY_ROUTE),
 ];
+
+/// A key's own record, fetched with the key itself.
+const DAEMON_KEY_ROUTE: &str = "/api/v2/provisionerkeys/{provisionerkey}";
 
 pub fn route_template(alias: &str) -> anyhow::Result<&'static str> {
     ROUTES
@@ -40,7 +43,7 @@ pub fn is_key_request(route: Option<&str>) -> bool {
 
 /// A fetch of a key's own record, authenticated by the key (`daemon-key`).
 pub fn is_daemon_key_fetch(route: Option<&str>) -> bool {
-    route == Some("/api/v2/provisionerkeys/{provisionerkey}")
+    route == Some(DAEMON_KEY_ROUTE)
 }
 
 #[cfg(test)]
