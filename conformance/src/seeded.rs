@@ -39,22 +39,24 @@ use crate::report::model::{ConformanceReport, Status};
 
 /// Folder of the built-in variants, relative to the repository root.
 pub const PATCH_DIR: &str = "conformance/seeded";
+/// Folder of the built-in legal variants: changes the contract permits (`# permits:`).
+pub const LEGAL_DIR: &str = "conformance/legal";
 
 /// The built-in variants: `(file name in [PATCH_DIR], the patch)`, in the order they are run
 /// and listed. A test checks that this is exactly the folder's `*.patch` files.
 macro_rules! built_in {
-    ($($name:literal),* $(,)?) => {
+    ($folder:literal: $($name:literal),* $(,)?) => {
         &[$(
             (
                 concat!($name, ".patch"),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/seeded/", $name, ".patch")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", $folder, "/", $name, ".patch")),
             )
         ),*]
     };
 }
 
 #[rustfmt::skip]
-pub const BUILT_IN: &[(&str, &str)] = built_in![
+pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     // The PR's three bugs.
     "rbac-without-pod-verbs",
     "key-status-not-persisted-early",
@@ -150,8 +152,6 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "credential-label-value-case-folded",
     "credential-destinations-split-on-comma-space",
     "bypass-fallback-on-412",
-    // A stopped leader's hand-over (issue 26).
-    "lease-held-until-controller-stops",
     // Blind batch 5's observable misses (2026-12-02): an empty organization name, a failure
     // other than 429 between two 429s.
     "empty-organization-name-not-defaulted",
@@ -185,7 +185,15 @@ pub const BUILT_IN: &[(&str, &str)] = built_in![
     "control-plane-status-rewritten",
 ];
 
-/// How a variant is caught.
+/// The built-in legal variants, `(file name in [LEGAL_DIR], the patch)`; a test checks that this
+/// is exactly that folder's `*.patch` files.
+#[rustfmt::skip]
+pub const BUILT_IN_LEGAL: &[(&str, &str)] = built_in!["legal":
+    // A seeded bug until contract D-11 (2026-12-05) said hand-over speed is a figure.
+    "lease-released-after-the-controller-stops",
+];
+
+/// How a variant is judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Breakage {
     /// It breaks rules (`# breaks:`): caught when a scenario fails on a step checking one.
@@ -194,6 +202,10 @@ pub enum Breakage {
     /// only the suite's control-plane fixture, and is caught when the fixture guard stops its
     /// run; under `--control-plane-access read-only` it must pass.
     ControlPlaneWriter,
+    /// A legal variant (`# permits:`): a change the contract permits, so every selected scenario
+    /// must pass (a scenario skipped with its reason, e.g. one that does not apply to it under
+    /// D-12, is no failure). Any failure is a false failure of the suite.
+    Legal,
 }
 
 /// A patch file's header: its leading `#` lines.
@@ -216,6 +228,14 @@ pub struct PatchHeader {
     /// tagged with any rule of [`PatchHeader::breaks`].
     pub scenarios: Option<String>,
     pub breakage: Breakage,
+    /// Rule and decision ids that permit a legal variant (`# permits:`).
+    pub permits: Vec<String>,
+    /// A legal variant's start: `# operator-cmd:` / `# replica-cmd:`, shell lines in which
+    /// `{operator}` stands for the variant's binary (`run --operator-cmd`, `--replica-cmd`).
+    pub operator_cmd: Option<String>,
+    pub replica_cmd: Option<String>,
+    /// Whether a diff follows the header (a legal variant may change only how it is started).
+    pub has_diff: bool,
 }
 
 /// Reads a patch file's header (see [`PatchHeader`]): the `#` lines (and blank lines) before the
@@ -225,6 +245,9 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
     let mut breaks = None;
     let mut scenarios = None;
     let mut verdict = None;
+    let mut permits = None;
+    let mut operator_cmd = None;
+    let mut replica_cmd = None;
     let mut has_diff = false;
     for line in text.lines() {
         let Some(comment) = line.strip_prefix('#') else {
@@ -242,6 +265,9 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
             "breaks" => &mut breaks,
             "scenarios" => &mut scenarios,
             "verdict" => &mut verdict,
+            "permits" => &mut permits,
+            "operator-cmd" => &mut operator_cmd,
+            "replica-cmd" => &mut replica_cmd,
             _ => continue,
         };
         if slot.is_some() {
@@ -259,23 +285,60 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
             "the name {name:?} is not kebab-case (a-z, 0-9 and -)"
         ));
     }
-    let breaks = breaks.ok_or("no `# breaks:` line (rule ids, comma-separated, or none)")?;
-    let breaks: Vec<String> = if breaks.eq_ignore_ascii_case("none") {
-        Vec::new()
-    } else {
-        breaks
-            .split(',')
-            .map(|rule| rule.trim().to_owned())
-            .collect()
+    let rule_list = |key: &str, list: String| -> Result<Vec<String>, String> {
+        let rules: Vec<String> = if list.eq_ignore_ascii_case("none") {
+            Vec::new()
+        } else {
+            list.split(',').map(|rule| rule.trim().to_owned()).collect()
+        };
+        match rules.iter().find(|rule| {
+            rule.is_empty() || rule.contains(char::is_whitespace) || rule.starts_with('@')
+        }) {
+            Some(bad) => Err(format!(
+                "`# {key}:` holds {bad:?}, not a rule id (write rule ids like R-KEY-4, comma-separated)"
+            )),
+            None => Ok(rules),
+        }
     };
-    if let Some(bad) = breaks
-        .iter()
-        .find(|rule| rule.is_empty() || rule.contains(char::is_whitespace) || rule.starts_with('@'))
-    {
-        return Err(format!(
-            "`# breaks:` holds {bad:?}, not a rule id (write rule ids like R-KEY-4, comma-separated)"
-        ));
+    if let Some(permits) = permits {
+        let permits = rule_list("permits", permits)?;
+        if breaks.is_some() || verdict.is_some() {
+            return Err(
+                "a legal variant (`# permits:`) neither breaks a rule nor takes a `# verdict:`"
+                    .to_owned(),
+            );
+        }
+        if permits.is_empty() {
+            return Err("`# permits:` names no rule or decision that permits the change".to_owned());
+        }
+        if !has_diff && operator_cmd.is_none() && replica_cmd.is_none() {
+            return Err(
+                "no diff after the header, and no `# operator-cmd:` or `# replica-cmd:` to run"
+                    .to_owned(),
+            );
+        }
+        validate_scenarios(scenarios.as_deref())?;
+        return Ok(PatchHeader {
+            name,
+            breaks: Vec::new(),
+            scenarios,
+            breakage: Breakage::Legal,
+            permits,
+            operator_cmd,
+            replica_cmd,
+            has_diff,
+        });
     }
+    if operator_cmd.is_some() || replica_cmd.is_some() {
+        return Err(
+            "`# operator-cmd:` and `# replica-cmd:` belong to legal variants (`# permits:`)"
+                .to_owned(),
+        );
+    }
+    let breaks = breaks.ok_or(
+        "no `# breaks:` line (rule ids, comma-separated, or none), nor `# permits:` for a legal variant",
+    )?;
+    let breaks = rule_list("breaks", breaks)?;
     let breakage = match verdict.as_deref() {
         None | Some("rules") => Breakage::Rules,
         Some("fixture-guard") => Breakage::ControlPlaneWriter,
@@ -291,15 +354,7 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
                 .to_owned(),
         );
     }
-    if let Some(expression) = &scenarios
-        && expression
-            .parse::<cucumber::gherkin::tagexpr::TagOperation>()
-            .is_err()
-    {
-        return Err(format!(
-            "`# scenarios: {expression}` is not a cucumber tag expression"
-        ));
-    }
+    validate_scenarios(scenarios.as_deref())?;
     if scenarios.is_none() && breaks.is_empty() {
         return Err("it breaks no rule, so `# scenarios:` must say what to run".to_owned());
     }
@@ -311,7 +366,26 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
         breaks,
         scenarios,
         breakage,
+        permits: Vec::new(),
+        operator_cmd: None,
+        replica_cmd: None,
+        has_diff,
     })
+}
+
+fn validate_scenarios(scenarios: Option<&str>) -> Result<(), String> {
+    match scenarios {
+        Some(expression)
+            if expression
+                .parse::<cucumber::gherkin::tagexpr::TagOperation>()
+                .is_err() =>
+        {
+            Err(format!(
+                "`# scenarios: {expression}` is not a cucumber tag expression"
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// One seeded variant: its header and its patch.
@@ -323,6 +397,13 @@ pub struct Variant {
     pub breaks: Vec<String>,
     /// `# scenarios:`, if given.
     pub scenarios: Option<String>,
+    /// What permits a legal variant (`# permits:`).
+    pub permits: Vec<String>,
+    /// A legal variant's start commands (`{operator}`: its binary).
+    pub operator_cmd: Option<String>,
+    pub replica_cmd: Option<String>,
+    /// Whether the patch holds a diff (a legal variant may only change its start).
+    pub has_diff: bool,
     /// Where the patch comes from (`conformance/seeded/<file>`, or the file given).
     pub origin: String,
     /// The whole patch file, header included (`git apply` skips it).
@@ -338,6 +419,10 @@ impl Variant {
             breakage: header.breakage,
             breaks: header.breaks,
             scenarios: header.scenarios,
+            permits: header.permits,
+            operator_cmd: header.operator_cmd,
+            replica_cmd: header.replica_cmd,
+            has_diff: header.has_diff,
             origin: origin.to_owned(),
             patch: text.to_owned(),
         })
@@ -350,11 +435,16 @@ impl Variant {
         Self::parse(&path.display().to_string(), &text)
     }
 
-    /// Cucumber tag expression selecting the scenarios run against the variant.
+    /// Cucumber tag expression selecting the scenarios run against the variant; empty for the
+    /// whole suite (a legal variant without `# scenarios:`).
     pub fn tag_expression(&self) -> String {
         self.scenarios
             .clone()
             .unwrap_or_else(|| tag_expression(self.breaks.iter().map(String::as_str)))
+    }
+
+    pub fn is_legal(&self) -> bool {
+        self.breakage == Breakage::Legal
     }
 
     /// Whether a failure blamed on `failed_rules` catches this variant.
@@ -370,19 +460,28 @@ fn tag_expression<'a>(rules: impl Iterator<Item = &'a str>) -> String {
         .join(" or ")
 }
 
-/// Every built-in variant, from [`BUILT_IN`] (a header that does not parse is a bug of this
-/// crate, caught by its tests).
+/// Every built-in seeded variant, from [`BUILT_IN`] (a header that does not parse is a bug of
+/// this crate, caught by its tests).
 pub fn variants() -> &'static [Variant] {
-    static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
-        BUILT_IN
-            .iter()
-            .map(|(file, text)| {
-                Variant::parse(&format!("{PATCH_DIR}/{file}"), text)
-                    .unwrap_or_else(|error| panic!("built-in seeded variant: {error:#}"))
-            })
-            .collect()
-    });
+    static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| parse_built_in(PATCH_DIR, BUILT_IN));
     &VARIANTS
+}
+
+/// Every built-in legal variant, from [`BUILT_IN_LEGAL`].
+pub fn legal_variants() -> &'static [Variant] {
+    static VARIANTS: LazyLock<Vec<Variant>> =
+        LazyLock::new(|| parse_built_in(LEGAL_DIR, BUILT_IN_LEGAL));
+    &VARIANTS
+}
+
+fn parse_built_in(dir: &str, files: &[(&str, &str)]) -> Vec<Variant> {
+    files
+        .iter()
+        .map(|(file, text)| {
+            Variant::parse(&format!("{dir}/{file}"), text)
+                .unwrap_or_else(|error| panic!("built-in variant: {error:#}"))
+        })
+        .collect()
 }
 
 #[derive(Args, Debug, Clone)]
@@ -398,6 +497,10 @@ pub struct SeededArgs {
     /// Print the variants with the rule ids they break (the tags selecting their scenarios).
     #[arg(long)]
     pub list: bool,
+    /// Run the built-in legal variants (conformance/legal: changes the contract permits, each of
+    /// which must pass every scenario it runs) instead of the seeded bugs.
+    #[arg(long)]
+    pub legal: bool,
     /// Suite runs at the same time; each starts its own local control plane.
     #[arg(long, default_value_t = 3)]
     pub jobs: usize,
@@ -545,6 +648,11 @@ pub enum Verdict {
         failed: Vec<ScenarioRef>,
         skipped: usize,
     },
+    /// A legal variant passed every scenario it ran (`skipped`: with a reason, e.g. not
+    /// applicable to it).
+    Passed { passed: usize, skipped: usize },
+    /// A legal variant failed: the suite's false failure, with what failed and why.
+    FalselyFailed(String),
     /// The run itself failed, or the patch did not apply or compile; nothing can be concluded.
     Error(String),
 }
@@ -554,6 +662,9 @@ pub enum Verdict {
 /// catches a control-plane writer, and a run stopped for anything else proves nothing.
 pub fn verdict(variant: &Variant, outcome: &RunOutcome) -> Verdict {
     let writer = variant.breakage == Breakage::ControlPlaneWriter;
+    if variant.is_legal() {
+        return legal_verdict(outcome);
+    }
     match outcome {
         RunOutcome::Error(why) => Verdict::Error(why.clone()),
         RunOutcome::Report {
@@ -580,6 +691,58 @@ pub fn verdict(variant: &Variant, outcome: &RunOutcome) -> Verdict {
                 }
             } else {
                 Verdict::Caught(on_its_rules)
+            }
+        }
+    }
+}
+
+/// A legal variant must pass every scenario it runs; a scenario skipped with its reason (one
+/// that does not apply to it) is no failure, one the run never finished is.
+fn legal_verdict(outcome: &RunOutcome) -> Verdict {
+    match outcome {
+        RunOutcome::Error(why) => Verdict::Error(why.clone()),
+        RunOutcome::Report {
+            passed,
+            failed,
+            skipped,
+            aborted,
+        } => {
+            let unfinished: Vec<&ScenarioRef> = skipped
+                .iter()
+                .filter(|s| {
+                    s.reason.as_deref().is_none_or(|r| {
+                        r.starts_with(crate::selection::NOT_STARTED) || r.starts_with("not finished")
+                    })
+                })
+                .collect();
+            let mut problems = Vec::new();
+            if let Some(why) = aborted {
+                problems.push(format!("the run was stopped: {why}"));
+            }
+            for scenario in failed {
+                problems.push(format!(
+                    "{scenario} failed on {}: {}",
+                    if scenario.failed_rules.is_empty() {
+                        "no rule".to_owned()
+                    } else {
+                        scenario.failed_rules.join(", ")
+                    },
+                    scenario.reason.as_deref().unwrap_or("no reason recorded")
+                ));
+            }
+            for scenario in unfinished {
+                problems.push(format!("{scenario} did not finish"));
+            }
+            if passed.is_empty() {
+                problems.push("no scenario passed".to_owned());
+            }
+            if problems.is_empty() {
+                Verdict::Passed {
+                    passed: passed.len(),
+                    skipped: skipped.len(),
+                }
+            } else {
+                Verdict::FalselyFailed(problems.join("; "))
             }
         }
     }
@@ -739,6 +902,14 @@ impl Scratch {
             std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if !variant.has_diff {
+            // A legal variant that changes only how the reference operator is started.
+            return Ok(Prepared {
+                operator: reference.to_path_buf(),
+                rbac: None,
+                crds: None,
+            });
+        }
         self.git(&["reset", "-q", "--hard"]).await?;
         self.git(&["clean", "-q", "-fd"]).await?;
         let patch = dir.join(format!("{}.patch", variant.name));
@@ -940,9 +1111,11 @@ async fn try_run_suite(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut command = tokio::process::Command::new(suite_bin);
+    command.arg("run").args(["--cluster", "local"]);
+    if !run.tags.is_empty() {
+        command.args(["--tags", &run.tags]);
+    }
     command
-        .arg("run")
-        .args(["--cluster", "local", "--tags", &run.tags])
         .arg("--report-dir")
         .arg(&run.report_dir)
         .arg("--features")
@@ -970,6 +1143,17 @@ async fn try_run_suite(
     if run.read_only {
         command.args(["--control-plane-access", "read-only"]);
     }
+    if let Some(variant) = &run.variant {
+        let operator = shell_quoted(&prepared.operator.display().to_string());
+        for (flag, line) in [
+            ("--operator-cmd", &variant.operator_cmd),
+            ("--replica-cmd", &variant.replica_cmd),
+        ] {
+            if let Some(line) = line {
+                command.args([flag, &line.replace("{operator}", &operator)]);
+            }
+        }
+    }
     let status = command
         .status()
         .await
@@ -984,6 +1168,11 @@ async fn try_run_suite(
     Ok(outcome_of(&ConformanceReport::from_yaml(&text)?))
 }
 
+/// `word` as one word of a `sh -c` line.
+fn shell_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
 fn repo_root() -> anyhow::Result<PathBuf> {
     crate::paths::repo_root()
         .canonicalize()
@@ -991,8 +1180,14 @@ fn repo_root() -> anyhow::Result<PathBuf> {
 }
 
 /// The variants to run: the `--patch` files, else the built-in ones; `--only` picks by name.
-fn selected_variants(patches: &[PathBuf], only: &[String]) -> anyhow::Result<Vec<Variant>> {
-    let all: Vec<Variant> = if patches.is_empty() {
+fn selected_variants(
+    patches: &[PathBuf],
+    only: &[String],
+    legal: bool,
+) -> anyhow::Result<Vec<Variant>> {
+    let all: Vec<Variant> = if patches.is_empty() && legal {
+        legal_variants().to_vec()
+    } else if patches.is_empty() {
         variants().to_vec()
     } else {
         patches
@@ -1043,6 +1238,10 @@ pub fn variant_list(variants: &[Variant]) -> String {
                 None => format!("breaks {}", variant.breaks.join(", ")),
                 Some(tags) => format!("breaks {} (runs {tags})", variant.breaks.join(", ")),
             },
+            Breakage::Legal => match &variant.scenarios {
+                None => format!("permitted by {} (runs every scenario)", variant.permits.join(", ")),
+                Some(tags) => format!("permitted by {} (runs {tags})", variant.permits.join(", ")),
+            },
         };
         let _ = writeln!(text, "{:width$}  {what}", variant.name);
     }
@@ -1051,7 +1250,7 @@ pub fn variant_list(variants: &[Variant]) -> String {
 
 /// Runs every selected variant and the unbroken operator; prints the table.
 pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
-    let variants = selected_variants(&args.patches, &args.only)?;
+    let variants = selected_variants(&args.patches, &args.only, args.legal)?;
     if args.list {
         print!("{}", variant_list(&variants));
         return Ok(ExitCode::SUCCESS);
@@ -1118,8 +1317,15 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
+    // The unbroken operator backs the catches: legal variants need no such run.
+    let seeded: Vec<&Variant> = variants.iter().filter(|v| !v.is_legal()).collect();
+    let unbroken_runs = if seeded.is_empty() {
+        0
+    } else {
+        args.unbroken_runs as usize
+    };
     let union = {
-        let mut expressions: Vec<String> = variants
+        let mut expressions: Vec<String> = seeded
             .iter()
             .map(|v| format!("({})", v.tag_expression()))
             .collect();
@@ -1128,7 +1334,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         expressions.join(" or ")
     };
     let reports = out_dir.join("reports");
-    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=args.unbroken_runs as usize)
+    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=unbroken_runs)
         .map(|round| {
             let run = PlannedRun {
                 variant: None,
@@ -1162,7 +1368,8 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     eprintln!(
         "seeded-bugs: {} variants, the unbroken operator {} and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
-        match args.unbroken_runs {
+        match unbroken_runs {
+            0 => "not at all (legal variants only)".to_owned(),
             1 => "once".to_owned(),
             2 => "twice".to_owned(),
             n => format!("{n} times"),
@@ -1219,11 +1426,25 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     print!("{}", table(&verdicts));
-    let caught = verdicts
+    let (legal, broken): (Vec<_>, Vec<_>) = verdicts.iter().partition(|(v, _)| v.is_legal());
+    let caught = broken
         .iter()
         .filter(|(_, v)| matches!(v, Verdict::Caught(_) | Verdict::Stopped(_)))
         .count();
-    println!("caught {caught} of {}", verdicts.len());
+    if !broken.is_empty() {
+        println!("caught {caught} of {}", broken.len());
+    }
+    let legal_passed = legal
+        .iter()
+        .filter(|(_, v)| matches!(v, Verdict::Passed { .. }))
+        .count();
+    if !legal.is_empty() {
+        println!(
+            "legal variants: {legal_passed} of {} passed ({} falsely failed)",
+            legal.len(),
+            legal.len() - legal_passed
+        );
+    }
     let mut all_clean = true;
     let must_pass = results
         .iter()
@@ -1255,7 +1476,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs(),
         reports.display()
     );
-    Ok(if caught == verdicts.len() && all_clean {
+    Ok(if caught == broken.len() && legal_passed == legal.len() && all_clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -1353,6 +1574,12 @@ pub fn table(verdicts: &[(Variant, Verdict)]) -> String {
                     ),
                     "MISSED".to_owned(),
                 ],
+                Verdict::Passed { passed, skipped } => [
+                    name,
+                    format!("none ({passed} passed, {skipped} skipped with their reason)"),
+                    "passed".to_owned(),
+                ],
+                Verdict::FalselyFailed(problems) => [name, problems.clone(), "FALSE".to_owned()],
                 Verdict::Error(why) => [name, why.clone(), "ERROR".to_owned()],
             }
         })
@@ -1468,6 +1695,8 @@ mod tests {
                 "stopped"
             }
             Verdict::Missed { .. } => "missed",
+            Verdict::Passed { .. } => "passed",
+            Verdict::FalselyFailed(_) => "falsely failed",
             Verdict::Error(_) => "error",
         };
         assert_eq!(got, expected);
@@ -1526,6 +1755,10 @@ mod tests {
                 breaks: vec!["R-KEY-13".into(), "D-5".into()],
                 scenarios: None,
                 breakage: Breakage::Rules,
+                permits: vec![],
+                operator_cmd: None,
+                replica_cmd: None,
+                has_diff: true,
             })
         );
         let text = format!(
@@ -1538,6 +1771,10 @@ mod tests {
                 breaks: vec![],
                 scenarios: Some("@R-PRE-11 and not @slow".into()),
                 breakage: Breakage::ControlPlaneWriter,
+                permits: vec![],
+                operator_cmd: None,
+                replica_cmd: None,
+                has_diff: true,
             })
         );
         let variant = Variant::parse("p", &text).expect("a variant");
@@ -1546,6 +1783,53 @@ mod tests {
             breaking("R-KEY-7, R-KEY-8").tag_expression(),
             "@R-KEY-7 or @R-KEY-8"
         );
+    }
+
+    #[test]
+    fn a_legal_header_names_what_permits_it_and_may_only_change_the_start() {
+        let text = "# name: sh-wrapped\n# permits: D-11, D-13\n# replica-cmd: {operator} run; exit $?\n#\n# Started through sh -c.\n";
+        assert_eq!(
+            parse_header(text),
+            Ok(PatchHeader {
+                name: "sh-wrapped".into(),
+                breaks: vec![],
+                scenarios: None,
+                breakage: Breakage::Legal,
+                permits: vec!["D-11".into(), "D-13".into()],
+                operator_cmd: None,
+                replica_cmd: Some("{operator} run; exit $?".into()),
+                has_diff: false,
+            })
+        );
+        let variant = Variant::parse("p", text).expect("a variant");
+        assert!(variant.is_legal());
+        assert_eq!(variant.tag_expression(), "", "the whole suite");
+    }
+
+    #[rstest]
+    #[case::nothing_to_run("# name: x\n# permits: D-13\n", "no `# operator-cmd:`")]
+    #[case::both("# name: x\n# permits: D-13\n# breaks: R-KEY-4\n", "neither breaks")]
+    #[case::permits_nothing("# name: x\n# permits: none\n# operator-cmd: a\n", "names no rule")]
+    #[case::start_of_a_bug("# name: x\n# breaks: R-KEY-4\n# operator-cmd: a\n{DIFF}", "belong to legal")]
+    fn bad_legal_headers_say_what_is_wrong(#[case] header: &str, #[case] expected: &str) {
+        let error = parse_header(&header.replace("{DIFF}", DIFF)).expect_err("refused");
+        assert!(error.contains(expected), "{error}");
+    }
+
+    #[rstest]
+    #[case::all_passed(report(&[1, 2], &[], &[]), "passed")]
+    #[case::a_reasoned_skip(report(&[1], &[], &[3]), "passed")]
+    #[case::a_failure(report(&[1], &[2], &[]), "FALSE")]
+    #[case::stopped(stopped(report(&[1], &[], &[]), "fixture changed"), "FALSE")]
+    #[case::nothing(report(&[], &[], &[]), "FALSE")]
+    fn a_legal_variant_must_pass_what_it_runs(#[case] outcome: RunOutcome, #[case] expected: &str) {
+        let variant = Variant::parse(
+            "p",
+            "# name: legal\n# permits: D-13\n# operator-cmd: {operator} run\n",
+        )
+        .expect("legal");
+        let table = table(&[(variant.clone(), verdict(&variant, &outcome))]);
+        assert!(table.contains(expected), "{table}");
     }
 
     #[rstest]
@@ -1584,11 +1868,19 @@ mod tests {
     }
 
     /// [`BUILT_IN`] is exactly the folder's patches, each named after its file.
-    #[test]
-    fn the_built_in_list_is_the_patch_folder() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeded");
+    #[rstest]
+    #[case("seeded", BUILT_IN, variants(), PATCH_DIR, false)]
+    #[case("legal", BUILT_IN_LEGAL, legal_variants(), LEGAL_DIR, true)]
+    fn the_built_in_list_is_the_patch_folder(
+        #[case] folder: &str,
+        #[case] built_in: &[(&str, &str)],
+        #[case] parsed: &[Variant],
+        #[case] origin_dir: &str,
+        #[case] legal: bool,
+    ) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
-            .expect("conformance/seeded")
+            .expect("the patch folder")
             .map(|entry| {
                 entry
                     .expect("entry")
@@ -1599,21 +1891,22 @@ mod tests {
             .filter(|name| name.ends_with(".patch"))
             .collect();
         on_disk.sort_unstable();
-        let mut listed: Vec<String> = BUILT_IN
+        let mut listed: Vec<String> = built_in
             .iter()
             .map(|(file, _)| (*file).to_owned())
             .collect();
         listed.sort_unstable();
         assert_eq!(
             listed, on_disk,
-            "BUILT_IN in seeded.rs lists conformance/seeded/*.patch"
+            "the built-in list in seeded.rs lists conformance/{folder}/*.patch"
         );
-        for variant in variants() {
+        for variant in parsed {
             assert_eq!(
                 variant.origin,
-                format!("{PATCH_DIR}/{}.patch", variant.name),
+                format!("{origin_dir}/{}.patch", variant.name),
                 "a patch file is named after its variant"
             );
+            assert_eq!(variant.is_legal(), legal, "{}: in the wrong folder", variant.name);
         }
     }
 
@@ -1671,7 +1964,12 @@ mod tests {
     fn every_built_in_patch_applies_to_this_tree() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut broken = Vec::new();
-        for (file, text) in BUILT_IN {
+        // A legal variant that only changes how it is started holds no diff to apply.
+        let all = variants()
+            .iter()
+            .chain(legal_variants().iter().filter(|v| v.has_diff))
+            .map(|v| (v.origin.as_str(), v.patch.as_str()));
+        for (origin, text) in all {
             let mut child = std::process::Command::new("git")
                 .args(["apply", "--check", "-"])
                 .current_dir(&repo)
@@ -1688,7 +1986,7 @@ mod tests {
             let output = child.wait_with_output().expect("git apply --check");
             if !output.status.success() {
                 broken.push(format!(
-                    "{PATCH_DIR}/{file}: {}",
+                    "{origin}: {}",
                     String::from_utf8_lossy(&output.stderr).trim()
                 ));
             }
@@ -1702,13 +2000,14 @@ mod tests {
 
     #[test]
     fn unknown_variants_are_refused_with_the_known_names() {
-        let error = selected_variants(&[], &["no-such-bug".to_owned()]).expect_err("unknown");
+        let error =
+            selected_variants(&[], &["no-such-bug".to_owned()], false).expect_err("unknown");
         assert!(
             error.to_string().contains("tags-ignored-on-drift"),
             "{error}"
         );
         assert_eq!(
-            selected_variants(&[], &[]).expect("all").len(),
+            selected_variants(&[], &[], false).expect("all").len(),
             BUILT_IN.len()
         );
     }
@@ -1722,12 +2021,12 @@ mod tests {
             format!("# name: my-mistake\n# breaks: R-KEY-4\n# ignored: yes\n{DIFF}"),
         )
         .expect("writing");
-        let selected = selected_variants(std::slice::from_ref(&path), &[]).expect("parsed");
+        let selected = selected_variants(std::slice::from_ref(&path), &[], false).expect("parsed");
         assert_eq!(selected.len(), 1);
         assert_eq!(selected[0].name, "my-mistake");
         assert_eq!(selected[0].origin, path.display().to_string());
         std::fs::write(&path, DIFF).expect("writing");
-        let error = selected_variants(std::slice::from_ref(&path), &[]).expect_err("no header");
+        let error = selected_variants(std::slice::from_ref(&path), &[], false).expect_err("no header");
         assert!(
             error.to_string().contains(&path.display().to_string()),
             "the error names the file: {error}"

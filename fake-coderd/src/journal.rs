@@ -43,6 +43,10 @@ pub struct JournalEntry {
     /// whatever the answer (a fault's too): whose request a key-authenticated one is.
     #[serde(default)]
     pub key_organization_id: Option<String>,
+    /// Sent by an observer (header `Fake-Coderd-Observer`): a test's own check, which no fault
+    /// applies to, not a request of the client under test.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub observer: bool,
 }
 
 /// Queries over journal entries (implemented for slices, so `Vec<JournalEntry>` has them too).

@@ -111,16 +111,23 @@ impl ManagedChild {
         self.signal(Signal::SIGCONT);
     }
 
-    /// SIGTERM to the group, wait up to `grace`, then SIGKILL and wait for the exit.
+    /// SIGTERM to the group, as a kubelet stops a pod's processes; wait up to `grace` until
+    /// every process of the group has exited (a wrapper shell dies at once, the program behind it
+    /// may still be releasing its Lease), then SIGKILL what is left and wait for the exit.
     pub async fn stop(&mut self, grace: Duration) {
         self.signal(Signal::SIGTERM);
         // A paused process handles SIGTERM only once it runs again.
         self.signal(Signal::SIGCONT);
         let deadline = Instant::now() + grace;
-        while self.exit_status().is_none() && Instant::now() < deadline {
+        while self.group_runs() && Instant::now() < deadline {
             tokio::time::sleep(POLL).await;
         }
         self.kill().await;
+    }
+
+    /// Whether the child or any other process of its group still runs.
+    fn group_runs(&mut self) -> bool {
+        self.exit_status().is_none() || group_has_live_process(pid_i32(self.pid))
     }
 
     /// SIGKILL to the group (a crash, as far as the process can tell) and wait for the exit.
@@ -141,7 +148,7 @@ impl ManagedChild {
         self.signal(Signal::SIGTERM);
         self.signal(Signal::SIGCONT);
         let deadline = Instant::now() + grace;
-        while self.exit_status().is_none() && Instant::now() < deadline {
+        while self.group_runs() && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
         if self.exit_status().is_none() {
@@ -206,6 +213,30 @@ pub fn registered_pids() -> Vec<u32> {
         .iter()
         .filter_map(|pid| u32::try_from(*pid).ok())
         .collect()
+}
+
+/// True while a process of group `group` has not exited (zombies count as exited), e.g. the
+/// program a wrapper shell started after the shell itself died.
+pub fn group_has_live_process(group: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        // No /proc: whether any member of the group can still be signalled.
+        return killpg(Pid::from_raw(group), None).is_ok();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+        .any(|stat| {
+            // After the parenthesised command: state, ppid, pgrp.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = fields.next().unwrap_or("X");
+            let pgrp = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+            pgrp == Some(group) && state != "Z" && state != "X"
+        })
 }
 
 /// True while `pid` names a process that has not exited (zombies count as exited).
@@ -361,5 +392,30 @@ mod tests {
         assert!(child.exit_status().is_some());
         assert!(!is_alive(pid));
         assert!(!registered_pids().contains(&pid));
+    }
+
+    /// `sh -c 'operator; exit $?'`: SIGTERM ends the shell at once while the program behind it
+    /// still winds down (releasing its Lease); the program gets its grace, not a SIGKILL.
+    #[tokio::test]
+    async fn stop_waits_for_the_program_behind_a_wrapper_shell() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("child.log");
+        let done = dir.path().join("wound-down");
+        let program = format!(
+            "trap 'sleep 1; touch {}; exit 0' TERM; echo started; while :; do sleep 0.1; done",
+            done.display()
+        );
+        let mut command = tokio::process::Command::new("sh");
+        command.args(["-c", &format!("sh -c \"{program}\"; exit $?")]);
+        let mut child = ManagedChild::spawn("wrapped", command, &log).expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !tail_lines(&log, 5).contains("started") {
+            assert!(Instant::now() < deadline, "the program never started");
+            tokio::time::sleep(POLL).await;
+        }
+        let group = pid_i32(child.pid());
+        child.stop(Duration::from_secs(10)).await;
+        assert!(done.exists(), "the program was killed before it wound down");
+        assert!(!group_has_live_process(group));
     }
 }

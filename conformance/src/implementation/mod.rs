@@ -11,13 +11,16 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-use crate::cluster::children::{self, DEFAULT_GRACE, ManagedChild};
+use crate::cluster::children::{self, ManagedChild};
 use crate::cluster::identity;
 use crate::cluster::kubeconfig::{self, ClusterEndpoint};
 use crate::manifests;
 
 pub mod sandbox;
 
+/// Between SIGTERM and SIGKILL, as a pod's termination grace period (contract D-11: at least
+/// 10 s; Kubernetes' default is 30 s). Only an operator that does not exit waits it out.
+pub const OPERATOR_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Namespace of the operator's own ServiceAccount (and its leader-election Lease).
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "coder-system";
 /// Name of the reference operator's binary.
@@ -35,14 +38,14 @@ pub const REFERENCE_ARGS: [&str; 6] = [
     "text",
 ];
 /// Arguments of one replica of the reference operator when it runs leader-elected (the
-/// `@leader-election` scenarios). A Lease of 5 s renewed 3 s before expiry (defaults 15 and 5)
-/// keeps the paused leader's scenario short; a standby that only sleeps until the expiry it last
-/// read wakes 3 s after a renewal (the grace), which the hand-over scenario's 2 s bound tells apart.
+/// `@leader-election` scenarios). A Lease of 10 s renewed 3 s before expiry (defaults 15 and 5)
+/// keeps the paused leader's scenarios short, and is long enough that a standby which only
+/// sleeps until the expiry it last read misses R-HA-3's 5 s after a release.
 pub const REFERENCE_REPLICA_ARGS: [&str; 10] = [
     "run",
     "--leader-election=true",
     "--leader-election-lease-duration",
-    "5",
+    "10",
     "--leader-election-renew-grace",
     "3",
     "--metrics-addr",
@@ -171,7 +174,8 @@ pub struct OperatorProcess {
     /// replica shares its first process's.
     scratch: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
-    /// The API server's URL, which a replica's sandbox forwards.
+    /// The API server, which a replica's sandbox forwards and its kubeconfig names.
+    endpoint: ClusterEndpoint,
     api_server: String,
     /// A replica's own namespaces, when the host allows them.
     sandbox: Option<sandbox::Sandbox>,
@@ -229,6 +233,7 @@ impl OperatorProcess {
             child: None,
             scratch: Some(scratch),
             kubeconfig,
+            endpoint: endpoint.clone(),
             api_server: endpoint.server_url.clone(),
             sandbox: None,
             log: dir.join("operator.log"),
@@ -246,24 +251,38 @@ impl OperatorProcess {
         self.spawn()
     }
 
-    /// SIGTERM, then SIGKILL after [`DEFAULT_GRACE`]: a graceful shutdown.
+    /// SIGTERM to the process group, then SIGKILL after [`OPERATOR_GRACE`] if a process of it
+    /// still runs: a graceful shutdown, as a kubelet stops a pod.
     pub async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            child.stop(DEFAULT_GRACE).await;
+            child.stop(OPERATOR_GRACE).await;
         }
     }
 
-    /// Another process of the same operator: `command` with this one's identity, kubeconfig and
-    /// environment, `POD_NAME=<name>` and [`REPLICA_INDEX_ENV`], logging to `<name>.log` next to
-    /// this one's log. Where the host allows it, the replica runs in a [`sandbox::Sandbox`] named
-    /// `name` that reaches the API server and `coderd_urls`; its log says where it runs.
+    /// Another process of the same operator: `command` with this one's environment,
+    /// `POD_NAME=<name>` and [`REPLICA_INDEX_ENV`], logging to `<name>.log` next to this one's
+    /// log, authenticated as a ServiceAccount of its own with the same rights
+    /// ([`identity::replica_service_account`]), so the audit log tells its writes apart. Where
+    /// the host allows it, the replica runs in a [`sandbox::Sandbox`] named `name` that reaches
+    /// the API server and `coderd_urls`; its log says where it runs.
     pub async fn replica(
         &self,
+        admin: &kube::Client,
         command: OperatorCommand,
         name: &str,
         index: usize,
         coderd_urls: &[String],
     ) -> anyhow::Result<Self> {
+        let (namespace, operator_account) = &self.service_account;
+        let account =
+            identity::replica_service_account(admin, namespace, operator_account, name).await?;
+        let yaml =
+            identity::service_account_kubeconfig(admin, &self.endpoint, namespace, &account)
+                .await?;
+        let kubeconfig = self
+            .kubeconfig
+            .with_file_name(format!("{name}.kubeconfig"));
+        kubeconfig::write_private(&kubeconfig, &yaml)?;
         let mut spec = self.spec.clone();
         spec.command = command;
         spec.extra_env
@@ -313,11 +332,12 @@ impl OperatorProcess {
             spec,
             child: None,
             scratch: None,
-            kubeconfig: self.kubeconfig.clone(),
+            kubeconfig,
+            endpoint: self.endpoint.clone(),
             api_server: self.api_server.clone(),
             sandbox,
             log,
-            service_account: self.service_account.clone(),
+            service_account: (namespace.clone(), account),
             starts: 0,
         };
         replica.spawn()?;

@@ -11,6 +11,11 @@ use cucumber::{Event, Writer, cli, gherkin, parser};
 
 use super::model::{Level, ScenarioResult, Status};
 
+/// Opens the error of a step that found its scenario does not apply to the implementation under
+/// test (e.g. a fault on a coderd route it does not use, D-12): the scenario is reported skipped
+/// with that reason, and fails nothing.
+pub const DOES_NOT_APPLY: &str = "does not apply to this implementation: ";
+
 /// Identifies a scenario across events: feature file and line.
 pub type ScenarioKey = (String, usize);
 
@@ -146,6 +151,17 @@ impl Collector {
             }
             event::Scenario::Step(step, event::Step::Failed(_, _, _, error))
             | event::Scenario::Background(step, event::Step::Failed(_, _, _, error)) => {
+                let message = error.to_string();
+                // A step that found the scenario does not apply to this implementation (D-12):
+                // skipped with that reason, not failed.
+                if let Some(at) = message.find(DOES_NOT_APPLY) {
+                    let why = message[at..].lines().next().unwrap_or_default().to_owned();
+                    outcomes.annotate(&key, |r| {
+                        r.status = Status::Skipped;
+                        r.reason = Some(why);
+                    });
+                    return;
+                }
                 let reason = format!(
                     "step \"{} {}\" failed: {error}",
                     step.keyword.trim(),

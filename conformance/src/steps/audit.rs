@@ -122,6 +122,48 @@ fn writes_by(events: &str, user: &str, namespace: &str) -> anyhow::Result<Vec<St
     Ok(writes)
 }
 
+/// The writes of `user` the API server accepted (`create`, `update`, `patch`, `delete` answered
+/// below 400, dry runs left out), in any namespace, except its Lease's: as
+/// `"<verb> <resource>[/<subresource>] <namespace>/<name>"`. Lines still being written are left
+/// out.
+pub(super) fn accepted_writes_by(events: &str, user: &str) -> Vec<String> {
+    let complete = events.rfind('\n').map_or("", |end| &events[..end]);
+    complete
+        .lines()
+        .filter(|line| line.contains(user))
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| {
+            str_at(event, "/user/username") == Some(user)
+                && str_at(event, "/stage") == Some("ResponseComplete")
+                && matches!(
+                    str_at(event, "/verb"),
+                    Some("create" | "update" | "patch" | "delete")
+                )
+                && str_at(event, "/objectRef/resource") != Some("leases")
+                && !str_at(event, "/requestURI").is_some_and(|uri| uri.contains("dryRun="))
+                && event
+                    .pointer("/responseStatus/code")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|code| code < 400)
+        })
+        .map(|event| {
+            let resource = match (
+                str_at(&event, "/objectRef/resource"),
+                str_at(&event, "/objectRef/subresource"),
+            ) {
+                (Some(resource), Some(sub)) => format!("{resource}/{sub}"),
+                (resource, _) => resource.unwrap_or("?").to_owned(),
+            };
+            format!(
+                "{} {resource} {}/{}",
+                str_at(&event, "/verb").unwrap_or("?"),
+                str_at(&event, "/objectRef/namespace").unwrap_or_default(),
+                str_at(&event, "/objectRef/name").unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 /// Pure part of [`key_recorded_before_children`].
 fn key_record_order(writes: &[String]) -> Result<(), String> {
     const LATER: [&str; 4] = ["serviceaccounts", "roles", "rolebindings", "deployments"];
@@ -282,6 +324,34 @@ mod tests {
                 ("get coderprovisioners".to_owned(), 2),
                 ("patch deployments".to_owned(), 1)
             ])
+        );
+    }
+
+    #[test]
+    fn accepted_writes_leave_out_reads_refusals_dry_runs_and_the_lease() {
+        let user = "system:serviceaccount:ops:replica-b";
+        let with = |verb: &str, resource: &str, code: u64, uri: &str| {
+            serde_json::json!({
+                "stage": "ResponseComplete", "verb": verb, "requestURI": uri,
+                "user": {"username": user},
+                "objectRef": {"namespace": "s1", "name": "x", "resource": resource},
+                "responseStatus": {"code": code},
+            })
+            .to_string()
+        };
+        let log = [
+            with("get", "secrets", 200, "/api/v1/namespaces/s1/secrets/x"),
+            with("patch", "secrets", 409, "/api/v1/namespaces/s1/secrets/x"),
+            with("patch", "secrets", 200, "/api/v1/namespaces/s1/secrets/x?dryRun=All"),
+            with("update", "leases", 200, "/apis/coordination.k8s.io/v1/namespaces/ops/leases/l"),
+            with("create", "events", 201, "/apis/events.k8s.io/v1/namespaces/s1/events"),
+            with("patch", "deployments", 200, "/apis/apps/v1/namespaces/s1/deployments/x"),
+        ]
+        .join("\n")
+            + "\n";
+        assert_eq!(
+            accepted_writes_by(&log, user),
+            ["create events s1/x", "patch deployments s1/x"]
         );
     }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::coderd_routes::{is_daemon_key_fetch, is_key_request, route_template};
 use crate::wait;
 use crate::world::ProvisionerWorld;
+use crate::report::collector::DOES_NOT_APPLY;
 
 fn count(entries: &[JournalEntry], method: &str, template: &str) -> usize {
     entries
@@ -964,4 +965,84 @@ async fn no_abandoned_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         bail!("{}", found.join("; "));
     }
     Ok(())
+}
+
+/// D-12: a new key's id may be learned by listing keys or with the key itself
+/// (`GET /api/v2/provisionerkeys/{key}`). A scenario that faults the second route tests only an
+/// implementation shown to use it: this step waits until the operator either made that request
+/// since the last action, or recorded the id of the key in its Secret without it; then the
+/// scenario is reported skipped with that reason. (On clusters with kubelets a daemon pod's own
+/// fetch of its key counts as a use: the two cannot be told apart from coderd's side.)
+#[then("the operator looks its new key up with the key itself, or this scenario does not apply (D-12)")]
+async fn looks_new_key_up_with_the_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let start = world.action_mark.unwrap_or(0);
+    let daemon_key = route_template("daemon-key")?;
+    let create = route_template("provisionerkeys")?;
+    let world = &*world;
+    let used = wait::eventually(
+        "the operator to look its new key up with the key, or to record the key's id without",
+        world.timeouts(),
+        || async {
+            let journal = world.journal().await?;
+            let since: Vec<&JournalEntry> = journal.iter().skip(start).collect();
+            if since
+                .iter()
+                .any(|e| e.method == "GET" && e.route.as_deref() == Some(daemon_key))
+            {
+                return Ok(Ok(true));
+            }
+            let created = since.iter().any(|e| {
+                e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300
+            });
+            if !created {
+                return Ok(Err("no key created since the last action".to_owned()));
+            }
+            let Some(cr) = world.provisioner_json().await? else {
+                return Ok(Err("the CoderProvisioner does not exist".to_owned()));
+            };
+            let recorded = cr
+                .pointer("/status/provisionerKeyID")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let secret = cr.pointer("/status/secretRef/name").and_then(Value::as_str);
+            let data_key = cr
+                .pointer("/status/secretRef/key")
+                .and_then(Value::as_str)
+                .unwrap_or("key");
+            let (Some(secret), false) = (secret, recorded.is_empty()) else {
+                return Ok(Err("no key id recorded yet, and no lookup with the key".to_owned()));
+            };
+            let api: kube::Api<Secret> = world.api();
+            let plaintext = api
+                .get_opt(secret)
+                .await?
+                .and_then(|s| s.data)
+                .and_then(|d| d.get(data_key).map(|v| v.0.clone()))
+                .filter(|v| !v.is_empty());
+            let Some(plaintext) = plaintext else {
+                return Ok(Err(format!("Secret {secret} holds no key yet")));
+            };
+            world.saw_secret(&plaintext);
+            let stored_id = world
+                .daemon_key_lookup(&String::from_utf8_lossy(&plaintext))
+                .await
+                .ok()
+                .and_then(|key| key.get("id").and_then(Value::as_str).map(str::to_owned));
+            Ok(if stored_id.as_deref() == Some(recorded) {
+                Ok(false)
+            } else {
+                Err(format!(
+                    "status records key {recorded}, not yet the one in Secret {secret}"
+                ))
+            })
+        },
+    )
+    .await?;
+    if used {
+        return Ok(());
+    }
+    bail!(
+        "{DOES_NOT_APPLY}it recorded its new key's id without GET {daemon_key} (by listing keys, \
+         as D-12 permits), so the fault this scenario injects on that route cannot reach it"
+    )
 }

@@ -6,21 +6,29 @@
 //! or, for identities that do not (`<hostname>_<uuid>`), the one that identity was observed for.
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 use cucumber::{given, then, when};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
 use crate::coderd_routes::route_template;
 use crate::implementation::REPLICA_NAME_PREFIX;
+use crate::report::collector::DOES_NOT_APPLY;
 use crate::steps::coderd::count_observation;
 use crate::wait;
 use crate::world::ProvisionerWorld;
 
 /// Where a step remembers the replica it paused or stopped.
 const PAUSED: &str = "paused replica";
-/// Where the stop step remembers when it sent SIGTERM (milliseconds since the Unix epoch).
+/// Where a stop or kill step remembers when it signalled the leader (milliseconds since the
+/// Unix epoch).
 const STOPPED_AT: &str = "leader stopped at";
+/// When the stopped leader's Lease was first seen released (no longer held by it).
+const RELEASED_AT: &str = "lease released at";
+/// When every process of the stopped leader had exited.
+const EXITED_AT: &str = "leader exited at";
+/// How long the API server's audit log was when the paused replica resumed.
+const RESUMED_IN_AUDIT_LOG: &str = "audit log length at resume";
 
 /// The Leases in the operator's namespace.
 async fn leases(world: &ProvisionerWorld) -> anyhow::Result<Vec<Lease>> {
@@ -206,20 +214,79 @@ async fn leader_interrupted_mid_request(
         || count_observation(world, &method, route, |seen| seen > 0),
     )
     .await?;
-    let (leader, _) = leader_explained(world, None, None).await?;
+    let (leader, lease) = leader_explained(world, None, None).await?;
     let index = replica_index(world, &leader)?;
     match how.as_str() {
         "paused" => world.replicas[index].pause(),
         "stopped" => {
             world.mark_action().await?;
-            world
-                .remembered
-                .insert(STOPPED_AT.to_owned(), epoch_millis().to_string());
-            world.replicas[index].stop().await;
+            stop_watching_the_lease(world, index, &lease).await?;
         }
         other => anyhow::bail!("the leader can be paused or stopped, not {other:?}"),
     }
     world.remembered.insert(PAUSED.to_owned(), leader);
+    Ok(())
+}
+
+/// Stops replica `index`, the holder of `lease` (SIGTERM to its process group, SIGKILL after the
+/// grace period if a process of it still runs), watching the Lease meanwhile: remembers when it
+/// was signalled, when the Lease was first seen no longer held by it, and when it had exited.
+async fn stop_watching_the_lease(
+    world: &mut ProvisionerWorld,
+    index: usize,
+    lease: &Lease,
+) -> anyhow::Result<()> {
+    let identity = holder(lease).to_owned();
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    let leases: Api<Lease> = Api::namespaced(
+        world.client(),
+        lease.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let released = |lease: &Lease| holder(lease) != identity;
+    let stopped_at = epoch_millis();
+    world
+        .remembered
+        .insert(STOPPED_AT.to_owned(), stopped_at.to_string());
+    let (exited, exit) = futures::channel::oneshot::channel::<()>();
+    let watch = async {
+        let mut exit = exit;
+        loop {
+            if let Ok(lease) = leases.get(&name).await
+                && released(&lease)
+            {
+                return Some(epoch_millis());
+            }
+            tokio::select! {
+                _ = &mut exit => return None,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    };
+    let replica = &mut world.replicas[index];
+    let stopping = async {
+        replica.stop().await;
+        let _ = exited.send(());
+        epoch_millis()
+    };
+    let (released_at, exited_at) = futures::join!(watch, stopping);
+    // Released in the last moments before the exit, between two looks.
+    let released_at = match released_at {
+        Some(at) => Some(at),
+        None => leases
+            .get(&name)
+            .await
+            .ok()
+            .filter(released)
+            .map(|_| exited_at),
+    };
+    if let Some(at) = released_at {
+        world
+            .remembered
+            .insert(RELEASED_AT.to_owned(), at.to_string());
+    }
+    world
+        .remembered
+        .insert(EXITED_AT.to_owned(), exited_at.to_string());
     Ok(())
 }
 
@@ -238,20 +305,70 @@ async fn resume_paused(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .cloned()
         .ok_or_else(|| anyhow!("no replica was paused"))?;
     world.mark_action().await?;
+    if let Some(log) = &world.env.audit_log {
+        let length = std::fs::metadata(log).map_or(0, |m| m.len());
+        world
+            .remembered
+            .insert(RESUMED_IN_AUDIT_LOG.to_owned(), length.to_string());
+    }
     world.replicas[replica_index(world, &paused)?].resume();
     Ok(())
 }
 
-/// A graceful stop (SIGTERM), as a rolling update or a drained node does, just after the leader
-/// renewed its Lease: a standby that only sleeps until the expiry it last read then sleeps for
-/// most of a Lease duration, so a release that is not watched cannot look like a fast hand-over.
-#[when("the leader is stopped right after it renews its Lease")]
-async fn stop_leader(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+/// R-HA-2: from its resumption on, the deposed replica (authenticated as a ServiceAccount of its
+/// own) gets no write accepted: no key Secret, child, status, finalizer or Event. A write the API
+/// server refused as stale is the mechanism R-HA-2 asks for, not a write.
+#[then("the paused replica gets no Kubernetes write accepted after it resumes, during the observation window")]
+async fn deposed_replica_writes_nothing(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let Some(log) = world.env.audit_log.clone() else {
+        bail!(
+            "{DOES_NOT_APPLY}this tier keeps no API server audit log, which tells the deposed \
+             replica's writes apart (the local tier does)"
+        );
+    };
+    let paused = world
+        .remembered
+        .get(PAUSED)
+        .cloned()
+        .ok_or_else(|| anyhow!("no replica was paused"))?;
+    let (namespace, account) = world.replicas[replica_index(world, &paused)?].service_account();
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    let from: usize = world
+        .remembered
+        .get(RESUMED_IN_AUDIT_LOG)
+        .and_then(|at| at.parse().ok())
+        .unwrap_or(0);
+    let window = world.observation_window();
+    let world = &*world;
+    wait::stays(
+        &format!("no write of the deposed replica {paused} ({user})"),
+        world.timeouts(),
+        window,
+        || async {
+            let text = std::fs::read_to_string(&log)?;
+            let since = text.get(from.min(text.len())..).unwrap_or_default();
+            let writes = super::audit::accepted_writes_by(since, &user);
+            Ok(if writes.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("it wrote after it resumed (R-HA-2): {}", writes.join(", ")))
+            })
+        },
+    )
+    .await
+}
+
+/// A graceful stop (SIGTERM), as a rolling update or a drained node does, or a kill (SIGKILL), as
+/// a lost node does, just after the leader renewed its Lease: a standby that only sleeps until
+/// the expiry it last read then sleeps for most of a Lease duration, so a release that is not
+/// watched cannot look like a fast hand-over.
+#[when(expr = "the leader is {word} right after it renews its Lease")]
+async fn stop_leader(world: &mut ProvisionerWorld, how: String) -> anyhow::Result<()> {
     let (leader, lease) = leader_explained(world, None, None).await?;
     let index = replica_index(world, &leader)?;
     let renewed_at = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
     let first = renewed_at(&lease);
-    let lease_name = lease.metadata.name.unwrap_or_default();
+    let lease_name = lease.metadata.name.clone().unwrap_or_default();
     let leases: Api<Lease> = Api::namespaced(
         world.client(),
         lease.metadata.namespace.as_deref().unwrap_or_default(),
@@ -259,21 +376,127 @@ async fn stop_leader(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let mut timeouts = *world.timeouts();
     timeouts.reach_and_hold = 1;
     timeouts.interval = Duration::from_millis(50);
-    wait::eventually("the leader to renew its Lease", &timeouts, || async {
-        let now = renewed_at(&leases.get(&lease_name).await?);
-        Ok(if now != first {
-            Ok(())
+    let renewed = wait::eventually("the leader to renew its Lease", &timeouts, || async {
+        let now = leases.get(&lease_name).await?;
+        Ok(if renewed_at(&now) != first {
+            Ok(now)
         } else {
             Err(format!("renewTime still {first:?}"))
         })
     })
     .await?;
     world.mark_action().await?;
-    world
-        .remembered
-        .insert(STOPPED_AT.to_owned(), epoch_millis().to_string());
-    world.replicas[index].stop().await;
+    match how.as_str() {
+        "stopped" => stop_watching_the_lease(world, index, &renewed).await?,
+        "killed" => {
+            world
+                .remembered
+                .insert(STOPPED_AT.to_owned(), epoch_millis().to_string());
+            world.replicas[index].kill().await;
+        }
+        other => anyhow::bail!("the leader can be stopped or killed, not {other:?}"),
+    }
     world.remembered.insert(PAUSED.to_owned(), leader);
+    Ok(())
+}
+
+/// R-HA-3's first half: the Lease was seen no longer held by the stopped leader by the time
+/// every process of it had exited.
+#[then("the stopped leader released its Lease before it exited")]
+async fn released_before_exit(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let remembered = |key: &str| world.remembered.get(key).and_then(|at| at.parse::<u128>().ok());
+    let stopped_at = remembered(STOPPED_AT).ok_or_else(|| anyhow!("no leader was stopped"))?;
+    let exited_at = remembered(EXITED_AT).ok_or_else(|| anyhow!("no leader was stopped"))?;
+    let exit = exited_at.saturating_sub(stopped_at);
+    match remembered(RELEASED_AT) {
+        Some(released_at) => {
+            tracing::info!(
+                release_ms = released_at.saturating_sub(stopped_at),
+                exit_ms = exit,
+                "the stopped leader released its Lease"
+            );
+            Ok(())
+        }
+        None => {
+            let state = leadership_state(world).await;
+            Err(anyhow!(
+                "the leader exited {:.1} s after SIGTERM{} still holding its Lease (R-HA-3): {state}",
+                exit as f64 / 1000.0,
+                if exit >= crate::implementation::OPERATOR_GRACE.as_millis() {
+                    " (killed at the end of the grace period)"
+                } else {
+                    ""
+                }
+            ))
+        }
+    }
+}
+
+/// R-HA-3's second half: within `seconds` of the release a standby holds the Lease.
+#[then(expr = "another replica holds the Lease within {int} seconds of the release")]
+async fn another_replica_leads_after_release(
+    world: &mut ProvisionerWorld,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let released_at = world
+        .remembered
+        .get(RELEASED_AT)
+        .and_then(|at| at.parse::<u128>().ok())
+        .ok_or_else(|| anyhow!("the stopped leader never released its Lease (R-HA-3)"))?;
+    leader_within(world, released_at, seconds, "of the Lease's release")
+        .await
+        .map_err(|error| anyhow!("{error:#} (R-HA-3)"))
+}
+
+/// R-HA-4: after a kill, a standby holds the Lease within the Lease's own duration plus
+/// `seconds`.
+#[then(
+    expr = "another replica holds the Lease within the Lease's duration and {int} seconds of the kill"
+)]
+async fn another_replica_leads_after_kill(
+    world: &mut ProvisionerWorld,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let killed_at = world
+        .remembered
+        .get(STOPPED_AT)
+        .and_then(|at| at.parse::<u128>().ok())
+        .ok_or_else(|| anyhow!("no leader was killed"))?;
+    let duration = leases(world)
+        .await?
+        .iter()
+        .filter_map(|l| l.spec.as_ref()?.lease_duration_seconds)
+        .max()
+        .and_then(|d| u64::try_from(d).ok())
+        .ok_or_else(|| anyhow!("no Lease in the operator's namespace states its duration"))?;
+    leader_within(
+        world,
+        killed_at,
+        duration + seconds,
+        &format!("of the kill (the Lease lasts {duration} s)"),
+    )
+    .await
+    .map_err(|error| anyhow!("{error:#} (R-HA-4)"))
+}
+
+/// A replica other than the stopped one holds the Lease within `seconds` of `since` (epoch
+/// milliseconds); the first sight counts.
+async fn leader_within(
+    world: &mut ProvisionerWorld,
+    since: u128,
+    seconds: u64,
+    what: &str,
+) -> anyhow::Result<()> {
+    let previous = world.remembered.get(PAUSED).cloned();
+    let left = (since + u128::from(seconds) * 1000).saturating_sub(epoch_millis());
+    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+    leader_explained(world, previous.as_deref(), Some(left))
+        .await
+        .map_err(|error| anyhow!("within {seconds} s {what}: {error:#}"))?;
+    tracing::info!(
+        handover_ms = epoch_millis().saturating_sub(since),
+        "a standby holds the Lease"
+    );
     Ok(())
 }
 
@@ -281,25 +504,4 @@ fn epoch_millis() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis())
-}
-
-/// A released Lease is taken at once: within `seconds` of the leader's SIGTERM, well before the
-/// Lease would have expired, the standby holds it.
-#[then(expr = "another replica holds the Lease within {int} seconds of the stop")]
-async fn another_replica_leads_within(
-    world: &mut ProvisionerWorld,
-    seconds: u64,
-) -> anyhow::Result<()> {
-    let previous = world.remembered.get(PAUSED).cloned();
-    let stopped_at: u128 = world
-        .remembered
-        .get(STOPPED_AT)
-        .and_then(|at| at.parse().ok())
-        .ok_or_else(|| anyhow!("no leader was stopped"))?;
-    let left = (stopped_at + u128::from(seconds) * 1000).saturating_sub(epoch_millis());
-    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-    leader_explained(world, previous.as_deref(), Some(left))
-        .await
-        .map_err(|error| anyhow!("within {seconds} s of the leader's SIGTERM: {error:#}"))?;
-    Ok(())
 }

@@ -31,6 +31,11 @@ pub const SESSION_TOKEN_HEADER: &str = "Coder-Session-Token";
 pub const SESSION_TOKEN_COOKIE: &str = "coder_session_token";
 pub const DAEMON_KEY_HEADER: &str = "Coder-Provisioner-Daemon-Key";
 pub const DAEMON_PSK_HEADER: &str = "Coder-Provisioner-Daemon-PSK";
+/// Marks a request of an observer (a test's own check, e.g. "does this key authenticate"), not
+/// of the client under test: no injected fault applies to it, and its journal entry says
+/// `observer: true`, so a check never consumes the fault a test injected for the client.
+/// Not a coderd header: coderd ignores it.
+pub const OBSERVER_HEADER: &str = "Fake-Coderd-Observer";
 /// Shorter header values are not searched for in paths (they would match ordinary words).
 const MIN_REDACTED_SECRET_LENGTH: usize = 8;
 /// wiremock tries mocks by ascending priority number, and in registration order within one: faults
@@ -106,6 +111,8 @@ pub struct Call {
     pub daemon_key: Option<String>,
     pub daemon_psk: Option<String>,
     pub bypass: Option<String>,
+    /// Sent with [`OBSERVER_HEADER`].
+    pub observer: bool,
     pub body: Vec<u8>,
     /// The percent-decoded path, as Go's `r.URL.Path` (the rate limiter's endpoint key). May hold
     /// a daemon key: never log or journal it.
@@ -120,6 +127,10 @@ fn header(request: &Request, name: &str) -> Option<String> {
         .get(name)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string)
+}
+
+fn is_observer(request: &Request) -> bool {
+    request.headers.contains_key(OBSERVER_HEADER)
 }
 
 fn cookie(request: &Request, name: &str) -> Option<String> {
@@ -214,6 +225,7 @@ impl Call {
             daemon_key: header(request, DAEMON_KEY_HEADER),
             daemon_psk: header(request, DAEMON_PSK_HEADER),
             bypass: header(request, BYPASS_HEADER),
+            observer: is_observer(request),
             body: request.body.clone(),
             decoded_path: percent_decode_str(request.url.path())
                 .decode_utf8_lossy()
@@ -420,6 +432,7 @@ fn journal_entry(
         body: redact_body(&call.body),
         authenticated_key_id,
         key_organization_id,
+        observer: call.observer,
     }
 }
 
@@ -458,6 +471,16 @@ pub fn mocks(shared: &Arc<Shared>) -> Vec<Mock> {
             })
             .with_priority(ROUTER_PRIORITY),
     ]
+}
+
+/// wiremock matcher: the request is not an observer's ([`OBSERVER_HEADER`]), so faults pass
+/// observers by.
+struct NotObserved;
+
+impl Match for NotObserved {
+    fn matches(&self, request: &Request) -> bool {
+        !is_observer(request)
+    }
 }
 
 /// wiremock matcher: the request's session token has this fingerprint, or (with
@@ -591,7 +614,7 @@ pub fn fault_mock(shared: &Arc<Shared>, id: FaultId, spec: &FaultSpec) -> Option
     let endpoint = Endpoint::ALL.into_iter().find(|endpoint| {
         endpoint.template() == spec.route && endpoint.method().eq_ignore_ascii_case(&spec.method)
     })?;
-    let mut given = Mock::given(RouteIs(endpoint));
+    let mut given = Mock::given(RouteIs(endpoint)).and(NotObserved);
     if let Some(wanted) = &spec.session_token_fingerprint {
         given = given.and(CallerScope {
             fingerprint: wanted.clone(),

@@ -6,7 +6,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -108,7 +108,7 @@ where
             return Ok(live.clone());
         }
     }
-    apply_object(client, field_manager, &stamped).await
+    write_object(client, field_manager, &stamped, live).await
 }
 
 /// [`apply_unless_current`] after reading the cluster's copy (a read instead of a write).
@@ -122,22 +122,40 @@ where
     apply_unless_current(client, field_manager, object, live.as_ref()).await
 }
 
-/// Applies `object` (name and namespace from its metadata) and returns the object as stored.
-pub async fn apply_object<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
+/// Writes `object` (name and namespace from its metadata) as this pass last saw it, `seen`, and
+/// returns the object as stored: created when the pass saw none (refused if one exists by
+/// now), else applied with the resourceVersion read (refused if it changed since). So a write
+/// computed from a stale read, a deposed leader's after a pause (R-HA-2) or one racing
+/// another writer's, fails with 409 instead of overwriting what is there now.
+pub async fn write_object<K>(
+    client: &Client,
+    field_manager: &str,
+    object: &K,
+    seen: Option<&K>,
+) -> kube::Result<K>
 where
     K: Child,
 {
+    let api = api_for(client, object);
+    let Some(version) = seen.and_then(|seen| seen.meta().resource_version.clone()) else {
+        let params = PostParams {
+            field_manager: Some(field_manager.to_owned()),
+            ..PostParams::default()
+        };
+        return api.create(&params, object).await;
+    };
+    let mut object = object.clone();
+    object.meta_mut().resource_version = Some(version);
     let name = object.meta().name.clone().unwrap_or_default();
-    api_for(client, object)
-        .patch(
-            &name,
-            &PatchParams::apply(field_manager).force(),
-            &Patch::Apply(object),
-        )
-        .await
+    api.patch(
+        &name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&object),
+    )
+    .await
 }
 
-/// A server-side dry-run of [`apply_object`] (`dryRun=All`): the API server validates and admits the
+/// A server-side dry-run of a forced apply (`dryRun=All`): the API server validates and admits the
 /// object (a ResourceQuota included) as it would for the real write, and stores nothing.
 pub async fn dry_run_apply<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
 where

@@ -48,7 +48,8 @@ impl Context {
         self.coderd.client(url, token.clone())
     }
 
-    /// Publishes an Event on the CR; failures only log (events are advisory).
+    /// Publishes an Event on the CR, only while this replica holds its Lease (R-HA-2: a deposed
+    /// leader writes nothing, an Event included); failures only log (events are advisory).
     pub(super) async fn event(
         &self,
         cr: &CoderProvisioner,
@@ -57,6 +58,10 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        if let Err(fenced) = self.fence.check().await {
+            warn!(error = %fenced, reason, "not the leader: publishing no event");
+            return;
+        }
         let event = Event {
             type_,
             reason: reason.to_owned(),

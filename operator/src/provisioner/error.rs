@@ -15,6 +15,11 @@ pub enum Error {
     /// The API server refused a child object (the reason is also in the status).
     #[error("applying a child object failed: {0}")]
     Apply(#[source] kube::Error),
+    /// A write refused because the object changed since the pass read it (409): another writer,
+    /// or a new leader, wrote first. The pass ends without further writes and starts again from
+    /// fresh reads (R-HA-2).
+    #[error("a write rested on a stale read and was refused: {0}")]
+    Stale(#[source] kube::Error),
     #[error(transparent)]
     Status(#[from] StatusError),
     #[error(transparent)]
@@ -73,7 +78,7 @@ impl Error {
         match self {
             Self::Dereference(_) => "dereference",
             Self::Key(_) => "keys",
-            Self::Apply(_) => "apply",
+            Self::Apply(_) | Self::Stale(_) => "apply",
             Self::Status(_) => "status",
             Self::Cleanup(_) => "cleanup",
             Self::Finalizer(error) => match error.as_ref() {
@@ -82,6 +87,15 @@ impl Error {
                 }
                 _ => "finalizer",
             },
+        }
+    }
+
+    /// A write the API server refused as stale: `Stale` for an object this pass read at a
+    /// version that changed since (or found absent, and someone created meanwhile).
+    pub fn refused_as_stale(error: kube::Error) -> Result<Self, kube::Error> {
+        match &error {
+            kube::Error::Api(response) if response.code == 409 => Ok(Self::Stale(error)),
+            _ => Err(error),
         }
     }
 
@@ -130,5 +144,24 @@ mod tests {
     #[case::coderd_failure(Error::Key(KeyError::Coderd(CoderdError::Timeout)), false)]
     fn only_a_fence_stops_a_pass_silently(#[case] error: Error, #[case] fenced: bool) {
         assert_eq!(error.is_fenced(), fenced);
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused", "Conflict")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[rstest]
+    #[case::conflict(409, true)]
+    #[case::invalid(422, false)]
+    #[case::forbidden(403, false)]
+    fn only_a_conflict_is_a_stale_write(#[case] code: u16, #[case] stale: bool) {
+        assert_eq!(
+            matches!(Error::refused_as_stale(api_error(code)), Ok(Error::Stale(_))),
+            stale
+        );
     }
 }

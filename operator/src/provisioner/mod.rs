@@ -166,6 +166,9 @@ pub fn error_policy(cr: Arc<CoderProvisioner>, error: &Error, ctx: Arc<Context>)
     Action::requeue(delay)
 }
 
+/// How soon a pass that met a stale read starts over.
+const STALE_RETRY: Duration = Duration::from_millis(200);
+
 /// The status being built during one pass, written whenever it changed.
 struct StatusWriter<'a> {
     ctx: &'a Context,
@@ -282,6 +285,11 @@ async fn apply_pass(cr: &CoderProvisioner, ctx: &Context) -> Result<Action, Erro
     {
         warn!(provisioner = %pass.key, %error, "leadership ended during the pass; leaving the rest to the new leader");
         return step.map(|_| Action::await_change());
+    }
+    if let Err(error @ Error::Stale(_)) = &step {
+        // No status from a stale pass: the next one, from fresh reads, decides.
+        info!(provisioner = %pass.key, %error, "starting over from fresh reads");
+        return Ok(Action::requeue(STALE_RETRY));
     }
     if let Ok(deferred @ Step::Deferred(_)) = step {
         return Ok(deferred.action());
@@ -750,11 +758,23 @@ impl Pass<'_> {
             .own_writes
             .track(
                 &secret,
-                apply::apply_object(&self.ctx.client, &self.ctx.field_manager, &secret),
+                apply::write_object(
+                    &self.ctx.client,
+                    &self.ctx.field_manager,
+                    &secret,
+                    self.observed.key_secret.as_ref(),
+                ),
             )
             .await;
         if let Err(error) = stored {
             let fate = forget_unstored_key(client, &established.record).await;
+            let error = match Error::refused_as_stale(error) {
+                Ok(stale) => {
+                    warn!(provisioner = %self.key, %fate, "the key Secret changed since this pass read it; starting over");
+                    return Err(stale.into());
+                }
+                Err(error) => error,
+            };
             report.set(ConditionUpdate::failed(
                 condition::KEY_READY,
                 reason::KEY_FAILED,
@@ -779,8 +799,10 @@ impl Pass<'_> {
     ) -> Result<Deployment, Stop> {
         let (client, field_manager) = (&self.ctx.client, &self.ctx.field_manager);
         let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
-            report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
-            Error::Apply(error)
+            Error::refused_as_stale(error).unwrap_or_else(|error| {
+                report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
+                Error::Apply(error)
+            })
         };
         let names = &self.names;
         let own = &self.ctx.own_writes;
