@@ -62,6 +62,28 @@ Feature: Two replicas, one leader
     # checks: R-HA-2
     And the paused replica gets no Kubernetes write accepted after it resumes, during the observation window
 
+  # The key is created and not yet recorded when the leader freezes: the new leader replaces it
+  # (R-KEY-22), and the woken one must not write the key it still holds into the key Secret.
+  @R-HA-1 @R-HA-2 @extended
+  Scenario: A leader paused between its key create and the key Secret writes nothing when it wakes
+    When coderd delays its answers to every GET on "daemon-key" by 2 seconds
+    And coderd delays its answers to every GET on "provisionerkeys" by 2 seconds
+    And the sample provisioner is applied
+    And the leader is paused as soon as coderd sees it look its new key up
+    # checks: none
+    Then another replica takes over the Lease
+    # checks: none
+    And the provisioner becomes Ready
+    When the paused replica resumes
+    # checks: R-HA-1
+    Then coderd sees no provisioner key changes since the last action during the observation window
+    # checks: R-HA-2
+    And the paused replica gets no Kubernetes write accepted after it resumes, during the observation window
+    # checks: R-HA-2
+    And the key in Secret "{provisioner}-provisioner-key" authenticates to coderd as the key named "coderprovisioner-sample"
+    # checks: R-HA-2
+    And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
+
   @R-HA-3 @extended
   Scenario: A leader that stops releases its Lease, and a standby takes it
     When the leader is stopped right after it renews its Lease

@@ -181,6 +181,8 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     "status-edits-start-no-pass",
     "upper-case-key-name-rejected",
     "sigterm-not-handled",
+    // A deposed leader's writes (issue 37, 2026-12-05).
+    "key-secret-applied-unconditionally",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

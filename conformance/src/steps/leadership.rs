@@ -228,6 +228,39 @@ async fn leader_interrupted_mid_request(
     Ok(())
 }
 
+/// Pauses the leader while it waits for coderd's answer to its lookup of the key it just created
+/// (by listing keys or with the key itself, D-12; a delay fault holds the answer back): a key
+/// exists in coderd that nothing records yet, and the leader wakes with it after its Lease passed
+/// on.
+#[when("the leader is paused as soon as coderd sees it look its new key up")]
+async fn leader_paused_mid_lookup(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let create = route_template("provisionerkeys")?;
+    let daemon_key = route_template("daemon-key")?;
+    wait::eventually(
+        "coderd to see a lookup of a newly created key",
+        world.timeouts(),
+        || async {
+            let journal = world.journal().await?;
+            let created = journal
+                .iter()
+                .position(|e| e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300);
+            Ok(match created {
+                Some(at) if journal[at + 1..].iter().any(|e| {
+                    e.method == "GET"
+                        && (e.route.as_deref() == Some(create) || e.route.as_deref() == Some(daemon_key))
+                }) => Ok(()),
+                Some(_) => Err("a key was created and not looked up yet".to_owned()),
+                None => Err("no key created yet".to_owned()),
+            })
+        },
+    )
+    .await?;
+    let (leader, _) = leader_explained(world, None, None).await?;
+    world.replicas[replica_index(world, &leader)?].pause();
+    world.remembered.insert(PAUSED.to_owned(), leader);
+    Ok(())
+}
+
 /// Stops replica `index`, the holder of `lease` (SIGTERM to its process group, SIGKILL after the
 /// grace period if a process of it still runs), watching the Lease meanwhile: remembers when it
 /// was signalled, when the Lease was first seen no longer held by it, and when it had exited.

@@ -6,7 +6,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -122,11 +122,13 @@ where
     apply_unless_current(client, field_manager, object, live.as_ref()).await
 }
 
-/// Writes `object` (name and namespace from its metadata) as this pass last saw it, `seen`, and
-/// returns the object as stored: created when the pass saw none (refused if one exists by
-/// now), else applied with the resourceVersion read (refused if it changed since). So a write
-/// computed from a stale read, a deposed leader's after a pause (R-HA-2) or one racing
-/// another writer's, fails with 409 instead of overwriting what is there now.
+/// Applies `object` (name and namespace from its metadata) as this pass last saw it, `seen`, and
+/// returns the object as stored: with the resourceVersion read, so the API server refuses (409)
+/// a write computed from a copy that changed since, a deposed leader's after a pause (R-HA-2) or
+/// one racing another writer's. Where the pass saw no object the apply creates it without a
+/// precondition: a POST would be refused when one exists by now, but the fields it sets would
+/// then belong to an Update manager that later applies could not remove (a dropped `extraEnv`
+/// entry would stay).
 pub async fn write_object<K>(
     client: &Client,
     field_manager: &str,
@@ -136,23 +138,16 @@ pub async fn write_object<K>(
 where
     K: Child,
 {
-    let api = api_for(client, object);
-    let Some(version) = seen.and_then(|seen| seen.meta().resource_version.clone()) else {
-        let params = PostParams {
-            field_manager: Some(field_manager.to_owned()),
-            ..PostParams::default()
-        };
-        return api.create(&params, object).await;
-    };
     let mut object = object.clone();
-    object.meta_mut().resource_version = Some(version);
+    object.meta_mut().resource_version = seen.and_then(|seen| seen.meta().resource_version.clone());
     let name = object.meta().name.clone().unwrap_or_default();
-    api.patch(
-        &name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&object),
-    )
-    .await
+    api_for(client, &object)
+        .patch(
+            &name,
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(&object),
+        )
+        .await
 }
 
 /// A server-side dry-run of a forced apply (`dryRun=All`): the API server validates and admits the
