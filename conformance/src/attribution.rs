@@ -313,7 +313,19 @@ impl Attribution {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    if !checking.is_empty() && checking.iter().all(|&line| line < failed_at) {
+                    // A step that checks every row and names the rules of the rows that failed
+                    // (its blame narrowed) held for its other rules.
+                    let held_at_failure = {
+                        let checks = self.failing_step_checks(result);
+                        !checks.is_empty()
+                            && !checks.iter().any(|r| r == rule)
+                            && self
+                                .scenario(result)
+                                .and_then(|s| s.step(failed_at))
+                                .is_some_and(|s| s.checks(&result.rules).iter().any(|r| r == rule))
+                    };
+                    let held = |line: usize| line < failed_at || (line == failed_at && held_at_failure);
+                    if !checking.is_empty() && checking.iter().all(|&line| held(line)) {
                         RuleVerdict::Passed
                     } else {
                         RuleVerdict::NotReached
@@ -542,6 +554,35 @@ Feature: f
         // A rule the step does not check, named in passing, blames nothing of its own.
         result.reason = Some("see R-KEY-4 (R-KEY-4)".into());
         assert_eq!(judged(result).0, TWO);
+    }
+
+    /// A step that checks every row of its table and names the failing rows' rules credits the
+    /// rules of the rows that held, when no later step checks them.
+    #[test]
+    fn a_multi_row_step_credits_the_rows_that_held() {
+        const ROWS: &str = "\
+Feature: f
+
+  @R-CRD-4 @R-CRD-5 @core
+  Scenario: rows
+    # checks: R-CRD-4, R-CRD-5
+    Then the CRD declares these spec fields:
+      | field | rule    |
+      | a     | R-CRD-4 |
+      | b     | R-CRD-5 |
+";
+        let attribution = attribution(ROWS);
+        let mut result = failed_at(Some(6), 4, &["R-CRD-4", "R-CRD-5"]);
+        result.reason = Some("spec.b has type \"x\", expected \"y\" (R-CRD-5)".into());
+        attribution.blame(std::slice::from_mut(&mut result));
+        assert_eq!(result.failed_rules, ["R-CRD-5"]);
+        assert_eq!(attribution.verdict(&result, "R-CRD-4"), RuleVerdict::Passed);
+        assert_eq!(attribution.verdict(&result, "R-CRD-5"), RuleVerdict::Failed);
+        // Without rows named, the step's failure is every rule's.
+        result.reason = Some("the CRD could not be read".into());
+        result.failed_rules.clear();
+        attribution.blame(std::slice::from_mut(&mut result));
+        assert_eq!(attribution.verdict(&result, "R-CRD-4"), RuleVerdict::Failed);
     }
 
     /// The step's own message names no rule; an after-hook finding naming one of the step's

@@ -183,6 +183,7 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     "sigterm-not-handled",
     // A deposed leader's writes (issue 37, 2026-12-05).
     "key-secret-applied-unconditionally",
+    "unidentified-stored-key-left-at-cleanup",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

@@ -118,7 +118,7 @@ where
         match ended {
             Some(outcome) => break outcome,
             None => {
-                tracing::info!(lease = %settings.lease_name, "the Lease was released; competing for it now")
+                tracing::info!(lease = %settings.lease_name, "the Lease has no holder (released, or never held); competing for it now")
             }
         }
     }
