@@ -8,6 +8,7 @@ use std::time::Duration;
 use conformance::bench::compare::Comparison;
 use conformance::bench::model::BenchReport;
 use conformance::bench::{BenchArgs, Phase};
+use conformance::run::args::ControlPlaneAccess;
 use fake_coderd::routes;
 
 /// The smallest bench: one CR, one namespace, one control plane, short windows.
@@ -31,6 +32,10 @@ fn smallest(out: &Path, phases: Vec<Phase>) -> BenchArgs {
         name: None,
         compare_name: "compared".to_owned(),
         compare_rbac: None,
+        control_plane_access: ControlPlaneAccess::ReadWrite,
+        compare_control_plane_access: None,
+        extra_manifests: None,
+        compare_extra_manifests: None,
     }
 }
 
@@ -116,7 +121,16 @@ async fn a_command_operator_is_measured_side_by_side_with_the_reference() -> any
     let binary = conformance::implementation::reference_operator_binary().await?;
     let mut args = smallest(out.path(), vec![Phase::Scale, Phase::Restart]);
     args.compare = Some(format!("'{}' run", binary.display()));
+    // As an operator that also reconciles control planes is shipped: without write verbs on them.
+    args.compare_control_plane_access = Some(ControlPlaneAccess::ReadOnly);
     conformance::bench::run(args).await?;
+    assert!(
+        out.path()
+            .join("compared/operator-rbac-read-only/rbac.yaml")
+            .is_file(),
+        "the compared side ran under its read-only RBAC"
+    );
+    assert!(!out.path().join("reference/operator-rbac-read-only").exists());
 
     let comparison: Comparison =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("bench.json"))?)?;

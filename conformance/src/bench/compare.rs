@@ -261,19 +261,34 @@ pub fn compare(implementations: Vec<BenchReport>) -> Comparison {
 /// figures describe a broken run, not the implementation's speed.
 pub fn unready_phases(report: &BenchReport) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut check = |phase: String, ready: usize, size: usize| {
+    // `showing`: what the CRs that were not Ready showed, when it was recorded.
+    let mut check = |phase: String, ready: usize, size: usize, showing: &[String]| {
         if ready < size {
-            out.push((phase, format!("{ready} of {size} CRs Ready")));
+            let why = format!("{ready} of {size} CRs Ready");
+            out.push((
+                phase,
+                if showing.is_empty() {
+                    why
+                } else {
+                    format!("{why} ({})", showing.join(", "))
+                },
+            ));
         }
     };
     for s in &report.scale {
-        check(format!("scale N={}", s.size), s.ready, s.size);
+        let showing: Vec<String> = s
+            .not_ready
+            .iter()
+            .map(|(condition, count)| format!("{count} showed {condition}"))
+            .collect();
+        check(format!("scale N={}", s.size), s.ready, s.size, &showing);
     }
     if let Some(steady) = &report.steady {
         check(
             format!("steady N={}", steady.size),
             steady.ready_at_end,
             steady.size,
+            &[],
         );
     }
     if let Some(restart) = &report.restart {
@@ -281,12 +296,13 @@ pub fn unready_phases(report: &BenchReport) -> Vec<(String, String)> {
             format!("restart N={}", restart.size),
             restart.ready_at_end,
             restart.size,
+            &[],
         );
     }
     if let Some(churn) = &report.churn {
         let phase = format!("churn N={} under 429s", churn.size);
-        check(phase.clone(), churn.faulted.ready, churn.size);
-        check(phase, churn.healthy.ready, churn.size);
+        check(phase.clone(), churn.faulted.ready, churn.size, &[]);
+        check(phase, churn.healthy.ready, churn.size, &[]);
     }
     out
 }
@@ -382,6 +398,8 @@ pub fn ratio_header(names: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::bench::model::SteadyResult;
     use crate::bench::model::tests::sample_report;
@@ -400,12 +418,18 @@ mod tests {
         let mut broken = named("other");
         for scale in &mut broken.scale {
             scale.ready = 0;
+            scale.not_ready = BTreeMap::from([(
+                "ControlPlaneReady=False ControlPlaneUnavailable".to_owned(),
+                scale.size,
+            )]);
         }
         let mut comparison = compare(vec![reference, broken]);
         let size = comparison.implementations[0].scale[0].size;
         let problems = withhold_broken_ratios(&mut comparison, &["a".into(), "b/logs".into()]);
         assert!(
-            problems[0].starts_with(&format!("other: scale N={size}: 0 of {size} CRs Ready")),
+            problems[0].starts_with(&format!(
+                "other: scale N={size}: 0 of {size} CRs Ready ({size} showed ControlPlaneReady=False ControlPlaneUnavailable)"
+            )),
             "{problems:?}"
         );
         assert!(

@@ -91,6 +91,10 @@ pub struct Contender {
     pub files: PathBuf,
     /// Its own RBAC folder (`--compare-rbac`); `None` = the bench's ([`Setup::rbac`]).
     pub rbac: Option<PathBuf>,
+    /// Runs without write verbs on CoderControlPlanes (`--control-plane-access read-only`).
+    pub read_only: bool,
+    /// Applied before its operator starts (`--extra-manifests`).
+    pub extra_manifests: Option<PathBuf>,
 }
 
 impl Contender {
@@ -265,8 +269,15 @@ impl BenchRun {
         }
         let simulator = ReadinessSimulator::start(admin.clone(), WatchScope::AllNamespaces).await?;
         let watch = ProvisionerWatch::start(admin.clone());
+        if let Some(dir) = &contender.extra_manifests {
+            crate::setup::apply_extra_manifests(&admin, dir, setup.ready_timeout).await?;
+        }
+        let mut rbac = contender.rbac.clone().unwrap_or_else(|| setup.rbac.clone());
+        if contender.read_only {
+            rbac = crate::fixture_guard::write_read_only_rbac(&rbac, &contender.files)?;
+        }
         let port = free_port()?;
-        let mut spec = contender.operator(port, contender.rbac.as_ref().unwrap_or(&setup.rbac))?;
+        let mut spec = contender.operator(port, &rbac)?;
         spec.work_dir = Some(contender.files.join("logs").join(label));
         let operator = OperatorProcess::start(&admin, cluster.endpoint(), spec).await?;
         let mut run = Self {
@@ -405,6 +416,7 @@ impl BenchRun {
             tokio::time::sleep(POLL).await;
         }
         let ready = self.watch.ever_ready(&keys);
+        let not_ready = self.watch.not_ready(&keys);
         let readies: Vec<(Instant, Instant)> = sent
             .iter()
             .filter_map(|(key, at)| self.watch.first_ready(key).map(|r| (*at, r)))
@@ -434,6 +446,7 @@ impl BenchRun {
         let result = ScaleResult {
             size,
             ready,
+            not_ready,
             submit_ms: millis(submit),
             all_ready_ms,
             latency: Latency::of(&latencies),
@@ -806,6 +819,8 @@ mod tests {
             launch,
             files: PathBuf::new(),
             rbac: None,
+            read_only: false,
+            extra_manifests: None,
         }
     }
 

@@ -44,6 +44,7 @@ use self::model::{
 };
 use self::stats::millis;
 use crate::shared_args::{StartedOperatorArgs, parse_duration};
+use crate::run::args::ControlPlaneAccess;
 
 /// Which measurements to take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -127,6 +128,20 @@ pub struct BenchArgs {
     /// Name of the --compare operator in tables and folders.
     #[arg(long, default_value = "compared")]
     pub compare_name: String,
+    /// What the first operator may do to CoderControlPlanes, as `run --control-plane-access`:
+    /// `read-only` runs it under its RBAC without write verbs on them (an operator that also
+    /// reconciles control planes would otherwise rewrite the bench's).
+    #[arg(long, value_enum, default_value_t = ControlPlaneAccess::ReadWrite)]
+    pub control_plane_access: ControlPlaneAccess,
+    /// The same for the --compare operator (default: the first's).
+    #[arg(long, value_enum, requires = "compare")]
+    pub compare_control_plane_access: Option<ControlPlaneAccess>,
+    /// Manifests the first operator needs, applied before it starts, as `run --extra-manifests`.
+    #[arg(long, value_name = "DIR")]
+    pub extra_manifests: Option<PathBuf>,
+    /// The same for the --compare operator (default: none).
+    #[arg(long, value_name = "DIR", requires = "compare")]
+    pub compare_extra_manifests: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -146,10 +161,16 @@ impl BenchArgs {
         if self.fault_toggle.is_zero() {
             bail!("--fault-toggle must be longer than 0");
         }
-        if let Some(dir) = &self.compare_rbac
-            && !dir.is_dir()
-        {
-            bail!("--compare-rbac {} is not a folder", dir.display());
+        for (flag, dir) in [
+            ("--compare-rbac", &self.compare_rbac),
+            ("--extra-manifests", &self.extra_manifests),
+            ("--compare-extra-manifests", &self.compare_extra_manifests),
+        ] {
+            if let Some(dir) = dir
+                && !dir.is_dir()
+            {
+                bail!("{flag} {} is not a folder", dir.display());
+            }
         }
         if self.compare.is_some()
             && folder_name(&self.first_name()) == folder_name(&self.compare_name)
@@ -181,18 +202,27 @@ impl BenchArgs {
             Some(line) => Launch::Shell(line.clone()),
             None => Launch::Reference(crate::implementation::reference_operator_binary().await?),
         };
-        let mut launches = vec![(self.first_name(), first, None)];
+        let mut launches = vec![(
+            self.first_name(),
+            first,
+            None,
+            self.control_plane_access,
+            self.extra_manifests.clone(),
+        )];
         if let Some(line) = &self.compare {
             launches.push((
                 self.compare_name.clone(),
                 Launch::Shell(line.clone()),
                 self.compare_rbac.clone(),
+                self.compare_control_plane_access
+                    .unwrap_or(self.control_plane_access),
+                self.compare_extra_manifests.clone(),
             ));
         }
         let alone = launches.len() == 1;
         Ok(launches
             .into_iter()
-            .map(|(name, launch, rbac)| Contender {
+            .map(|(name, launch, rbac, access, extra_manifests)| Contender {
                 files: if alone {
                     out.to_path_buf()
                 } else {
@@ -201,6 +231,8 @@ impl BenchArgs {
                 name,
                 launch,
                 rbac,
+                read_only: access == ControlPlaneAccess::ReadOnly,
+                extra_manifests,
             })
             .collect())
     }

@@ -214,6 +214,10 @@ pub struct ScaleResult {
     pub size: usize,
     /// CRs seen with `phase: Ready` before the deadline.
     pub ready: usize,
+    /// The CRs not Ready at the deadline, counted by what their status showed (their first
+    /// condition that is not `True`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_ready: BTreeMap<String, usize>,
     /// Time to send every create request.
     pub submit_ms: u64,
     /// First create sent → last CR Ready; `None` if not all became Ready.
@@ -501,6 +505,14 @@ pub(crate) mod tests {
                 size
             } else {
                 size / 2
+            },
+            not_ready: if all_ready_ms.is_some() {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(
+                    "OperatorAccessReady=False OperatorAccessNotReady".to_owned(),
+                    size - size / 2,
+                )])
             },
             submit_ms: 10,
             all_ready_ms,

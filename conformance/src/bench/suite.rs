@@ -42,6 +42,12 @@ pub fn suite_args(
             args.extend([flag.into(), folder.into()]);
         }
     }
+    if contender.read_only {
+        args.extend(["--control-plane-access".into(), "read-only".into()]);
+    }
+    if let Some(dir) = &contender.extra_manifests {
+        args.extend(["--extra-manifests".into(), dir.into()]);
+    }
     args
 }
 
@@ -122,6 +128,8 @@ mod tests {
             launch: Launch::Shell("env BUG=x ./op run".to_owned()),
             files: PathBuf::from("/out/naive"),
             rbac: None,
+            read_only: false,
+            extra_manifests: None,
         };
         let started = StartedOperatorArgs {
             operator_rbac: Some(PathBuf::from("/rbac")),
@@ -157,5 +165,21 @@ mod tests {
                 .any(|w| w == ["--operator-rbac", "/its-rbac"].map(OsString::from)),
             "{args:?}"
         );
+        // An operator as shipped: control planes read-only, its other manifests first.
+        let shipped = Contender {
+            read_only: true,
+            extra_manifests: Some(PathBuf::from("/extras")),
+            ..own_rbac
+        };
+        let args = suite_args(Path::new("/r"), &shipped, &started);
+        for pair in [
+            ["--control-plane-access", "read-only"],
+            ["--extra-manifests", "/extras"],
+        ] {
+            assert!(
+                args.windows(2).any(|w| w == pair.map(OsString::from)),
+                "{args:?}"
+            );
+        }
     }
 }

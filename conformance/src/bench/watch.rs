@@ -1,6 +1,6 @@
 //! A watch on every CoderProvisioner: when each one was first seen `Ready`, and how often any of
 //! them changed (resourceVersion) after it was first seen.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -19,6 +19,8 @@ struct Observed {
     resource_version: String,
     ready: bool,
     first_ready: Option<Instant>,
+    /// Its first condition that is not `True` (`Type=Status Reason`), or that it has none.
+    showing: String,
 }
 
 #[derive(Default)]
@@ -105,6 +107,21 @@ impl ProvisionerWatch {
     pub fn modifications(&self) -> u64 {
         lock(&self.state).modifications
     }
+
+    /// Of `keys` not Ready now: how many show each first not-`True` condition (or no status).
+    pub fn not_ready(&self, keys: &[Key]) -> BTreeMap<String, usize> {
+        let state = lock(&self.state);
+        let mut counted = BTreeMap::new();
+        for key in keys {
+            let showing = match state.objects.get(key) {
+                Some(observed) if observed.ready => continue,
+                Some(observed) => observed.showing.clone(),
+                None => "not seen".to_owned(),
+            };
+            *counted.entry(showing).or_default() += 1;
+        }
+        counted
+    }
 }
 
 impl Drop for ProvisionerWatch {
@@ -133,6 +150,7 @@ fn observe(state: &Mutex<State>, object: &DynamicObject) {
         .pointer("/status/phase")
         .and_then(|p| p.as_str())
         == Some("Ready");
+    let showing = showing(&object.data);
     let mut state = lock(state);
     let changed = match state.objects.get(&key) {
         Some(known) => known.resource_version != resource_version,
@@ -144,7 +162,43 @@ fn observe(state: &Mutex<State>, object: &DynamicObject) {
     let entry = state.objects.entry(key).or_default();
     entry.resource_version = resource_version;
     entry.ready = ready;
+    entry.showing = showing;
     if ready && entry.first_ready.is_none() {
         entry.first_ready = Some(Instant::now());
+    }
+}
+
+/// What keeps a CR from Ready as its status says: its first condition that is not `True`.
+fn showing(object: &serde_json::Value) -> String {
+    let Some(conditions) = object.pointer("/status/conditions").and_then(|c| c.as_array()) else {
+        return "no status conditions".to_owned();
+    };
+    let text = |c: &serde_json::Value, field: &str| {
+        c.get(field).and_then(|v| v.as_str()).unwrap_or("?").to_owned()
+    };
+    conditions
+        .iter()
+        .find(|c| c.get("status").and_then(|v| v.as_str()) != Some("True"))
+        .map_or_else(
+            || "every condition True, phase not Ready".to_owned(),
+            |c| format!("{}={} {}", text(c, "type"), text(c, "status"), text(c, "reason")),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_cr_shows_its_first_condition_that_is_not_true() {
+        let object = json!({"status": {"conditions": [
+            {"type": "ControlPlaneReady", "status": "True", "reason": "ControlPlaneAvailable"},
+            {"type": "OperatorAccessReady", "status": "False", "reason": "OperatorTokenSecretUnavailable"},
+        ]}});
+        assert_eq!(
+            super::showing(&object),
+            "OperatorAccessReady=False OperatorTokenSecretUnavailable"
+        );
+        assert_eq!(super::showing(&json!({})), "no status conditions");
     }
 }
