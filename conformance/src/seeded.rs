@@ -145,7 +145,6 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     // The operator under faults, round three (issue 26).
     "rate-limited-lookup-discards-key",
     "key-created-before-secret-checked",
-    "daemon-key-401-blames-session-token",
     // Blind batch 4's misses (2026-12-02): a name at the limit itself, a label value in
     // another case, a list of origins without spaces, a token that may not bypass the limiter.
     "workload-name-shortened-at-63",

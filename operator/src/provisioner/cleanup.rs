@@ -15,6 +15,8 @@ use super::error::{CleanupError, Error};
 use super::{dereference, gates, keys};
 
 pub async fn cleanup(cr: &CoderProvisioner, ctx: &Arc<Context>) -> Result<Action, Error> {
+    // Removing the finalizer after this returns is a write too: only the leader's (R-HA-2).
+    ctx.fence.check().await.map_err(CleanupError::from)?;
     let key = object_key(cr);
     ctx.failures.reset(&key);
     ctx.rate_limits.reset(&key);
