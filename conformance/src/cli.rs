@@ -1,11 +1,12 @@
 //! The `conformance` command line: `run` (the suite, with its reports), `verify-report`,
-//! `local-cluster` (a local control plane for other tools), `bench`, `seeded-bugs` and
-//! `coverage`.
+//! `report` (a report as an HTML page), `local-cluster` (a local control plane for other
+//! tools), `bench`, `seeded-bugs` and `coverage`.
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use crate::local_cluster::LocalClusterArgs;
+use crate::report::html::ReportArgs;
 use crate::run::args::RunArgs;
 use crate::verify_report::VerifyArgs;
 
@@ -26,6 +27,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Check a conformance report: schema, digest, feature hashes, and the Core claim.
     VerifyReport(VerifyArgs),
+    /// Render a conformance report as one self-contained HTML page (`--html <report.yaml>`),
+    /// written beside the YAML as report.html unless `--out` says where.
+    Report(ReportArgs),
     /// Start a local control plane (etcd + kube-apiserver + controller manager), write its
     /// admin kubeconfig and keep it running until Ctrl-C or SIGTERM (for `--cluster kubeconfig`).
     LocalCluster(LocalClusterArgs),
@@ -42,6 +46,7 @@ pub async fn main_with(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => crate::run::run(*args).await,
         Command::VerifyReport(args) => crate::verify_report::run(&args),
+        Command::Report(args) => crate::report::html::run(&args),
         Command::LocalCluster(args) => crate::local_cluster::run(&args).await,
         Command::Bench(args) => crate::bench::run(*args).await.map(|()| ExitCode::SUCCESS),
         Command::SeededBugs(args) => crate::seeded::run(args).await,

@@ -3,8 +3,9 @@
 //! JUnit XML and Cucumber JSON come from cucumber's own writers (wired in [`crate::run`]); this
 //! module adds the conformance report: [`collector`] turns cucumber events into per-scenario
 //! outcomes, [`model`] is the YAML document (with a digest over its content so an edited result
-//! is detected) and `verify-report`'s checks.
+//! is detected) and `verify-report`'s checks, [`html`] the page a person reads in a browser.
 pub mod collector;
+pub mod html;
 pub mod junit;
 pub mod model;
 

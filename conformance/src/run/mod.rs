@@ -6,7 +6,7 @@
 pub mod args;
 mod environment;
 mod hooks;
-mod summary;
+pub(crate) mod summary;
 
 use std::io;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use self::hooks::after_scenario;
 use self::summary::print_summary;
 use crate::cluster::StartedCluster;
 use crate::features::{all_tags, feature_hashes, parse_features};
-use crate::paths::{KIND_LOGS_DIR, REPORT_FILE};
+use crate::paths::{HTML_REPORT_FILE, KIND_LOGS_DIR, REPORT_FILE};
 use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
 use crate::selection::{NOT_STARTED, Selection, list};
@@ -231,6 +231,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let path = report_dir.join(REPORT_FILE);
     std::fs::write(&path, report.to_yaml()?)
         .with_context(|| format!("writing {}", path.display()))?;
+    // The same report as a page for people, beside it.
+    crate::report::html::write(&report, &report_dir.join(HTML_REPORT_FILE))?;
     // cucumber names the embedded features by their scratch path, relative to the working
     // folder when inside it; "features/…" reads better and is the same in every run.
     let root = inputs.bundle.root();

@@ -2,7 +2,7 @@
 //! what was simulated, the rules' verdicts and the conformance claims.
 use std::path::Path;
 
-use crate::paths::REPORT_FILE;
+use crate::paths::{HTML_REPORT_FILE, REPORT_FILE};
 use crate::report::model::{self, ConformanceReport};
 use crate::selection::{NOT_SELECTED, NOT_STARTED};
 
@@ -12,14 +12,14 @@ pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path) {
         println!("{line}");
     }
     println!(
-        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}",
+        "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}, {HTML_REPORT_FILE}",
         report_dir.display()
     );
 }
 
 /// Skipped because this run left the scenario out (a filter, or --fail-fast stopping early),
 /// not because the environment lacks something it needs.
-fn left_out_by_the_run(result: &model::ScenarioResult) -> bool {
+pub(crate) fn left_out_by_the_run(result: &model::ScenarioResult) -> bool {
     result.status == model::Status::Skipped
         && result
             .reason

@@ -109,6 +109,12 @@ async fn generated_changed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A generated case's failure: the check that failed first (its whole chain: a step's error shows
+/// only its outermost message), then the case and its seed, so that it can be replayed.
+fn with_case(error: anyhow::Error, described: &str) -> anyhow::Error {
+    anyhow::anyhow!("{error:#}; {described}")
+}
+
 /// Settled: every gate passed, the key and its Secret ready, the current generation observed.
 /// Then the oracle's findings on that state (children, coderd's key) are handed to the
 /// after-hook, which blames each on the rule it names, as it does with its own.
@@ -130,7 +136,7 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
             }
         })
         .await
-        .with_context(|| described.clone())?;
+        .map_err(|error| with_case(error, &described))?;
     let findings = crate::scenario_checks::settled_findings(world, &world.provisioner).await?;
     world
         .violations
@@ -181,7 +187,7 @@ async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()
         })
     })
     .await
-    .with_context(|| described)
+    .map_err(|error| with_case(error, &described))
 }
 
 /// R-ENT-1: a control plane whose recent check says `entitled` or `grace_period` settles the
@@ -218,7 +224,7 @@ async fn generated_entitlement_budget(world: &mut ProvisionerWorld) -> anyhow::R
         },
     )
     .await
-    .with_context(|| described)
+    .map_err(|error| with_case(error, &described))
 }
 
 /// What one shrinking trial showed.
