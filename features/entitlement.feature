@@ -121,22 +121,3 @@ Feature: The external provisioner entitlement
     Then the provisioner has condition "ExternalProvisionersEntitled" "True" with reason "Entitled"
     And coderd saw at least 1 GET on "entitlements"
     And the provisioner becomes Ready
-
-  # A hanging coderd costs its own CRs: a crowd waiting on one control plane's coderd must not
-  # hold every reconcile slot, nor wait out one timeout after another, while a provisioner on
-  # another control plane waits. The bound (15 s) is half of the 30 s request timeout
-  # operators give coderd (coder-k8s, the reference): freeing slots only on timeouts misses it.
-  # @serial: its 20 s hold would stall an operator with one worker for the scenarios beside; it
-  # keeps them out until its last delayed answer has come.
-  @R-ENT-8 @fault-injection @serial @extended
-  Scenario: A hanging coderd does not hold up a provisioner on another control plane
-    Given a Ready control plane with operator access
-    And the control plane's entitlement check is older than two minutes
-    And a second Ready control plane "healthy" with its own operator token
-    When coderd delays its answers to every GET on "entitlements" by 20 seconds
-    And 40 more provisioners are applied
-    And a second provisioner "beside" is applied with spec:
-      """
-      controlPlaneRef: {name: healthy}
-      """
-    Then within 15 seconds the provisioner "beside" has condition "ProvisionerKeyReady" "True" with reason "ProvisionerKeyReady"

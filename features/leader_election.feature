@@ -29,8 +29,9 @@ Feature: Two replicas, one leader
     # checks: none
     And the provisioner becomes Ready
     When the paused replica resumes
+    # R-HA-1 forbids writes: a deposed replica may still read (list keys) before its fence stops it.
     # checks: R-HA-1, R-KEY-4
-    Then coderd sees no provisioner key requests since the last action during the observation window
+    Then coderd sees no provisioner key changes since the last action during the observation window
     # checks: R-HA-1, R-KEY-4
     And coderd saw exactly 1 POST on "provisionerkeys"
     # checks: R-HA-1, R-KEY-4

@@ -71,7 +71,7 @@ pub fn settled(cr: &Value) -> bool {
             .all(|kind| condition_status(cr, kind) != Some("False"))
 }
 
-/// FNV-1a 32 over `bytes`, as 8 lowercase hex digits (R-ST-8, R-RES-2).
+/// FNV-1a 32 over `bytes`, as 8 lowercase hex digits (R-ST-8).
 pub fn fnv1a_hex(bytes: &[u8]) -> String {
     let hash = bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
@@ -142,23 +142,18 @@ impl Expected {
         }
     }
 
-    /// The child name of `kind` with the rule that gives it: R-RES-1's, or past 63 characters
-    /// R-RES-2's shortened form (the CR name's first 42 characters and its FNV-1a hash). `None`
-    /// for a key Secret whose default name must be shortened.
+    /// The child name of `kind` with the rule that gives it: R-RES-1's when it fits in 63
+    /// characters. `None` past that (and for a key Secret whose default name must be shortened):
+    /// D-6 makes shortening normative only in its properties (at most 63 characters,
+    /// deterministic, distinct for distinct CR names), not R-RES-2's exact prefix and hash.
     fn child_name(&self, kind: &str) -> Option<(String, &'static str)> {
-        const KEPT: usize = 42;
         let (prefix, suffix, rule) = match kind {
             "Secret" => return self.secret_name.clone().map(|name| (name, "R-SEC-1")),
             "ServiceAccount" => ("", "-provisioner", "R-RBAC-3"),
             _ => ("provisioner-", "", "R-RES-1"),
         };
         let full = format!("{prefix}{}{suffix}", self.name);
-        if full.len() <= MAX_NAME {
-            return Some((full, rule));
-        }
-        let kept: String = self.name.chars().take(KEPT).collect();
-        let hash = fnv1a_hex(self.name.as_bytes());
-        Some((format!("{prefix}{kept}-{hash}{suffix}"), "R-RES-2"))
+        (full.len() <= MAX_NAME).then_some((full, rule))
     }
 }
 

@@ -160,25 +160,6 @@ async fn second_provisioner_applied(
     apply_sample(world, Some(&name), Some(json!({ "spec": spec }))).await
 }
 
-/// A crowd of CRs beside the scenario's provisioner: copies of the sample named
-/// `<sample>-crowd-<n>`, for load on one control plane.
-#[when(expr = "{int} more provisioners are applied")]
-async fn more_provisioners_applied(
-    world: &mut ProvisionerWorld,
-    count: usize,
-) -> anyhow::Result<()> {
-    let base = str_at(
-        &sample(&world.env.repo_root, &world.namespace, None)?,
-        "/metadata/name",
-    )
-    .unwrap_or("provisioner")
-    .to_owned();
-    for n in 1..=count {
-        apply_sample(world, Some(&format!("{base}-crowd-{n}")), None).await?;
-    }
-    Ok(())
-}
-
 /// The sample carrying a finalizer of the suite's own, so that it stays visible while deleted
 /// (R-DEL-11); the after-hook removes that finalizer whatever the outcome.
 #[given(expr = "the sample provisioner is applied with the finalizer {string}")]
@@ -495,22 +476,6 @@ async fn named_has_condition_with_reason(
     reason: String,
 ) -> anyhow::Result<()> {
     let timeouts = *world.timeouts();
-    expect_named_condition(world, &name, &kind, &status, &reason, &timeouts).await
-}
-
-/// For isolation: the condition must come sooner than one request timeout of a hanging coderd.
-#[then(
-    expr = "within {int} seconds the provisioner {string} has condition {string} {string} with reason {string}"
-)]
-async fn named_has_condition_with_reason_within(
-    world: &mut ProvisionerWorld,
-    seconds: u64,
-    name: String,
-    kind: String,
-    status: String,
-    reason: String,
-) -> anyhow::Result<()> {
-    let timeouts = world.timeouts().stated(seconds);
     expect_named_condition(world, &name, &kind, &status, &reason, &timeouts).await
 }
 

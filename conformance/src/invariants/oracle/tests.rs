@@ -238,36 +238,24 @@ fn named(name: &str) -> Expected {
     }
 }
 
-/// R-RES-1 up to 63 characters, R-RES-2's 42 characters and hash past them.
+/// R-RES-1 up to 63 characters; past them D-6 asks only for a shortened name's properties, so
+/// the oracle names none (the child is found by its controller and held to 63 characters).
 #[rstest]
-#[case::at_the_limit(51, "Deployment", None)]
-#[case::sa_at_the_limit(51, "ServiceAccount", None)]
-#[case::past_the_limit(52, "Deployment", Some("R-RES-2"))]
+#[case::at_the_limit(51, "Deployment", true)]
+#[case::sa_at_the_limit(51, "ServiceAccount", true)]
+#[case::past_the_limit(52, "Deployment", false)]
+#[case::sa_past_the_limit(52, "ServiceAccount", false)]
 fn child_names_follow_the_contract_at_the_limit(
     #[case] length: usize,
     #[case] kind: &str,
-    #[case] shortened_by: Option<&str>,
+    #[case] named_in_full: bool,
 ) {
     let name: String = "n".repeat(length);
-    let expected = named(&name);
-    let (child, rule) = expected.child_name(kind).unwrap();
-    match shortened_by {
-        None => assert!(child.len() == 63 && child.contains(&name), "{child}"),
-        Some(by) => {
-            assert_eq!(rule, by);
-            assert_eq!(
-                child,
-                format!("provisioner-{}-{}", &name[..42], fnv1a_hex(name.as_bytes()))
-            );
-        }
+    match named(&name).child_name(kind) {
+        Some((child, _)) => assert!(
+            named_in_full && child.len() == 63 && child.contains(&name),
+            "{child}"
+        ),
+        None => assert!(!named_in_full),
     }
-}
-
-#[test]
-fn a_long_name_hashes_as_the_contract_says() {
-    let name = "a-provisioner-with-a-name-long-enough-to-need-shortening-number-one";
-    assert_eq!(
-        named(name).child_name("ServiceAccount").unwrap().0,
-        "a-provisioner-with-a-name-long-enough-to-n-76808a64-provisioner"
-    );
 }
