@@ -324,7 +324,8 @@ impl Attribution {
                                 .and_then(|s| s.step(failed_at))
                                 .is_some_and(|s| s.checks(&result.rules).iter().any(|r| r == rule))
                     };
-                    let held = |line: usize| line < failed_at || (line == failed_at && held_at_failure);
+                    let held =
+                        |line: usize| line < failed_at || (line == failed_at && held_at_failure);
                     if !checking.is_empty() && checking.iter().all(|&line| held(line)) {
                         RuleVerdict::Passed
                     } else {

@@ -283,7 +283,24 @@ fn apply_early(object: &DynamicObject) -> bool {
     matches!(kind_of(object), "Namespace" | "CustomResourceDefinition")
 }
 
-fn kind_of(object: &DynamicObject) -> &str {
+/// The objects of `kind` among parsed documents.
+pub fn of_kind<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> {
+    objects.iter().filter(|o| kind_of(o) == kind).collect()
+}
+
+/// The one object of `kind` among parsed documents; an error when there is none or several.
+pub fn only_of_kind<'a>(
+    objects: &'a [DynamicObject],
+    kind: &str,
+) -> anyhow::Result<&'a DynamicObject> {
+    match of_kind(objects, kind).as_slice() {
+        [only] => Ok(only),
+        found => anyhow::bail!("exactly one {kind} expected, found {}", found.len()),
+    }
+}
+
+/// The kind of a parsed document (empty when it names none).
+pub fn kind_of(object: &DynamicObject) -> &str {
     object
         .types
         .as_ref()

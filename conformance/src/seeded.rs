@@ -313,7 +313,9 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
             );
         }
         if permits.is_empty() {
-            return Err("`# permits:` names no rule or decision that permits the change".to_owned());
+            return Err(
+                "`# permits:` names no rule or decision that permits the change".to_owned(),
+            );
         }
         if !has_diff && operator_cmd.is_none() && replica_cmd.is_none() {
             return Err(
@@ -715,7 +717,8 @@ fn legal_verdict(outcome: &RunOutcome) -> Verdict {
                 .iter()
                 .filter(|s| {
                     s.reason.as_deref().is_none_or(|r| {
-                        r.starts_with(crate::selection::NOT_STARTED) || r.starts_with("not finished")
+                        r.starts_with(crate::selection::NOT_STARTED)
+                            || r.starts_with("not finished")
                     })
                 })
                 .collect();
@@ -1243,7 +1246,10 @@ pub fn variant_list(variants: &[Variant]) -> String {
                 Some(tags) => format!("breaks {} (runs {tags})", variant.breaks.join(", ")),
             },
             Breakage::Legal => match &variant.scenarios {
-                None => format!("permitted by {} (runs every scenario)", variant.permits.join(", ")),
+                None => format!(
+                    "permitted by {} (runs every scenario)",
+                    variant.permits.join(", ")
+                ),
                 Some(tags) => format!("permitted by {} (runs {tags})", variant.permits.join(", ")),
             },
         };
@@ -1480,11 +1486,13 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs(),
         reports.display()
     );
-    Ok(if caught == broken.len() && legal_passed == legal.len() && all_clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(
+        if caught == broken.len() && legal_passed == legal.len() && all_clean {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
 }
 
 fn short(outcome: &RunOutcome) -> String {
@@ -1814,7 +1822,10 @@ mod tests {
     #[case::nothing_to_run("# name: x\n# permits: D-13\n", "no `# operator-cmd:`")]
     #[case::both("# name: x\n# permits: D-13\n# breaks: R-KEY-4\n", "neither breaks")]
     #[case::permits_nothing("# name: x\n# permits: none\n# operator-cmd: a\n", "names no rule")]
-    #[case::start_of_a_bug("# name: x\n# breaks: R-KEY-4\n# operator-cmd: a\n{DIFF}", "belong to legal")]
+    #[case::start_of_a_bug(
+        "# name: x\n# breaks: R-KEY-4\n# operator-cmd: a\n{DIFF}",
+        "belong to legal"
+    )]
     fn bad_legal_headers_say_what_is_wrong(#[case] header: &str, #[case] expected: &str) {
         let error = parse_header(&header.replace("{DIFF}", DIFF)).expect_err("refused");
         assert!(error.contains(expected), "{error}");
@@ -1910,7 +1921,12 @@ mod tests {
                 format!("{origin_dir}/{}.patch", variant.name),
                 "a patch file is named after its variant"
             );
-            assert_eq!(variant.is_legal(), legal, "{}: in the wrong folder", variant.name);
+            assert_eq!(
+                variant.is_legal(),
+                legal,
+                "{}: in the wrong folder",
+                variant.name
+            );
         }
     }
 
@@ -2030,7 +2046,8 @@ mod tests {
         assert_eq!(selected[0].name, "my-mistake");
         assert_eq!(selected[0].origin, path.display().to_string());
         std::fs::write(&path, DIFF).expect("writing");
-        let error = selected_variants(std::slice::from_ref(&path), &[], false).expect_err("no header");
+        let error =
+            selected_variants(std::slice::from_ref(&path), &[], false).expect_err("no header");
         assert!(
             error.to_string().contains(&path.display().to_string()),
             "the error names the file: {error}"

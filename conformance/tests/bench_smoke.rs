@@ -130,7 +130,11 @@ async fn a_command_operator_is_measured_side_by_side_with_the_reference() -> any
             .is_file(),
         "the compared side ran under its read-only RBAC"
     );
-    assert!(!out.path().join("reference/operator-rbac-read-only").exists());
+    assert!(
+        !out.path()
+            .join("reference/operator-rbac-read-only")
+            .exists()
+    );
 
     let comparison: Comparison =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("bench.json"))?)?;

@@ -105,27 +105,8 @@ fn template(extra: &[&str]) -> Vec<DynamicObject> {
     try_template(extra).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn kind_of(object: &DynamicObject) -> &str {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.as_str())
-        .unwrap_or_default()
-}
-
-fn find<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> {
-    objects.iter().filter(|o| kind_of(o) == kind).collect()
-}
-
 fn one<'a>(objects: &'a [DynamicObject], kind: &str) -> &'a DynamicObject {
-    let found = find(objects, kind);
-    assert_eq!(
-        found.len(),
-        1,
-        "exactly one {kind} expected, found {}",
-        found.len()
-    );
-    found[0]
+    manifests::only_of_kind(objects, kind).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn config(dir: &str) -> Vec<DynamicObject> {
@@ -138,7 +119,7 @@ type Rule = BTreeMap<String, Vec<String>>;
 
 /// The rules of every object of `kind`, as a set.
 fn rules(objects: &[DynamicObject], kind: &str) -> BTreeSet<Rule> {
-    find(objects, kind)
+    manifests::of_kind(objects, kind)
         .into_iter()
         .flat_map(|role| {
             role.data["rules"]
@@ -151,7 +132,7 @@ fn rules(objects: &[DynamicObject], kind: &str) -> BTreeSet<Rule> {
 }
 
 fn deployments(objects: &[DynamicObject]) -> Vec<&DynamicObject> {
-    find(objects, "Deployment")
+    manifests::of_kind(objects, "Deployment")
 }
 
 fn pod_spec(deployment: &DynamicObject) -> &Value {
@@ -234,7 +215,7 @@ fn the_crds_are_those_of_config_crd() {
     }
 
     let rendered = template(&["--include-crds"]);
-    let rendered_crds: Vec<Value> = find(&rendered, "CustomResourceDefinition")
+    let rendered_crds: Vec<Value> = manifests::of_kind(&rendered, "CustomResourceDefinition")
         .into_iter()
         .map(|crd| serde_json::to_value(crd).expect("serialize"))
         .collect();
@@ -244,7 +225,7 @@ fn the_crds_are_those_of_config_crd() {
         .collect();
     assert_eq!(rendered_crds, expected, "helm installs config/crd's CRDs");
     assert!(
-        find(&template(&[]), "CustomResourceDefinition").is_empty(),
+        manifests::of_kind(&template(&[]), "CustomResourceDefinition").is_empty(),
         "the CRDs come from crds/, not from templates/"
     );
 }
@@ -258,7 +239,7 @@ fn the_rbac_rules_are_those_of_config_rbac() {
     let kinds = |objects: &[DynamicObject]| -> Vec<String> {
         let mut kinds: Vec<String> = objects
             .iter()
-            .map(kind_of)
+            .map(manifests::kind_of)
             .filter(|k| {
                 [
                     "ServiceAccount",
@@ -327,9 +308,9 @@ fn the_rbac_rules_are_those_of_config_rbac() {
         pod_spec(deployments(&named)[0])["serviceAccountName"],
         "provisioner-operator"
     );
-    for binding in find(&named, "ClusterRoleBinding")
+    for binding in manifests::of_kind(&named, "ClusterRoleBinding")
         .into_iter()
-        .chain(find(&named, "RoleBinding"))
+        .chain(manifests::of_kind(&named, "RoleBinding"))
     {
         assert_eq!(binding.data["subjects"][0]["name"], "provisioner-operator");
     }
@@ -346,11 +327,11 @@ fn watched_namespaces_get_the_cluster_role_in_them_only() {
     );
     assert_eq!(rules(&rendered, "Role"), rules(&expected, "Role"));
     assert!(
-        find(&rendered, "ClusterRoleBinding").is_empty(),
+        manifests::of_kind(&rendered, "ClusterRoleBinding").is_empty(),
         "no cluster-wide binding when namespaces are listed"
     );
     let cluster_role = one(&rendered, "ClusterRole").metadata.name.as_deref();
-    let mut bound_in: Vec<&str> = find(&rendered, "RoleBinding")
+    let mut bound_in: Vec<&str> = manifests::of_kind(&rendered, "RoleBinding")
         .into_iter()
         .filter(|b| b.data["roleRef"]["kind"] == "ClusterRole")
         .inspect(|b| assert_eq!(b.data["roleRef"]["name"].as_str(), cluster_role))
@@ -362,11 +343,11 @@ fn watched_namespaces_get_the_cluster_role_in_them_only() {
     // Without leader election (one replica), no Lease Role.
     let single = template(&["--set", "leaderElection.enabled=false"]);
     assert!(
-        find(&single, "Role").is_empty(),
+        manifests::of_kind(&single, "Role").is_empty(),
         "a Lease Role without leader election"
     );
     assert!(
-        find(&single, "RoleBinding").is_empty(),
+        manifests::of_kind(&single, "RoleBinding").is_empty(),
         "a Lease RoleBinding without leader election"
     );
 }

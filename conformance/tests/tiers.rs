@@ -39,27 +39,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn kind_of(object: &DynamicObject) -> &str {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.as_str())
-        .unwrap_or_default()
-}
-
-fn find<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> {
-    objects.iter().filter(|o| kind_of(o) == kind).collect()
-}
-
 fn one<'a>(objects: &'a [DynamicObject], kind: &str) -> &'a DynamicObject {
-    let found = find(objects, kind);
-    assert_eq!(
-        found.len(),
-        1,
-        "exactly one {kind} expected, found {}",
-        found.len()
-    );
-    found[0]
+    manifests::only_of_kind(objects, kind).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The Kubernetes version scripts/k8s-binaries.sh pins for the local tier, e.g. `v1.37.2`.
@@ -178,9 +159,9 @@ fn the_operator_deployment_runs_as_the_service_account_its_rbac_binds() {
         sa_namespace,
         "config/manager creates the namespace"
     );
-    for binding in find(&rbac, "ClusterRoleBinding")
+    for binding in manifests::of_kind(&rbac, "ClusterRoleBinding")
         .into_iter()
-        .chain(find(&rbac, "RoleBinding"))
+        .chain(manifests::of_kind(&rbac, "RoleBinding"))
     {
         let subjects = binding.data["subjects"].as_array().expect("subjects");
         assert!(
@@ -211,7 +192,10 @@ fn the_fake_coderd_manifests_expose_the_ports_and_secret_the_suite_uses() {
         one(&objects, "Namespace").metadata.name.as_deref(),
         Some(FAKE_CODERD_NAMESPACE)
     );
-    for object in objects.iter().filter(|o| kind_of(o) != "Namespace") {
+    for object in objects
+        .iter()
+        .filter(|o| manifests::kind_of(o) != "Namespace")
+    {
         assert_eq!(
             object.metadata.namespace.as_deref(),
             Some(FAKE_CODERD_NAMESPACE),
@@ -369,7 +353,7 @@ async fn every_manifest_passes_server_side_dry_run_on_the_local_control_plane() 
         .filter_map(|o| o.metadata.namespace.clone())
         .collect();
     namespaces.extend(
-        find(&objects, "Namespace")
+        manifests::of_kind(&objects, "Namespace")
             .iter()
             .filter_map(|n| n.metadata.name.clone()),
     );

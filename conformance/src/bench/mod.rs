@@ -43,8 +43,8 @@ use self::model::{
     ScaleResult, SteadyResult,
 };
 use self::stats::millis;
-use crate::shared_args::{StartedOperatorArgs, parse_duration};
 use crate::run::args::ControlPlaneAccess;
+use crate::shared_args::{StartedOperatorArgs, parse_duration};
 
 /// Which measurements to take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -170,18 +170,31 @@ fn observe(state: &Mutex<State>, object: &DynamicObject) {
 
 /// What keeps a CR from Ready as its status says: its first condition that is not `True`.
 fn showing(object: &serde_json::Value) -> String {
-    let Some(conditions) = object.pointer("/status/conditions").and_then(|c| c.as_array()) else {
+    let Some(conditions) = object
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+    else {
         return "no status conditions".to_owned();
     };
     let text = |c: &serde_json::Value, field: &str| {
-        c.get(field).and_then(|v| v.as_str()).unwrap_or("?").to_owned()
+        c.get(field)
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+            .to_owned()
     };
     conditions
         .iter()
         .find(|c| c.get("status").and_then(|v| v.as_str()) != Some("True"))
         .map_or_else(
             || "every condition True, phase not Ready".to_owned(),
-            |c| format!("{}={} {}", text(c, "type"), text(c, "status"), text(c, "reason")),
+            |c| {
+                format!(
+                    "{}={} {}",
+                    text(c, "type"),
+                    text(c, "status"),
+                    text(c, "reason")
+                )
+            },
         )
 }
 

@@ -224,7 +224,13 @@ pub fn group_has_live_process(group: i32) -> bool {
     };
     entries
         .filter_map(Result::ok)
-        .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
         .any(|stat| {
             // After the parenthesised command: state, ppid, pgrp.

@@ -105,7 +105,9 @@ pub async fn replica_service_account(
         .with_context(|| format!("creating the replica's ServiceAccount {namespace}/{own}"))?;
     let is_operator = |subjects: &Option<Vec<Subject>>| {
         subjects.iter().flatten().any(|s| {
-            s.kind == "ServiceAccount" && s.name == name && s.namespace.as_deref() == Some(namespace)
+            s.kind == "ServiceAccount"
+                && s.name == name
+                && s.namespace.as_deref() == Some(namespace)
         })
     };
     let subject = Subject {
@@ -115,7 +117,10 @@ pub async fn replica_service_account(
         ..Default::default()
     };
     let copy_meta = |binding: &ObjectMeta| ObjectMeta {
-        name: Some(format!("{}-{replica}", binding.name.as_deref().unwrap_or("binding"))),
+        name: Some(format!(
+            "{}-{replica}",
+            binding.name.as_deref().unwrap_or("binding")
+        )),
         namespace: binding.namespace.clone(),
         ..Default::default()
     };
@@ -146,8 +151,10 @@ pub async fn replica_service_account(
             subjects: Some(vec![subject.clone()]),
         };
         let copy_name = copy.metadata.name.clone().unwrap_or_default();
-        let api: Api<RoleBinding> =
-            Api::namespaced(admin.clone(), copy.metadata.namespace.as_deref().unwrap_or(namespace));
+        let api: Api<RoleBinding> = Api::namespaced(
+            admin.clone(),
+            copy.metadata.namespace.as_deref().unwrap_or(namespace),
+        );
         api.patch(&copy_name, &apply, &Patch::Apply(&copy))
             .await
             .with_context(|| format!("binding the replica's ServiceAccount ({copy_name})"))?;

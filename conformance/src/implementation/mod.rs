@@ -276,12 +276,9 @@ impl OperatorProcess {
         let (namespace, operator_account) = &self.service_account;
         let account =
             identity::replica_service_account(admin, namespace, operator_account, name).await?;
-        let yaml =
-            identity::service_account_kubeconfig(admin, &self.endpoint, namespace, &account)
-                .await?;
-        let kubeconfig = self
-            .kubeconfig
-            .with_file_name(format!("{name}.kubeconfig"));
+        let yaml = identity::service_account_kubeconfig(admin, &self.endpoint, namespace, &account)
+            .await?;
+        let kubeconfig = self.kubeconfig.with_file_name(format!("{name}.kubeconfig"));
         kubeconfig::write_private(&kubeconfig, &yaml)?;
         let mut spec = self.spec.clone();
         spec.command = command;

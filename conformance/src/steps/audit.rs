@@ -342,10 +342,30 @@ mod tests {
         let log = [
             with("get", "secrets", 200, "/api/v1/namespaces/s1/secrets/x"),
             with("patch", "secrets", 409, "/api/v1/namespaces/s1/secrets/x"),
-            with("patch", "secrets", 200, "/api/v1/namespaces/s1/secrets/x?dryRun=All"),
-            with("update", "leases", 200, "/apis/coordination.k8s.io/v1/namespaces/ops/leases/l"),
-            with("create", "events", 201, "/apis/events.k8s.io/v1/namespaces/s1/events"),
-            with("patch", "deployments", 200, "/apis/apps/v1/namespaces/s1/deployments/x"),
+            with(
+                "patch",
+                "secrets",
+                200,
+                "/api/v1/namespaces/s1/secrets/x?dryRun=All",
+            ),
+            with(
+                "update",
+                "leases",
+                200,
+                "/apis/coordination.k8s.io/v1/namespaces/ops/leases/l",
+            ),
+            with(
+                "create",
+                "events",
+                201,
+                "/apis/events.k8s.io/v1/namespaces/s1/events",
+            ),
+            with(
+                "patch",
+                "deployments",
+                200,
+                "/apis/apps/v1/namespaces/s1/deployments/x",
+            ),
         ]
         .join("\n")
             + "\n";

@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
 use crate::coderd_routes::{is_daemon_key_fetch, is_key_request, route_template};
+use crate::report::collector::DOES_NOT_APPLY;
 use crate::wait;
 use crate::world::ProvisionerWorld;
-use crate::report::collector::DOES_NOT_APPLY;
 
 fn count(entries: &[JournalEntry], method: &str, template: &str) -> usize {
     entries
@@ -973,7 +973,9 @@ async fn no_abandoned_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 /// since the last action, or recorded the id of the key in its Secret without it; then the
 /// scenario is reported skipped with that reason. (On clusters with kubelets a daemon pod's own
 /// fetch of its key counts as a use: the two cannot be told apart from coderd's side.)
-#[then("the operator looks its new key up with the key itself, or this scenario does not apply (D-12)")]
+#[then(
+    "the operator looks its new key up with the key itself, or this scenario does not apply (D-12)"
+)]
 async fn looks_new_key_up_with_the_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let start = world.action_mark.unwrap_or(0);
     let daemon_key = route_template("daemon-key")?;
@@ -1010,7 +1012,9 @@ async fn looks_new_key_up_with_the_key(world: &mut ProvisionerWorld) -> anyhow::
                 .and_then(Value::as_str)
                 .unwrap_or("key");
             let (Some(secret), false) = (secret, recorded.is_empty()) else {
-                return Ok(Err("no key id recorded yet, and no lookup with the key".to_owned()));
+                return Ok(Err(
+                    "no key id recorded yet, and no lookup with the key".to_owned()
+                ));
             };
             let api: kube::Api<Secret> = world.api();
             let plaintext = api

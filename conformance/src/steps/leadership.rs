@@ -241,14 +241,19 @@ async fn leader_paused_mid_lookup(world: &mut ProvisionerWorld) -> anyhow::Resul
         world.timeouts(),
         || async {
             let journal = world.journal().await?;
-            let created = journal
-                .iter()
-                .position(|e| e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300);
+            let created = journal.iter().position(|e| {
+                e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300
+            });
             Ok(match created {
-                Some(at) if journal[at + 1..].iter().any(|e| {
-                    e.method == "GET"
-                        && (e.route.as_deref() == Some(create) || e.route.as_deref() == Some(daemon_key))
-                }) => Ok(()),
+                Some(at)
+                    if journal[at + 1..].iter().any(|e| {
+                        e.method == "GET"
+                            && (e.route.as_deref() == Some(create)
+                                || e.route.as_deref() == Some(daemon_key))
+                    }) =>
+                {
+                    Ok(())
+                }
                 Some(_) => Err("a key was created and not looked up yet".to_owned()),
                 None => Err("no key created yet".to_owned()),
             })
@@ -351,7 +356,9 @@ async fn resume_paused(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 /// R-HA-2: from its resumption on, the deposed replica (authenticated as a ServiceAccount of its
 /// own) gets no write accepted: no key Secret, child, status, finalizer or Event. A write the API
 /// server refused as stale is the mechanism R-HA-2 asks for, not a write.
-#[then("the paused replica gets no Kubernetes write accepted after it resumes, during the observation window")]
+#[then(
+    "the paused replica gets no Kubernetes write accepted after it resumes, during the observation window"
+)]
 async fn deposed_replica_writes_nothing(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let Some(log) = world.env.audit_log.clone() else {
         bail!(
@@ -384,7 +391,10 @@ async fn deposed_replica_writes_nothing(world: &mut ProvisionerWorld) -> anyhow:
             Ok(if writes.is_empty() {
                 Ok(())
             } else {
-                Err(format!("it wrote after it resumed (R-HA-2): {}", writes.join(", ")))
+                Err(format!(
+                    "it wrote after it resumed (R-HA-2): {}",
+                    writes.join(", ")
+                ))
             })
         },
     )
@@ -437,7 +447,12 @@ async fn stop_leader(world: &mut ProvisionerWorld, how: String) -> anyhow::Resul
 /// every process of it had exited.
 #[then("the stopped leader released its Lease before it exited")]
 async fn released_before_exit(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let remembered = |key: &str| world.remembered.get(key).and_then(|at| at.parse::<u128>().ok());
+    let remembered = |key: &str| {
+        world
+            .remembered
+            .get(key)
+            .and_then(|at| at.parse::<u128>().ok())
+    };
     let stopped_at = remembered(STOPPED_AT).ok_or_else(|| anyhow!("no leader was stopped"))?;
     let exited_at = remembered(EXITED_AT).ok_or_else(|| anyhow!("no leader was stopped"))?;
     let exit = exited_at.saturating_sub(stopped_at);
