@@ -160,10 +160,7 @@ mod tests {
     #[case::forbidden(403, false)]
     fn only_a_conflict_is_a_stale_write(#[case] code: u16, #[case] stale: bool) {
         assert_eq!(
-            matches!(
-                Error::refused_as_stale(api_error(code)),
-                Ok(Error::Stale(_))
-            ),
+            matches!(Error::refused_as_stale(api_error(code)), Ok(Error::Stale(_))),
             stale
         );
     }
