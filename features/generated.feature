@@ -2,21 +2,27 @@
 Feature: Generated provisioners
   Specs no one hand-picked, drawn from the space the contract describes: names short, at the
   63-character limit and past it; the organization given, empty or absent; key names in any case
-  and up to 64 characters; tags added and removed; other Secrets and data keys; replicas from 0;
+  and up to 64 characters; each case on one documented limit, one under it or one past it (the
+  name at 62 to 65 characters, and where its default key Secret name reaches 253 and 254; the key
+  name at 63 to 65; the key Secret's name and data key at 253 and 254; a grace period and
+  replicas of 0), where a value past an admission limit must be refused before the case goes on
+  at the limit; tags added and removed; other Secrets and data keys; replicas from 0;
   extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
   grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
   settled CR, its children and its key in coderd to its spec. Each case then changes once, and
   its key requests must fit what the change can justify. A failure names its seed; the same seed
   gives the same case (`conformance run --name 'seed 5'`).
 
-  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-ENT-1 @extended
+  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-ENT-1 @D-4 @R-CRD-6 @extended
   Scenario Outline: The provisioner generated from seed <seed> settles as its spec says, before and after a change
     Given a Ready control plane with operator access
     And the scenario has a second coderd organization
     And a second Ready control plane "other-control-plane" with its own operator token
     When the provisioner generated from seed <seed> is applied
+    # checks: D-4, R-CRD-6
+    Then the API server admitted the generated provisioner at its limit and refused it past the limit
     # checks: R-KEY-20, R-SEC-7, R-ST-4
-    Then the generated provisioner settles
+    And the generated provisioner settles
     When the generated provisioner's spec is changed as its seed says
     # checks: R-KEY-20, R-SEC-7, R-ST-4
     Then the generated provisioner settles
@@ -35,3 +41,10 @@ Feature: Generated provisioners
       | 6    |
       | 7    |
       | 8    |
+      | 9    |
+      | 10   |
+      | 11   |
+      | 12   |
+      | 13   |
+      | 14   |
+      | 15   |

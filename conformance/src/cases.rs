@@ -13,8 +13,63 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use serde_json::{Map, Value, json};
 
-/// The seeds every run checks (the Extended level's generated cases).
-pub const FIXED_SEEDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+/// The seeds every run checks (the Extended level's generated cases): one per [`BOUNDARIES`]
+/// value, since a seed's boundary is `BOUNDARIES[seed % 15]`.
+pub const FIXED_SEEDS: [u64; 15] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
+/// A documented limit a case sits at, just under or just past: off-by-one mistakes live on the
+/// limit, which random lengths rarely hit. An admitted value must settle as the oracle says; a
+/// value past an admission limit must be refused by the API server ([`Case::past_limit`]), and
+/// the case then goes on at the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    /// The CR name's length: child names and the instance label hold 63 (D-6), the default key
+    /// name 64 (D-4), the default key Secret name `<name>-provisioner-key` 253 (R-SEC-1).
+    NameLength(usize),
+    /// `spec.key.name`'s length (D-4: at most 64, refused at admission past it).
+    KeyNameLength(usize),
+    /// `spec.key.secretName`'s length (R-CRD-6: at most 253).
+    SecretNameLength(usize),
+    /// `spec.key.secretKey`'s length (R-CRD-6: at most 253).
+    SecretKeyLength(usize),
+    /// `spec.terminationGracePeriodSeconds: 0`: a value, not "unset" (R-CRD-10, R-POD-6).
+    GracePeriodZero,
+    /// `spec.replicas: 0`, the schema's minimum (D-4).
+    ReplicasZero,
+}
+
+/// Every boundary a case can sit on; seed `s` sits on `BOUNDARIES[s % len]`.
+pub const BOUNDARIES: [Boundary; 15] = [
+    Boundary::NameLength(62),
+    Boundary::NameLength(63),
+    Boundary::NameLength(64),
+    Boundary::NameLength(65),
+    // `<name>-provisioner-key` of exactly 253 characters, and of 254 (shortened, R-SEC-1).
+    Boundary::NameLength(237),
+    Boundary::NameLength(238),
+    Boundary::KeyNameLength(63),
+    Boundary::KeyNameLength(64),
+    Boundary::KeyNameLength(65),
+    Boundary::SecretNameLength(253),
+    Boundary::SecretNameLength(254),
+    Boundary::SecretKeyLength(253),
+    Boundary::SecretKeyLength(254),
+    Boundary::GracePeriodZero,
+    Boundary::ReplicasZero,
+];
+
+/// The longest `spec.key.name` (D-4) and `spec.key.secretName`/`secretKey` (R-CRD-6) admitted.
+const KEY_NAME_LIMIT: usize = 64;
+const SECRET_FIELD_LIMIT: usize = 253;
+
+/// A spec value past an admission limit: the API server must refuse the CR with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PastLimit {
+    /// What it is, for messages ("spec.key.name of 65 characters (D-4: at most 64)").
+    pub what: String,
+    /// The case's spec with that value instead of the one at the limit.
+    pub spec: Value,
+}
 
 /// What a case may refer to in its scenario.
 #[derive(Clone, Debug)]
@@ -33,6 +88,10 @@ pub struct Case {
     pub entitlement: Entitlement,
     /// The control plane's `spec.image` (R-POD-8's second choice), when the case sets one.
     pub control_plane_image: Option<String>,
+    /// The limit the case sits on.
+    pub boundary: Boundary,
+    /// The same case one past an admission limit, applied first and refused.
+    pub past_limit: Option<PastLimit>,
 }
 
 /// The control plane's own entitlement check (R-ENT-1…3), as the fixture writes it.
@@ -227,12 +286,77 @@ pub fn case(seed: u64, context: &Context) -> Case {
     let control_plane_image = rng
         .random_bool(0.5)
         .then(|| format!("registry.test/control-plane:v{}", rng.random_range(1..9)));
+    let boundary = BOUNDARIES[(seed % BOUNDARIES.len() as u64) as usize];
+    let (name, past_limit) = sit_on(boundary, &mut rng, seed, name, &mut spec);
     Case {
         name,
         spec: Value::Object(spec),
         entitlement,
         control_plane_image,
+        boundary,
+        past_limit,
     }
+}
+
+/// Puts the case on `boundary`: the name or spec field at that length or value. A length past an
+/// admission limit gives the spec with it as [`PastLimit`], and the case keeps the limit itself.
+fn sit_on(
+    boundary: Boundary,
+    rng: &mut StdRng,
+    seed: u64,
+    name: String,
+    spec: &mut Map<String, Value>,
+) -> (String, Option<PastLimit>) {
+    let mut key_field = |field: &str, length: usize, limit: usize, rule: &str, prefix: &str| {
+        let value = name_of_length(rng, prefix, length);
+        let past = (length > limit).then(|| {
+            let mut past = spec.clone();
+            key_object(&mut past).insert(field.into(), json!(value));
+            PastLimit {
+                what: format!("spec.key.{field} of {length} characters ({rule}: at most {limit})"),
+                spec: Value::Object(past),
+            }
+        });
+        key_object(spec).insert(field.into(), json!(&value[..length.min(limit)]));
+        past
+    };
+    match boundary {
+        Boundary::NameLength(length) => {
+            // The limits the name reaches are those of the names made from it by default.
+            if let Some(key) = spec.get_mut("key").and_then(Value::as_object_mut) {
+                key.remove("name");
+                key.remove("secretName");
+            }
+            return (name_of_length(rng, &format!("gen{seed}-"), length), None);
+        }
+        Boundary::KeyNameLength(length) => {
+            let past = key_field("name", length, KEY_NAME_LIMIT, "D-4", "key-");
+            return (name, past);
+        }
+        Boundary::SecretNameLength(length) => {
+            let past = key_field("secretName", length, SECRET_FIELD_LIMIT, "R-CRD-6", "gen-");
+            return (name, past);
+        }
+        Boundary::SecretKeyLength(length) => {
+            let past = key_field("secretKey", length, SECRET_FIELD_LIMIT, "R-CRD-6", "data.");
+            return (name, past);
+        }
+        Boundary::GracePeriodZero => {
+            spec.insert("terminationGracePeriodSeconds".into(), json!(0));
+        }
+        Boundary::ReplicasZero => {
+            spec.insert("replicas".into(), json!(0));
+        }
+    }
+    (name, None)
+}
+
+fn key_object(spec: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    let key = spec.entry("key").or_insert_with(|| json!({}));
+    if !key.is_object() {
+        *key = json!({});
+    }
+    key.as_object_mut().expect("an object")
 }
 
 /// The change of `seed`'s case (drawn from the seed too, after the case).
@@ -398,8 +522,8 @@ pub fn trial_name(name: &str, trial: usize) -> String {
 pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     let spec = serde_json::to_string(&case.spec).unwrap_or_default();
     let mut text = format!(
-        "generated case seed {seed}: CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
-        case.name, case.entitlement, case.control_plane_image
+        "generated case seed {seed} ({:?}): CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
+        case.boundary, case.name, case.entitlement, case.control_plane_image
     );
     if let Some(change) = change {
         text.push_str(&format!(
@@ -446,6 +570,9 @@ pub struct Generated {
     pub seed: u64,
     pub case: Case,
     pub change: Option<Change>,
+    /// What the API server did wrong at admission: admitted the case's value past its limit, or
+    /// refused the case at its limit.
+    pub admission_findings: Vec<String>,
 }
 
 impl Generated {
@@ -499,6 +626,8 @@ mod tests {
             spec: json!({"controlPlaneRef": {"name": "cp"}}),
             entitlement: Entitlement::FreshEntitled,
             control_plane_image: None,
+            boundary: Boundary::ReplicasZero,
+            past_limit: None,
         };
         assert!(
             simpler(&bare).is_empty(),
@@ -547,6 +676,74 @@ mod tests {
                     .unwrap_or(0)
                     >= 0
             );
+        }
+    }
+
+    #[test]
+    fn the_fixed_seeds_sit_on_every_boundary_and_past_limits_only_in_their_field() {
+        let cases: Vec<Case> = FIXED_SEEDS.iter().map(|s| case(*s, &context())).collect();
+        for boundary in BOUNDARIES {
+            assert!(
+                cases.iter().any(|c| c.boundary == boundary),
+                "no fixed seed sits on {boundary:?}"
+            );
+        }
+        for case in &cases {
+            let key = |spec: &Value, field: &str| {
+                spec.pointer(&format!("/key/{field}"))
+                    .and_then(Value::as_str)
+                    .map(str::len)
+            };
+            match case.boundary {
+                Boundary::NameLength(length) => {
+                    assert_eq!(case.name.len(), length);
+                    assert_eq!(key(&case.spec, "name"), None, "the default key name");
+                    assert_eq!(
+                        key(&case.spec, "secretName"),
+                        None,
+                        "the default Secret name"
+                    );
+                }
+                Boundary::KeyNameLength(length) => {
+                    assert_eq!(key(&case.spec, "name"), Some(length.min(64)));
+                }
+                Boundary::SecretNameLength(length) => {
+                    assert_eq!(key(&case.spec, "secretName"), Some(length.min(253)));
+                }
+                Boundary::SecretKeyLength(length) => {
+                    assert_eq!(key(&case.spec, "secretKey"), Some(length.min(253)));
+                }
+                Boundary::GracePeriodZero => {
+                    assert_eq!(case.spec["terminationGracePeriodSeconds"], json!(0));
+                }
+                Boundary::ReplicasZero => assert_eq!(case.spec["replicas"], json!(0)),
+            }
+            let past = case.past_limit.as_ref();
+            match case.boundary {
+                Boundary::KeyNameLength(65) => {
+                    assert_eq!(key(&past.expect("past").spec, "name"), Some(65));
+                }
+                Boundary::SecretNameLength(254) => {
+                    assert_eq!(key(&past.expect("past").spec, "secretName"), Some(254));
+                }
+                Boundary::SecretKeyLength(254) => {
+                    assert_eq!(key(&past.expect("past").spec, "secretKey"), Some(254));
+                }
+                _ => assert_eq!(past, None, "{case:?}"),
+            }
+            if let Some(past) = past {
+                let mut at_limit = past.spec.clone();
+                let (Some(past_key), Some(key)) = (
+                    at_limit.get_mut("key").and_then(Value::as_object_mut),
+                    case.spec.get("key").and_then(Value::as_object),
+                ) else {
+                    panic!("both specs have a key object: {case:?}");
+                };
+                for (field, value) in key {
+                    past_key.insert(field.clone(), value.clone());
+                }
+                assert_eq!(at_limit, case.spec, "only the one field differs");
+            }
         }
     }
 

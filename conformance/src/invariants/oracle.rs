@@ -71,6 +71,28 @@ pub fn settled(cr: &Value) -> bool {
             .all(|kind| condition_status(cr, kind) != Some("False"))
 }
 
+/// The rules an unsettled CR's status contradicts, among those a settled one shows: the key not
+/// ready (R-KEY-20), its Secret not ready (R-SEC-7), the generation not observed (R-ST-4). Only
+/// for a CR that should have settled (a valid spec, a healthy coderd); another gate's `False`
+/// names no rule here.
+pub fn unsettled_rules(cr: &Value) -> Vec<&'static str> {
+    let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = cr
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    let mut rules = Vec::new();
+    if condition_status(cr, "ProvisionerKeyReady") != Some("True") {
+        rules.push("R-KEY-20");
+    }
+    if condition_status(cr, "ProvisionerKeySecretReady") != Some("True") {
+        rules.push("R-SEC-7");
+    }
+    if generation.is_none() || observed != generation {
+        rules.push("R-ST-4");
+    }
+    rules
+}
+
 /// FNV-1a 32 over `bytes`, as 8 lowercase hex digits (R-ST-8).
 pub fn fnv1a_hex(bytes: &[u8]) -> String {
     let hash = bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| {

@@ -167,11 +167,17 @@ impl Collector {
                     step.keyword.trim(),
                     step.value
                 );
-                let line = step.position.line;
+                // A step without a definition, or with two, is the suite's defect (D-13): it
+                // fails the scenario but blames none of the rules the step would have checked.
+                let suite_defect = matches!(
+                    error,
+                    event::StepError::NotFound | event::StepError::AmbiguousMatch(_)
+                );
+                let line = (!suite_defect).then_some(step.position.line);
                 outcomes.annotate(&key, |r| {
                     r.status = Status::Failed;
                     r.reason = Some(reason);
-                    r.failed_step = Some(line);
+                    r.failed_step = line;
                 });
             }
             event::Scenario::Step(step, event::Step::Skipped)

@@ -75,15 +75,81 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
     let case = cases::case(seed, &context(world)?);
     world.provisioner = case.name.clone();
     let described = cases::describe(seed, &case, None);
-    apply_case(world, &case, &case.name)
-        .await
-        .with_context(|| format!("applying the {described}"))?;
+    let mut admission_findings = Vec::new();
+    if let Some(past) = &case.past_limit {
+        let past_case = Case {
+            spec: past.spec.clone(),
+            ..case.clone()
+        };
+        let answer = apply_case(world, &past_case, &case.name).await;
+        match answer {
+            Ok(()) => admission_findings.push(format!(
+                "the API server admitted a CoderProvisioner with {}",
+                past.what
+            )),
+            Err(error) if refused_as_invalid(&error) => {}
+            Err(error) => {
+                return Err(
+                    error.context(format!("applying the case past its limit, {}", past.what))
+                );
+            }
+        }
+    }
+    match apply_case(world, &case, &case.name).await {
+        Ok(()) => {}
+        // Every generated spec is one the contract admits: a refusal is the CRD's mistake.
+        Err(error) if refused_as_invalid(&error) => admission_findings.push(format!(
+            "the API server refused the case, whose every value is within the contract's limits \
+             ({}): {error:#}",
+            limits_of(&format!("{error:#}"))
+        )),
+        Err(error) => return Err(error.context(format!("applying the {described}"))),
+    }
     world.generated = Some(Generated {
         seed,
         case,
         change: None,
+        admission_findings,
     });
     Ok(())
+}
+
+/// The rules that set the limits of the fields a refusal names: D-4 the key name's and the
+/// replicas', R-CRD-6 the key Secret's name and data key; both when it names neither.
+fn limits_of(refusal: &str) -> &'static str {
+    let names = |fields: &[&str]| fields.iter().any(|f| refusal.contains(f));
+    match (
+        names(&["key.name", "replicas"]),
+        names(&["secretName", "secretKey"]),
+    ) {
+        (true, false) => "D-4",
+        (false, true) => "R-CRD-6",
+        _ => "D-4, R-CRD-6",
+    }
+}
+
+/// Whether the API server refused a write as invalid: 422, or 400/403 from a validating webhook.
+fn refused_as_invalid(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<kube::Error>(),
+        Some(kube::Error::Api(status)) if [400, 403, 422].contains(&status.code)
+    )
+}
+
+/// D-4, R-CRD-6: a case within the limits is admitted, and its value past an admission limit
+/// (when it sits on one) is refused.
+#[then(
+    "the API server admitted the generated provisioner at its limit and refused it past the limit"
+)]
+async fn generated_admission(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let generated = generated(world)?;
+    if generated.admission_findings.is_empty() {
+        return Ok(());
+    }
+    Err(with_case(
+        anyhow!("{}", generated.admission_findings.join("; ")),
+        &generated.describe(),
+    ))
 }
 
 #[when("the generated provisioner's spec is changed as its seed says")]
@@ -127,11 +193,12 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
                 Ok(())
             } else {
                 Err(format!(
-                    "not settled: generation {}, observed {}; conditions: {}",
+                    "not settled: generation {}, observed {}; conditions: {} ({})",
                     cr.pointer("/metadata/generation").unwrap_or(&Value::Null),
                     cr.pointer("/status/observedGeneration")
                         .unwrap_or(&Value::Null),
-                    super::describe_conditions(cr)
+                    super::describe_conditions(cr),
+                    oracle::unsettled_rules(cr).join(", ")
                 ))
             }
         })
@@ -352,4 +419,21 @@ pub async fn shrink(world: &ProvisionerWorld) -> Option<String> {
             .unwrap_or_default(),
         cases::describe(generated.seed, &smallest, change.as_ref())
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_refusal_is_blamed_on_the_rule_of_the_field_it_names() {
+        let refusal = |field: &str| {
+            format!(
+                "ApiError: CoderProvisioner.coder.com \"g\" is invalid: {field}: Too long (422)"
+            )
+        };
+        assert_eq!(super::limits_of(&refusal("spec.key.name")), "D-4");
+        assert_eq!(super::limits_of(&refusal("spec.replicas")), "D-4");
+        assert_eq!(super::limits_of(&refusal("spec.key.secretName")), "R-CRD-6");
+        assert_eq!(super::limits_of(&refusal("spec.key.secretKey")), "R-CRD-6");
+        assert_eq!(super::limits_of("denied by a webhook"), "D-4, R-CRD-6");
+    }
 }

@@ -53,6 +53,23 @@ fn the_fixture_is_settled_and_clean() {
 }
 
 #[test]
+fn an_unsettled_cr_names_the_rules_its_status_contradicts() {
+    let mut cr = fixture().cr;
+    assert_eq!(unsettled_rules(&cr), Vec::<&str>::new());
+    let conditions = cr["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions");
+    for condition in conditions.iter_mut() {
+        if condition["type"] == "ProvisionerKeyReady" {
+            condition["status"] = Value::from("False");
+        }
+    }
+    assert_eq!(unsettled_rules(&cr), vec!["R-KEY-20"]);
+    set(&mut cr, "/status/observedGeneration", Value::from(0));
+    assert_eq!(unsettled_rules(&cr), vec!["R-KEY-20", "R-ST-4"]);
+}
+
+#[test]
 fn tags_hash_of_no_tags_is_the_offset_basis() {
     assert_eq!(tags_hash(&BTreeMap::new()), "811c9dc5");
 }

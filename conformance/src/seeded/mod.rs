@@ -22,6 +22,9 @@
 //! ([`Breakage::ControlPlaneWriter`], `# verdict: fixture-guard`) breaks the suite's fixture, not
 //! a rule: it is caught when the fixture guard stops its run, and the same variant under
 //! `--control-plane-access read-only` must pass every selected scenario.
+//!
+//! A *legal* variant (`conformance/legal/`, `# permits:`) is the mirror: a change the contract
+//! permits, which must pass every scenario it runs. Legal variants run in [`stack`]s.
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,9 @@ use futures::{FutureExt as _, StreamExt as _};
 use crate::fixture_guard::is_fixture_change;
 use crate::implementation::{REFERENCE_BINARY, REFERENCE_BINARY_ENV, reference_operator_binary};
 use crate::report::model::{ConformanceReport, Status};
+
+mod stack;
+use stack::Stack;
 
 /// Folder of the built-in variants, relative to the repository root.
 pub const PATCH_DIR: &str = "conformance/seeded";
@@ -182,6 +188,12 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     // A deposed leader's writes (issue 37, 2026-12-05).
     "key-secret-applied-unconditionally",
     "unidentified-stored-key-left-at-cleanup",
+    "events-unfenced",
+    // Blind batch 11's limit-edge misses (2026-12-05), caught by the generator's boundaries.
+    "default-key-name-at-64-shortened",
+    "instance-label-at-63-shortened",
+    "long-secret-name-one-past-253",
+    "grace-period-zero-becomes-600",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
@@ -190,11 +202,44 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
 /// is exactly that folder's `*.patch` files.
 #[rustfmt::skip]
 pub const BUILT_IN_LEGAL: &[(&str, &str)] = built_in!["legal":
-    // A seeded bug until contract D-11 (2026-12-05) said hand-over speed is a figure.
+    // D-11, replicas: the Lease released after the controller stops (a seeded bug until D-11), a
+    // Lease of another name, and controller-runtime's defaults (one worker, :8080,
+    // `<hostname>_<uuid>`, leader election always on, 2 s jittered retry, `sh -c` without exec).
     "lease-released-after-the-controller-stops",
+    "other-lease-name",
+    "controller-runtime-shaped",
     // D-12: a new key's id learned by listing keys; the scenarios that fault the other route
-    // are skipped for it with that reason (the whole suite).
+    // are skipped for it with that reason.
     "key-id-by-listing",
+    // D-13, timings inside the rules' bounds: requeues, Retry-After, the request timeout, the
+    // not-owned re-check, no periodic resync, entitlements asked every pass, one worker beside a
+    // hanging coderd.
+    "requeue-timings-within-bounds",
+    "retry-after-ignored",
+    "coderd-timeout-10s",
+    "not-owned-recheck-55s",
+    "no-periodic-resync",
+    "entitlements-asked-every-pass",
+    "hanging-coderd-starves-others",
+    // D-13, what is said and how it is written: messages, optional Events, logs, status by merge
+    // patch or update, the finalizer by kube-runtime's helper or a JSON patch, a field manager,
+    // the order of independent reads.
+    "other-message-text",
+    "daemon-key-401-worded-as-session-token",
+    "no-optional-events",
+    "json-logs",
+    "status-by-merge-patch",
+    "status-by-update",
+    "finalizer-by-kube-runtime-helper",
+    "finalizer-by-own-json-patch",
+    "other-field-manager",
+    "independent-reads-reordered",
+    // D-6: the implementation's own managed-by value, shortening hash, key checksum format and
+    // extra metadata on children.
+    "managed-by-own-value",
+    "other-shortening-hash",
+    "key-checksum-other-format",
+    "extra-child-metadata",
 ];
 
 /// How a variant is judged.
@@ -507,6 +552,11 @@ pub struct SeededArgs {
     /// which must pass every scenario it runs) instead of the seeded bugs.
     #[arg(long)]
     pub legal: bool,
+    /// Run each legal variant on its own. By default the legal variants that apply together
+    /// and start the same way run as one operator (a stack) in one suite run; a stack that fails
+    /// has each member re-run alone on the scenarios it failed, so the verdict names the variant.
+    #[arg(long)]
+    pub alone: bool,
     /// Suite runs at the same time; each starts its own local control plane.
     #[arg(long, default_value_t = 3)]
     pub jobs: usize,
@@ -532,9 +582,10 @@ pub struct SeededArgs {
     /// The `conformance` executable that runs the suite (default: this executable).
     #[arg(long)]
     pub suite_bin: Option<PathBuf>,
-    /// Folder with the feature files.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../features"))]
-    pub features: PathBuf,
+    /// Folder with the feature files (default: the workspace's, as copied when the run started,
+    /// so that editing them meanwhile changes no run).
+    #[arg(long)]
+    pub features: Option<PathBuf>,
 }
 
 /// What a variant runs as: its binary and the manifests its patch changed.
@@ -561,6 +612,8 @@ struct PlannedRun {
     /// With `--control-plane-access read-only`: a run that must pass, not a verdict.
     read_only: bool,
     tags: String,
+    /// `run --name`: a stack's member re-run alone on the scenarios the stack failed.
+    name: Option<String>,
     report_dir: PathBuf,
 }
 
@@ -743,6 +796,12 @@ fn legal_verdict(outcome: &RunOutcome) -> Verdict {
             if passed.is_empty() {
                 problems.push("no scenario passed".to_owned());
             }
+            const SHOWN: usize = 3;
+            if problems.len() > SHOWN {
+                let more = problems.len() - SHOWN;
+                problems.truncate(SHOWN);
+                problems.push(format!("(+{more} more; see the run's report)"));
+            }
             if problems.is_empty() {
                 Verdict::Passed {
                     passed: passed.len(),
@@ -880,6 +939,45 @@ impl Scratch {
             ])
             .await?;
         Ok(scratch)
+    }
+
+    /// The legal `variants` grouped into stacks, in order: each joins the first stack whose
+    /// header agrees ([`Stack::may_take`]) and on whose changes its diff applies.
+    async fn stacks(&self, variants: &[Variant]) -> anyhow::Result<Vec<Stack>> {
+        self.git(&["reset", "-q", "--hard"]).await?;
+        self.git(&["clean", "-q", "-fd"]).await?;
+        let check = self.dir.join("stack-check.patch");
+        let mut stacks: Vec<Stack> = Vec::new();
+        for variant in variants {
+            let mut joined = false;
+            for (index, stack) in stacks.iter_mut().enumerate() {
+                if !stack.may_take(variant) {
+                    continue;
+                }
+                let candidate = stack.with(variant, index + 1);
+                std::fs::write(&check, &candidate.combined.patch)?;
+                let applies = !candidate.combined.has_diff
+                    || self
+                        .git(&[
+                            "apply",
+                            "--check",
+                            "--whitespace=nowarn",
+                            &check.display().to_string(),
+                        ])
+                        .await
+                        .is_ok();
+                if applies {
+                    *stack = candidate;
+                    joined = true;
+                    break;
+                }
+            }
+            if !joined {
+                stacks.push(Stack::alone(variant));
+            }
+        }
+        std::fs::remove_file(&check).ok();
+        Ok(stacks)
     }
 
     /// `git <args>` in the copy; its output, or an error with its stderr.
@@ -1093,10 +1191,11 @@ fn copy_folder(from: &Path, to: &Path) -> anyhow::Result<()> {
 async fn run_suite(
     args: &SeededArgs,
     suite_bin: &Path,
+    features: &Path,
     run: &PlannedRun,
     prepared: &Prepared,
 ) -> RunOutcome {
-    match try_run_suite(args, suite_bin, run, prepared).await {
+    match try_run_suite(args, suite_bin, features, run, prepared).await {
         Ok(outcome) => outcome,
         Err(error) => RunOutcome::Error(format!("{error:#}")),
     }
@@ -1105,6 +1204,7 @@ async fn run_suite(
 async fn try_run_suite(
     args: &SeededArgs,
     suite_bin: &Path,
+    features: &Path,
     run: &PlannedRun,
     prepared: &Prepared,
 ) -> anyhow::Result<RunOutcome> {
@@ -1122,11 +1222,14 @@ async fn try_run_suite(
     if !run.tags.is_empty() {
         command.args(["--tags", &run.tags]);
     }
+    if let Some(name) = &run.name {
+        command.args(["--name", name]);
+    }
     command
         .arg("--report-dir")
         .arg(&run.report_dir)
         .arg("--features")
-        .arg(&args.features)
+        .arg(features)
         .args(["--concurrency", &args.concurrency.to_string()])
         // A verdict needs the failure, not its smallest case.
         .args(["--shrink-seconds", "0"])
@@ -1291,44 +1394,44 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         out_dir.join("tree").display()
     );
     let scratch = Scratch::create(&repo, &out_dir.join("tree")).await?;
-
-    // One build after another, each as soon as the previous one is done; each variant's runs
-    // wait for its own.
-    let mut senders = Vec::new();
-    let mut prepared: Vec<PreparedFuture> = Vec::new();
-    for _ in &variants {
-        let (tx, rx) = futures::channel::oneshot::channel::<Result<Prepared, String>>();
-        senders.push(tx);
-        prepared.push(
-            rx.map(|built| built.unwrap_or_else(|_| Err("the build was abandoned".to_owned())))
-                .boxed()
-                .shared(),
+    let stacks = if !args.alone && variants.iter().all(Variant::is_legal) {
+        scratch.stacks(&variants).await?
+    } else {
+        variants.iter().map(Stack::alone).collect()
+    };
+    for stack in stacks.iter().filter(|s| s.members.len() > 1) {
+        eprintln!(
+            "seeded-bugs: {} = {} (one operator with every change; {})",
+            stack.combined.name,
+            stack
+                .members
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            stack
+                .combined
+                .scenarios
+                .as_deref()
+                .unwrap_or("every scenario")
         );
     }
-    let builds = {
-        let (variants, scratch) = (&variants, &scratch);
-        let (out_dir, reference_operator) = (&out_dir, &reference_operator);
-        async move {
-            for (variant, tx) in variants.iter().zip(senders) {
-                let clock = Instant::now();
-                let dir = out_dir.join("variants").join(&variant.name);
-                let result = scratch.prepare(variant, reference_operator, &dir).await;
-                eprintln!(
-                    "seeded-bugs: built {} in {}s{}",
-                    variant.name,
-                    clock.elapsed().as_secs(),
-                    match &result {
-                        Ok(_) => String::new(),
-                        Err(why) => format!(": ERROR {why}"),
-                    }
-                );
-                let _receiver_gone = tx.send(result);
-            }
-        }
+    let features = match &args.features {
+        Some(folder) => folder.clone(),
+        None => scratch.dir.join("features"),
     };
+    let runner = Runner {
+        args: &args,
+        scratch: &scratch,
+        suite_bin: &suite_bin,
+        features: &features,
+        reference: &reference,
+        out_dir: &out_dir,
+    };
+    let runnable: Vec<Variant> = stacks.iter().map(|s| s.combined.clone()).collect();
 
     // The unbroken operator backs the catches: legal variants need no such run.
-    let seeded: Vec<&Variant> = variants.iter().filter(|v| !v.is_legal()).collect();
+    let seeded: Vec<&Variant> = runnable.iter().filter(|v| !v.is_legal()).collect();
     let unbroken_runs = if seeded.is_empty() {
         0
     } else {
@@ -1344,97 +1447,77 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         expressions.join(" or ")
     };
     let reports = out_dir.join("reports");
-    let mut runs: Vec<(PlannedRun, Option<PreparedFuture>)> = (1..=unbroken_runs)
-        .map(|round| {
-            let run = PlannedRun {
-                variant: None,
-                round,
-                read_only: false,
-                tags: union.clone(),
-                report_dir: reports.join(format!("unbroken-operator-{round}")),
-            };
-            (run, None)
+    let mut runs: Vec<PlannedRun> = (1..=unbroken_runs)
+        .map(|round| PlannedRun {
+            variant: None,
+            round,
+            read_only: false,
+            tags: union.clone(),
+            name: None,
+            report_dir: reports.join(format!("unbroken-operator-{round}")),
         })
         .collect();
-    for (variant, built) in variants.iter().zip(&prepared) {
+    for variant in &runnable {
         let run = PlannedRun {
             variant: Some(variant.clone()),
             round: 1,
             read_only: false,
             tags: variant.tag_expression(),
+            name: None,
             report_dir: reports.join(&variant.name),
         };
-        runs.push((run.clone(), Some(built.clone())));
+        runs.push(run.clone());
         if variant.breakage == Breakage::ControlPlaneWriter {
-            let read_only = PlannedRun {
+            runs.push(PlannedRun {
                 read_only: true,
                 report_dir: reports.join(format!("{}-read-only", variant.name)),
                 ..run
-            };
-            runs.push((read_only, Some(built.clone())));
+            });
         }
     }
-
     eprintln!(
-        "seeded-bugs: {} variants, the unbroken operator {} and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants{}, the unbroken operator {} and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
         variants.len(),
+        if runnable.len() < variants.len() {
+            format!(" in {} runs", runnable.len())
+        } else {
+            String::new()
+        },
         match unbroken_runs {
             0 => "not at all (legal variants only)".to_owned(),
             1 => "once".to_owned(),
             2 => "twice".to_owned(),
             n => format!("{n} times"),
         },
-        runs.iter().filter(|(run, _)| run.read_only).count(),
+        runs.iter().filter(|run| run.read_only).count(),
         args.jobs.max(1),
         reports.display()
     );
-    let total = runs.len();
-    let mut finished = 0;
-    let suites = futures::stream::iter(runs)
-        .map(|(run, built)| {
-            let (args, suite_bin, reference) = (&args, &suite_bin, &reference);
-            async move {
-                let ready = match built {
-                    None => Ok(reference.clone()),
-                    Some(built) => built.await,
-                };
-                let clock = Instant::now();
-                let outcome = match ready {
-                    Ok(prepared) => run_suite(args, suite_bin, &run, &prepared).await,
-                    Err(why) => RunOutcome::Error(why),
-                };
-                (run, outcome, clock.elapsed())
-            }
-        })
-        .buffer_unordered(args.jobs.max(1))
-        .map(|(run, outcome, took)| {
-            finished += 1;
-            eprintln!(
-                "seeded-bugs: [{finished}/{total}] {} finished in {}s: {}",
-                run.label(),
-                took.as_secs(),
-                short(&outcome)
-            );
-            (run, outcome)
-        })
-        .collect::<Vec<_>>();
-    let ((), mut results) = futures::join!(builds, suites);
-    let position = |run: &PlannedRun| {
-        run.variant
-            .as_ref()
-            .and_then(|v| variants.iter().position(|known| known.name == v.name))
+    let results = runner.build_and_run(&runnable, runs).await;
+    let mut verdicts = Vec::new();
+    let mut failed_stacks = Vec::new();
+    for (run, outcome) in results.iter().filter(|(run, _)| !run.read_only) {
+        let Some(variant) = &run.variant else {
+            continue;
+        };
+        let verdict = verdict(variant, outcome);
+        match stacks.iter().find(|s| s.combined.name == variant.name) {
+            Some(stack) if stack.members.len() > 1 => match verdict {
+                Verdict::FalselyFailed(_) => failed_stacks.push((stack, verdict, outcome)),
+                // Passed, or an error (the changes do not build together): the same for each.
+                _ => verdicts.extend(stack.members.iter().map(|m| (m.clone(), verdict.clone()))),
+            },
+            _ => verdicts.push((variant.clone(), verdict)),
+        }
+    }
+    verdicts.extend(runner.members_alone(failed_stacks).await);
+    let position = |name: &str| {
+        variants
+            .iter()
+            .position(|v| v.name == name)
+            .unwrap_or(usize::MAX)
     };
-    results.sort_by_key(|(run, _)| (position(run), run.round, run.read_only));
-
-    let verdicts: Vec<(Variant, Verdict)> = results
-        .iter()
-        .filter(|(run, _)| !run.read_only)
-        .filter_map(|(run, outcome)| {
-            let variant = run.variant.clone()?;
-            let verdict = verdict(&variant, outcome);
-            Some((variant, verdict))
-        })
-        .collect();
+    verdicts.sort_by_key(|(variant, _)| position(&variant.name));
     print!("{}", table(&verdicts));
     let (legal, broken): (Vec<_>, Vec<_>) = verdicts.iter().partition(|(v, _)| v.is_legal());
     let caught = broken
@@ -1493,6 +1576,179 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         },
     )
+}
+
+/// What every suite run of one `seeded-bugs` invocation shares.
+struct Runner<'a> {
+    args: &'a SeededArgs,
+    scratch: &'a Scratch,
+    suite_bin: &'a Path,
+    /// The feature files every run reads.
+    features: &'a Path,
+    reference: &'a Prepared,
+    out_dir: &'a Path,
+}
+
+impl Runner<'_> {
+    /// Builds `variants` one after another (each in `variants/<name>`) while the `runs` whose
+    /// variant is built go ahead, `--jobs` at a time; the outcomes in the order of `variants`.
+    async fn build_and_run(
+        &self,
+        variants: &[Variant],
+        runs: Vec<PlannedRun>,
+    ) -> Vec<(PlannedRun, RunOutcome)> {
+        let mut senders = Vec::new();
+        let mut prepared: Vec<PreparedFuture> = Vec::new();
+        for _ in variants {
+            let (tx, rx) = futures::channel::oneshot::channel::<Result<Prepared, String>>();
+            senders.push(tx);
+            prepared.push(
+                rx.map(|built| built.unwrap_or_else(|_| Err("the build was abandoned".to_owned())))
+                    .boxed()
+                    .shared(),
+            );
+        }
+        let builds = async {
+            for (variant, tx) in variants.iter().zip(senders) {
+                let clock = Instant::now();
+                let dir = self.out_dir.join("variants").join(&variant.name);
+                let result = self
+                    .scratch
+                    .prepare(variant, &self.reference.operator, &dir)
+                    .await;
+                eprintln!(
+                    "seeded-bugs: built {} in {}s{}",
+                    variant.name,
+                    clock.elapsed().as_secs(),
+                    match &result {
+                        Ok(_) => String::new(),
+                        Err(why) => format!(": ERROR {why}"),
+                    }
+                );
+                let _receiver_gone = tx.send(result);
+            }
+        };
+        let position = |run: &PlannedRun| {
+            run.variant
+                .as_ref()
+                .and_then(|v| variants.iter().position(|known| known.name == v.name))
+        };
+        let total = runs.len();
+        let mut finished = 0;
+        let suites = futures::stream::iter(runs)
+            .map(|run| {
+                let built = position(&run).map(|index| prepared[index].clone());
+                async move {
+                    let ready = match built {
+                        None => Ok(self.reference.clone()),
+                        Some(built) => built.await,
+                    };
+                    let clock = Instant::now();
+                    let outcome = match ready {
+                        Ok(prepared) => {
+                            run_suite(self.args, self.suite_bin, self.features, &run, &prepared)
+                                .await
+                        }
+                        Err(why) => RunOutcome::Error(why),
+                    };
+                    (run, outcome, clock.elapsed())
+                }
+            })
+            .buffer_unordered(self.args.jobs.max(1))
+            .map(|(run, outcome, took)| {
+                finished += 1;
+                eprintln!(
+                    "seeded-bugs: [{finished}/{total}] {} finished in {}s: {}",
+                    run.label(),
+                    took.as_secs(),
+                    short(&outcome)
+                );
+                (run, outcome)
+            })
+            .collect::<Vec<_>>();
+        let ((), mut results) = futures::join!(builds, suites);
+        results.sort_by_key(|(run, _)| (position(run), run.round, run.read_only));
+        results
+    }
+
+    /// Each member of each failed stack, alone on the scenarios its stack failed (all of the
+    /// stack's, when the run names none): the members' verdicts, and the stack's own when no
+    /// member fails alone (the combination fails, not a change).
+    async fn members_alone(
+        &self,
+        failed_stacks: Vec<(&Stack, Verdict, &RunOutcome)>,
+    ) -> Vec<(Variant, Verdict)> {
+        if failed_stacks.is_empty() {
+            return Vec::new();
+        }
+        let mut members = Vec::new();
+        let mut runs = Vec::new();
+        for (stack, _, outcome) in &failed_stacks {
+            let name = match outcome {
+                RunOutcome::Report {
+                    failed, skipped, ..
+                } if !failed.is_empty() => Some(Stack::name_regex(
+                    failed.iter().chain(skipped).map(|s| s.name.as_str()),
+                )),
+                _ => None,
+            };
+            eprintln!(
+                "seeded-bugs: {} failed; its members run alone on {}",
+                stack.combined.name,
+                if name.is_some() {
+                    "the scenarios it failed"
+                } else {
+                    "its scenarios"
+                }
+            );
+            for member in &stack.members {
+                members.push(member.clone());
+                runs.push(PlannedRun {
+                    variant: Some(member.clone()),
+                    round: 1,
+                    read_only: false,
+                    tags: member.tag_expression(),
+                    name: name.clone(),
+                    report_dir: self
+                        .out_dir
+                        .join("reports")
+                        .join(format!("{}-alone", member.name)),
+                });
+            }
+        }
+        let results = self.build_and_run(&members, runs).await;
+        let mut verdicts = Vec::new();
+        for (stack, stack_verdict, _) in failed_stacks {
+            let alone: Vec<(Variant, Verdict)> = results
+                .iter()
+                .filter_map(|(run, outcome)| {
+                    let member = run.variant.as_ref()?;
+                    stack
+                        .members
+                        .iter()
+                        .any(|m| m.name == member.name)
+                        .then(|| (member.clone(), legal_verdict(outcome)))
+                })
+                .collect();
+            if alone
+                .iter()
+                .all(|(_, v)| matches!(v, Verdict::Passed { .. }))
+            {
+                let Verdict::FalselyFailed(problems) = stack_verdict else {
+                    unreachable!("only falsely failed stacks are re-run")
+                };
+                verdicts.push((
+                    stack.combined.clone(),
+                    Verdict::FalselyFailed(format!(
+                        "each member passes alone, together they fail ({}): {problems}",
+                        stack.combined.origin
+                    )),
+                ));
+            }
+            verdicts.extend(alone);
+        }
+        verdicts
+    }
 }
 
 fn short(outcome: &RunOutcome) -> String {
