@@ -6,7 +6,10 @@ Feature: Generated provisioners
   name at 62 to 65 characters, and where its default key Secret name reaches 253 and 254; the key
   name at 63 to 65; the key Secret's name and data key at 253 and 254; a grace period and
   replicas of 0), where a value past an admission limit must be refused before the case goes on
-  at the limit; tags added and removed; other Secrets and data keys; replicas from 0;
+  at the limit; most cases meeting one coderd answer out of the ordinary when they are first
+  applied or when they change (a 429, a 500, 502, 503 or 504, a reset connection or a slow answer,
+  on the organization lookup, a key's create, list, delete or own lookup, whichever the operator
+  calls), after which they must settle all the same; tags added and removed; other Secrets and data keys; replicas from 0;
   extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
   grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
   settled CR, its children and its key in coderd to its spec. Each case then changes once, and

@@ -71,6 +71,108 @@ pub struct PastLimit {
     pub spec: Value,
 }
 
+/// A coderd answer a case meets once (issue 38): in one phase of the case, on one coderd route,
+/// the first matching request of the scenario gets this answer instead of coderd's own, and coderd
+/// answers normally after it. The case must then settle as the oracle says, within the key budget
+/// the fault can justify.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaseFault {
+    pub answer: FaultAnswer,
+    pub route: FaultRoute,
+    pub phase: Phase,
+}
+
+/// What the faulted request gets. Entitlements are not faulted here: their failures requeue after
+/// about two minutes (R-ENT-8), longer than a case waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAnswer {
+    /// A status with coderd's error body: 429 (R-RL-1, D-9), or a 5xx (R-KEY-18).
+    Status(u16),
+    /// The connection reset before any answer (the request was not carried out).
+    Reset,
+    /// coderd's own answer, two seconds late (under any sensible request timeout).
+    Slow,
+}
+
+/// The coderd routes a case's operator may call on its way to a key (D-12: whichever it calls;
+/// a fault on a route it does not call is never met).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultRoute {
+    /// `GET /api/v2/organizations/{organization}` (R-KEY-1).
+    Organization,
+    /// `POST …/provisionerkeys` (R-KEY-3).
+    KeyCreate,
+    /// `GET …/provisionerkeys`, the list (R-KEY-6 by listing, R-DEL-4, R-KEY-22).
+    KeyList,
+    /// `DELETE …/provisionerkeys/{name}` (a rotation, R-KEY-13…16).
+    KeyDelete,
+    /// `GET /api/v2/provisionerkeys/{key}`, a new key's own record (D-12).
+    KeyLookup,
+}
+
+/// When the fault is in force: from the case's first apply, or from its change on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    FirstCreate,
+    Change,
+}
+
+pub const FAULT_ANSWERS: [FaultAnswer; 7] = [
+    FaultAnswer::Status(429),
+    FaultAnswer::Status(500),
+    FaultAnswer::Status(502),
+    FaultAnswer::Status(503),
+    FaultAnswer::Status(504),
+    FaultAnswer::Reset,
+    FaultAnswer::Slow,
+];
+pub const FAULT_ROUTES: [FaultRoute; 5] = [
+    FaultRoute::Organization,
+    FaultRoute::KeyCreate,
+    FaultRoute::KeyList,
+    FaultRoute::KeyDelete,
+    FaultRoute::KeyLookup,
+];
+pub const PHASES: [Phase; 2] = [Phase::FirstCreate, Phase::Change];
+
+impl FaultRoute {
+    /// The method and the route alias of [`crate::coderd_routes`].
+    pub fn request(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Organization => ("GET", "organization"),
+            Self::KeyCreate => ("POST", "provisionerkeys"),
+            Self::KeyList => ("GET", "provisionerkeys"),
+            Self::KeyDelete => ("DELETE", "provisionerkey"),
+            Self::KeyLookup => ("GET", "daemon-key"),
+        }
+    }
+}
+
+impl CaseFault {
+    /// The fault of `seed`: none for one seed in four; otherwise its answer, route and phase drawn
+    /// by the seed's residues, so that consecutive seeds meet every value of each. A failed delete
+    /// in a rotation is best-effort (R-KEY-16: the old key may stay), so a delete gets only the
+    /// answers after which it is retried: 429 (D-9) or a slow success.
+    fn of_seed(seed: u64) -> Option<Self> {
+        if seed % 4 == 0 {
+            return None;
+        }
+        let at = |len: usize, step: u64| ((seed / step) % len as u64) as usize;
+        let route = FAULT_ROUTES[at(FAULT_ROUTES.len(), 1)];
+        let mut answer = FAULT_ANSWERS[at(FAULT_ANSWERS.len(), 1)];
+        if route == FaultRoute::KeyDelete
+            && !matches!(answer, FaultAnswer::Status(429) | FaultAnswer::Slow)
+        {
+            answer = FaultAnswer::Status(429);
+        }
+        Some(Self {
+            answer,
+            route,
+            phase: PHASES[at(PHASES.len(), 3)],
+        })
+    }
+}
+
 /// What a case may refer to in its scenario.
 #[derive(Clone, Debug)]
 pub struct Context {
@@ -92,6 +194,8 @@ pub struct Case {
     pub boundary: Boundary,
     /// The same case one past an admission limit, applied first and refused.
     pub past_limit: Option<PastLimit>,
+    /// The coderd answer the case meets once, if any.
+    pub fault: Option<CaseFault>,
 }
 
 /// The control plane's own entitlement check (R-ENT-1…3), as the fixture writes it.
@@ -288,6 +392,12 @@ pub fn case(seed: u64, context: &Context) -> Case {
         .then(|| format!("registry.test/control-plane:v{}", rng.random_range(1..9)));
     let boundary = BOUNDARIES[(seed % BOUNDARIES.len() as u64) as usize];
     let (name, past_limit) = sit_on(boundary, &mut rng, seed, name, &mut spec);
+    let fault = CaseFault::of_seed(seed);
+    if fault.is_some_and(|f| f.route == FaultRoute::KeyLookup) {
+        // A key's own lookup carries no session token: a fault reaches it only by the key's
+        // organization, which must be the scenario's own (the default one is shared).
+        spec.insert("organizationName".into(), json!(context.organizations[0]));
+    }
     Case {
         name,
         spec: Value::Object(spec),
@@ -295,6 +405,7 @@ pub fn case(seed: u64, context: &Context) -> Case {
         control_plane_image,
         boundary,
         past_limit,
+        fault,
     }
 }
 
@@ -503,6 +614,12 @@ pub fn simpler(case: &Case) -> Vec<Case> {
             ..case.clone()
         });
     }
+    if case.fault.is_some() {
+        out.push(Case {
+            fault: None,
+            ..case.clone()
+        });
+    }
     out
 }
 
@@ -522,8 +639,8 @@ pub fn trial_name(name: &str, trial: usize) -> String {
 pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     let spec = serde_json::to_string(&case.spec).unwrap_or_default();
     let mut text = format!(
-        "generated case seed {seed} ({:?}): CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
-        case.boundary, case.name, case.entitlement, case.control_plane_image
+        "generated case seed {seed} ({:?}, fault {:?}): CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
+        case.boundary, case.fault, case.name, case.entitlement, case.control_plane_image
     );
     if let Some(change) = change {
         text.push_str(&format!(
@@ -612,6 +729,7 @@ mod tests {
                     + c.name.len()
                     + usize::from(c.control_plane_image.is_some())
                     + usize::from(c.entitlement != Entitlement::FreshEntitled)
+                    + usize::from(c.fault.is_some())
             };
             for smaller in simpler(&case) {
                 assert!(size(&smaller) < size(&case), "{smaller:?} from {case:?}");
@@ -628,6 +746,7 @@ mod tests {
             control_plane_image: None,
             boundary: Boundary::ReplicasZero,
             past_limit: None,
+            fault: None,
         };
         assert!(
             simpler(&bare).is_empty(),
@@ -743,6 +862,33 @@ mod tests {
                     past_key.insert(field.clone(), value.clone());
                 }
                 assert_eq!(at_limit, case.spec, "only the one field differs");
+            }
+        }
+    }
+
+    #[test]
+    fn the_fixed_seeds_meet_every_fault_answer_route_and_phase_and_some_meet_none() {
+        let faults: Vec<Option<CaseFault>> = FIXED_SEEDS
+            .iter()
+            .map(|s| case(*s, &context()).fault)
+            .collect();
+        assert!(faults.contains(&None), "a case without a fault");
+        let faults: Vec<CaseFault> = faults.into_iter().flatten().collect();
+        for answer in FAULT_ANSWERS {
+            assert!(faults.iter().any(|f| f.answer == answer), "{answer:?}");
+        }
+        for route in FAULT_ROUTES {
+            assert!(faults.iter().any(|f| f.route == route), "{route:?}");
+        }
+        for phase in PHASES {
+            assert!(faults.iter().any(|f| f.phase == phase), "{phase:?}");
+        }
+        for fault in &faults {
+            if fault.route == FaultRoute::KeyDelete {
+                assert!(
+                    matches!(fault.answer, FaultAnswer::Status(429) | FaultAnswer::Slow),
+                    "a delete is faulted only where it is retried: {fault:?}"
+                );
             }
         }
     }

@@ -194,6 +194,10 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     "instance-label-at-63-shortened",
     "long-secret-name-one-past-253",
     "grace-period-zero-becomes-600",
+    // Faults as a dimension of the generated cases (issue 38, 2026-12-05): a fault in a
+    // rotation (blind batch 11's miss), one status of a family handled unlike its siblings.
+    "pending-lookup-keeps-previous-key-id",
+    "lookup-502-not-retryable",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

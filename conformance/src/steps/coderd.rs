@@ -620,12 +620,23 @@ async fn inject_scenario_fault(
 /// by a key of its organization, which carry no session token (the lookup of a new key's own
 /// record on "daemon-key").
 fn scenario_scoped(world: &ProvisionerWorld, fault: FaultSpec) -> anyhow::Result<FaultSpec> {
+    let organization = world.scenario_coderd()?.organization_id.clone();
+    scoped_to_keys_of(world, fault, &organization)
+}
+
+/// `fault` for the scenario's session token, and for requests authenticated by a key of
+/// `organization_id` (one of the scenario's own organizations; none when empty).
+pub(super) fn scoped_to_keys_of(
+    world: &ProvisionerWorld,
+    fault: FaultSpec,
+    organization_id: &str,
+) -> anyhow::Result<FaultSpec> {
     let coderd = world.scenario_coderd()?;
     let fault = fault.for_session_token_fingerprint(coderd.token_fingerprint.clone());
-    Ok(if coderd.organization_id.is_empty() {
+    Ok(if organization_id.is_empty() {
         fault
     } else {
-        fault.or_key_of_organization(coderd.organization_id.clone())
+        fault.or_key_of_organization(organization_id.to_owned())
     })
 }
 

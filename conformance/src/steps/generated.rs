@@ -6,7 +6,7 @@ use cucumber::{then, when};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::cases::{self, Case, Generated};
+use crate::cases::{self, Case, CaseFault, FaultAnswer, Generated, Phase};
 use crate::coderd_routes::route_template;
 use crate::invariants::oracle;
 use crate::wait;
@@ -95,6 +95,7 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
             }
         }
     }
+    inject_case_fault(world, &case, Phase::FirstCreate).await?;
     match apply_case(world, &case, &case.name).await {
         Ok(()) => {}
         // Every generated spec is one the contract admits: a refusal is the CRD's mistake.
@@ -112,6 +113,59 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
         admission_findings,
     });
     Ok(())
+}
+
+/// Injects the case's fault when its phase begins: once, for the scenario's requests only.
+async fn inject_case_fault(
+    world: &mut ProvisionerWorld,
+    case: &Case,
+    phase: Phase,
+) -> anyhow::Result<()> {
+    let Some(fault) = case.fault.filter(|f| f.phase == phase) else {
+        return Ok(());
+    };
+    let (method, alias) = fault.route.request();
+    let route = route_template(alias)?;
+    let spec = match fault.answer {
+        FaultAnswer::Status(status) => fake_coderd::FaultSpec::status(method, route, status),
+        FaultAnswer::Reset => fake_coderd::FaultSpec::reset(method, route),
+        FaultAnswer::Slow => {
+            let delay = std::time::Duration::from_secs(2);
+            world.longest_delay = world.longest_delay.max(Some(delay));
+            fake_coderd::FaultSpec::delay(method, route, delay)
+        }
+    };
+    // The organization a new key's own lookup is authenticated by: the case's, or the one its
+    // change moves the key to.
+    let (second_name, second_id) = world.second_organization()?.clone();
+    let moved_to_second = phase == Phase::Change
+        && world
+            .generated
+            .as_ref()
+            .and_then(|g| g.change.as_ref())
+            .and_then(|c| c.patch.get("organizationName"))
+            .is_some_and(|name| name == second_name.as_str());
+    let organization = if moved_to_second {
+        second_id
+    } else {
+        world.scenario_coderd()?.organization_id.clone()
+    };
+    let spec = super::coderd::scoped_to_keys_of(world, spec.times(1), &organization)?;
+    world.admin()?.inject_fault(spec).await
+}
+
+/// How long a case may take to settle: a fault adds a retry, after the backoff the contract
+/// leaves to the implementation (R-KEY-18's controller backoff, R-RL-2's 1–3 s), so a faulted
+/// case gets twice the tier's deadline.
+fn settle_timeouts(world: &ProvisionerWorld, fault: Option<CaseFault>) -> wait::Timeouts {
+    let usual = *world.timeouts();
+    match fault {
+        None => usual,
+        Some(_) => wait::Timeouts {
+            eventually: usual.eventually * 2,
+            ..usual
+        },
+    }
 }
 
 /// The rules that set the limits of the fields a refusal names: D-4 the key name's and the
@@ -163,6 +217,8 @@ async fn generated_changed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let change = cases::change(generated.seed, &generated.case, &context);
     let patch = json!({"spec": change.patch});
     generated.change = Some(change);
+    let case = generated.case.clone();
+    inject_case_fault(world, &case, Phase::Change).await?;
     world
         .provisioners()
         .patch(
@@ -187,21 +243,27 @@ fn with_case(error: anyhow::Error, described: &str) -> anyhow::Error {
 #[then("the generated provisioner settles")]
 async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let described = generated(world)?.describe();
+    let timeouts = settle_timeouts(world, generated(world)?.case.fault);
     world
-        .provisioner_eventually("the generated provisioner to settle", |cr| {
-            if oracle::settled(cr) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "not settled: generation {}, observed {}; conditions: {} ({})",
-                    cr.pointer("/metadata/generation").unwrap_or(&Value::Null),
-                    cr.pointer("/status/observedGeneration")
-                        .unwrap_or(&Value::Null),
-                    super::describe_conditions(cr),
-                    oracle::unsettled_rules(cr).join(", ")
-                ))
-            }
-        })
+        .provisioner_named_within(
+            &world.provisioner,
+            "the generated provisioner to settle",
+            &timeouts,
+            |cr| {
+                if oracle::settled(cr) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "not settled: generation {}, observed {}; conditions: {} ({})",
+                        cr.pointer("/metadata/generation").unwrap_or(&Value::Null),
+                        cr.pointer("/status/observedGeneration")
+                            .unwrap_or(&Value::Null),
+                        super::describe_conditions(cr),
+                        oracle::unsettled_rules(cr).join(", ")
+                    ))
+                }
+            },
+        )
         .await
         .map_err(|error| with_case(error, &described))?;
     let findings = crate::scenario_checks::settled_findings(world, &world.provisioner).await?;
@@ -218,7 +280,8 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 }
 
 /// R-KEY-3, R-KEY-4, R-KEY-13…15: one create for the case; a change that may rotate the key at
-/// most one more, and each extra key's predecessor deleted; any other change no key request.
+/// most one more, and each extra key's predecessor deleted; any other change no key request. A
+/// fault the case met changes none of that: it is no spec change.
 #[then("coderd saw only the key requests the generated change justifies")]
 async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let described = generated(world)?.describe();
@@ -226,6 +289,8 @@ async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()
         .change
         .as_ref()
         .is_some_and(|c| c.may_rotate);
+    // A fault is no spec change: it justifies no key request (R-KEY-4).
+    let extra = usize::from(may_rotate);
     let window = world.observation_window();
     let creates = route_template("provisionerkeys")?;
     let deletes = route_template("provisionerkey")?;
@@ -239,11 +304,7 @@ async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()
                 .count()
         };
         let (posts, removed) = (count("POST", creates), count("DELETE", deletes));
-        let within = if may_rotate {
-            (1..=2).contains(&posts) && removed == posts - 1
-        } else {
-            posts == 1 && removed == 0
-        };
+        let within = (1..=1 + extra).contains(&posts) && removed + 1 == posts;
         Ok(if within {
             Ok(())
         } else {
