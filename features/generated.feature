@@ -8,8 +8,8 @@ Feature: Generated provisioners
   replicas of 0), where a value past an admission limit must be refused before the case goes on
   at the limit; most cases meeting one coderd answer out of the ordinary when they are first
   applied or when they change (a 429, a 500, 502, 503 or 504, a reset connection or a slow answer,
-  on the organization lookup, a key's create, list, delete or own lookup, whichever the operator
-  calls), after which they must settle all the same; tags added and removed; other Secrets and data keys; replicas from 0;
+  once on each of the organization lookup and a key's create, list, delete and own lookup,
+  whichever the operator calls), after which they must settle all the same; tags added and removed; other Secrets and data keys; replicas from 0;
   extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
   grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
   settled CR, its children and its key in coderd to its spec. Each case then changes once, and

@@ -287,8 +287,7 @@ impl SettleWatch {
             _ => 0,
         };
         let status = cr.get("status").map(Value::to_string).unwrap_or_default();
-        let current =
-            cr.pointer("/metadata/generation") == cr.pointer("/status/observedGeneration");
+        let current = observed_current_generation(cr);
         let mut last = self
             .last
             .lock()
@@ -308,6 +307,26 @@ impl SettleWatch {
     }
 }
 
+/// Whether the operator has observed the CR's current generation: in `status.observedGeneration`,
+/// or, for a pass stopped at a gate before the Deployment (which R-ST-4 lets leave that field
+/// behind), in the `observedGeneration` every condition that pass set carries (R-ST-4).
+fn observed_current_generation(cr: &Value) -> bool {
+    let generation = cr.pointer("/metadata/generation");
+    if generation.is_some() && generation == cr.pointer("/status/observedGeneration") {
+        return true;
+    }
+    let conditions = cr
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    generation.is_some()
+        && !conditions.is_empty()
+        && conditions
+            .iter()
+            .all(|c| c.get("observedGeneration") == generation)
+}
+
 /// Every gate passed and only the Deployment's readiness is still to come.
 fn waiting_for_pods(cr: &Value) -> bool {
     let conditions = cr
@@ -324,7 +343,12 @@ fn waiting_for_pods(cr: &Value) -> bool {
     let deployment_ready = conditions
         .iter()
         .any(|c| type_of(c) == "DeploymentReady" && c.get("status") == Some(&json!("True")));
-    !conditions.is_empty()
+    // The key and its Secret are the last gates before the Deployment (R-KEY-7): without them
+    // the pass stopped earlier, at a gate that may not show (a condition type the operator lacks).
+    let reached_the_deployment = ["ProvisionerKeyReady", "ProvisionerKeySecretReady"]
+        .iter()
+        .all(|kind| conditions.iter().any(|c| type_of(c) == *kind));
+    reached_the_deployment
         && !deployment_ready
         && conditions
             .iter()
@@ -1029,7 +1053,9 @@ impl ProvisionerWorld {
 
 #[cfg(test)]
 mod tests {
-    use super::{expects_prompt_outcome, names_organization, waiting_for_pods};
+    use super::{
+        expects_prompt_outcome, names_organization, observed_current_generation, waiting_for_pods,
+    };
 
     #[test]
     fn pods_still_starting_are_not_a_settled_operator() {
@@ -1038,8 +1064,16 @@ mod tests {
         let no = |t: &str| serde_json::json!({"type": t, "status": "False"});
         assert!(waiting_for_pods(&cr(serde_json::json!([
             ok("ProvisionerKeyReady"),
+            ok("ProvisionerKeySecretReady"),
             no("DeploymentReady")
         ]))));
+        assert!(
+            !waiting_for_pods(&cr(serde_json::json!([
+                ok("ControlPlaneReady"),
+                ok("OperatorAccessReady")
+            ]))),
+            "a pass that stopped before the key, at a gate it does not show"
+        );
         assert!(!waiting_for_pods(&cr(serde_json::json!([
             no("CredentialsReady"),
             no("DeploymentReady")
@@ -1049,6 +1083,21 @@ mod tests {
             ok("DeploymentReady")
         ]))));
         assert!(!waiting_for_pods(&cr(serde_json::json!([]))));
+    }
+
+    #[test]
+    fn a_generation_is_observed_in_status_or_in_every_condition_of_a_stopped_pass() {
+        let cr = |observed: Option<i64>, conditions: &[i64]| {
+            let conditions: Vec<serde_json::Value> = conditions
+                .iter()
+                .map(|g| serde_json::json!({"type": "ControlPlaneReady", "observedGeneration": g}))
+                .collect();
+            serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": observed, "conditions": conditions}})
+        };
+        assert!(observed_current_generation(&cr(Some(2), &[])));
+        assert!(observed_current_generation(&cr(Some(1), &[2, 2])));
+        assert!(!observed_current_generation(&cr(Some(1), &[2, 1])));
+        assert!(!observed_current_generation(&cr(None, &[])));
     }
 
     #[test]

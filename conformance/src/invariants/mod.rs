@@ -25,6 +25,16 @@ pub fn managers_of(meta: &kube::api::ObjectMeta) -> BTreeSet<String> {
 ///
 /// R-KEY-23: a key create or delete and an entitlements call carry `X-Coder-Bypass-Ratelimit:
 /// true`, unless they repeat a request coderd answered 428 (the fallback the rule allows).
+/// A list of an organization's keys answered with a failure other than 429 (a 5xx, a reset):
+/// in a rotation, the old key's deletion may then be skipped (R-KEY-16, best-effort; a 429
+/// stops the pass instead, D-9).
+pub fn is_failed_key_list(entry: &JournalEntry) -> bool {
+    entry.method == "GET"
+        && entry.route.as_deref() == Some("/api/v2/organizations/{organization}/provisionerkeys")
+        && !(200..300).contains(&entry.status)
+        && entry.status != 429
+}
+
 pub fn journal_findings(journal: &[JournalEntry]) -> Vec<String> {
     let mut found = BTreeSet::new();
     for (n, entry) in journal.iter().enumerate() {
