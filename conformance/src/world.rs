@@ -177,6 +177,9 @@ pub struct ProvisionerWorld {
     /// Whether D-10's prompt outcome applies: no fault, retry schedule or operator restart in
     /// the scenario, so a condition wait may end as soon as the operator has settled without it.
     pub prompt_outcome: bool,
+    /// Whether the scenario ends with faults or a hand-over that its CRs must get over (rate
+    /// limiting, leader election): [`settles_at_end`].
+    pub settles_at_end: bool,
     /// A second coderd organization, made on demand by a step: (name, id).
     pub second_organization: Option<(String, String)>,
     /// Secret values the scenario has seen (key plaintexts read from Secrets, credential values
@@ -249,6 +252,14 @@ pub fn expects_prompt_outcome(tags: &[String]) -> bool {
         "leader-election",
     ];
     !tags.iter().any(|t| LONGER.contains(&t.as_str()))
+}
+
+/// Issue 37: in the scenarios about rate limiting and leader election, every CR must settle
+/// once coderd answers normally again, and every key Secret's key then authenticates, however
+/// the scenario ended (between a delete and a create, in a backoff, after a hand-over).
+pub fn settles_at_end(tags: &[String]) -> bool {
+    tags.iter()
+        .any(|t| t == "rate-limit" || t == "leader-election")
 }
 
 /// D-10: notices that the operator settled without the state a step awaits: the CR's status
@@ -404,6 +415,7 @@ impl ProvisionerWorld {
             last_admission: None,
             gate: None,
             prompt_outcome: false,
+            settles_at_end: false,
             second_organization: None,
             seen_secrets: Default::default(),
             violations: Default::default(),

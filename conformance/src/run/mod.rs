@@ -131,6 +131,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let tags = all_tags(feature, rule, scenario);
             let serial = tags.iter().any(|t| t == "serial");
             world.prompt_outcome = crate::world::expects_prompt_outcome(&tags);
+            world.settles_at_end = crate::world::settles_at_end(&tags);
             async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {

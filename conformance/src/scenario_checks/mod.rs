@@ -47,6 +47,9 @@ pub async fn end_of_scenario(world: &ProvisionerWorld) -> Vec<String> {
 
 async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
     let mut findings = suite_objects_untouched(world).await?;
+    if world.settles_at_end {
+        findings.extend(settle_once_coderd_answers(world).await?);
+    }
     if world.env.coderd.admin.is_some() && world.coderd.is_some() {
         let journal = world.journal().await?;
         findings.extend(journal_findings(&journal));
@@ -75,6 +78,60 @@ async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
         findings.extend(abandoned_keys(world, &crs).await?);
     }
     Ok(findings)
+}
+
+/// The longest a CR may wait for its next pass once coderd answers normally: R-RL-2's longest
+/// backoff, then D-10's prompt outcome.
+fn settle_deadline(world: &ProvisionerWorld) -> Duration {
+    const LONGEST_BACKOFF: Duration = Duration::from_secs(120);
+    LONGEST_BACKOFF.mul_f64(world.timeouts().scale) + world.timeouts().eventually / 3
+}
+
+/// Coderd answers normally from now on (the scenario's faults and global switches cleared);
+/// every CR not being deleted must then settle within [`settle_deadline`], so that the oracle
+/// asks coderd about each key Secret's key. Those that do not are findings against the rules
+/// their status contradicts.
+async fn settle_once_coderd_answers(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
+    if world.env.coderd.admin.is_none() || world.coderd.is_none() {
+        return Ok(Vec::new());
+    }
+    crate::steps::coderd::clear_scenario_faults(world).await?;
+    if world.touched_global_coderd {
+        crate::steps::coderd::restore_global_coderd(world).await?;
+    }
+    let started = tokio::time::Instant::now();
+    let deadline = started + settle_deadline(world);
+    loop {
+        let unsettled: Vec<Value> = list_provisioners(world)
+            .await?
+            .into_iter()
+            .filter(|cr| cr.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|cr| !oracle::settled(cr))
+            .collect();
+        if unsettled.is_empty() {
+            return Ok(Vec::new());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let seconds = started.elapsed().as_secs();
+            // R-RL-2 bounds the wait only after a 429.
+            let rate_limited = world.journal().await?.iter().any(|e| e.status == 429);
+            return Ok(unsettled
+                .iter()
+                .map(|cr| {
+                    let mut rules = oracle::unsettled_rules(cr);
+                    if rate_limited {
+                        rules.push("R-RL-2");
+                    }
+                    format!(
+                        "CoderProvisioner {} did not settle within {seconds} s of coderd answering normally again, so its key Secret's key was never shown to authenticate ({})",
+                        name_of(cr).unwrap_or_default(),
+                        rules.join(", ")
+                    )
+                })
+                .collect());
+        }
+        tokio::time::sleep(world.timeouts().interval).await;
+    }
 }
 
 fn name_of(object: &Value) -> Option<&str> {
