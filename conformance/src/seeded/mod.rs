@@ -630,6 +630,9 @@ struct PlannedRun {
     tags: String,
     /// `run --name`: a stack's member re-run alone on the scenarios the stack failed.
     name: Option<String>,
+    /// `run --fail-fast`: a seeded variant's run ends at its first failure, which mostly
+    /// catches it; one that failed elsewhere first runs again in full ([`needs_full_run`]).
+    fail_fast: bool,
     report_dir: PathBuf,
 }
 
@@ -1241,6 +1244,9 @@ async fn try_run_suite(
     if let Some(name) = &run.name {
         command.args(["--name", name]);
     }
+    if run.fail_fast {
+        command.arg("--fail-fast");
+    }
     command
         .arg("--report-dir")
         .arg(&run.report_dir)
@@ -1292,6 +1298,16 @@ async fn try_run_suite(
         );
     };
     Ok(outcome_of(&ConformanceReport::from_yaml(&text)?))
+}
+
+/// A run stopped at its first failure that did not catch its variant: the failure was on
+/// other rules, so only the whole selection can tell whether a later scenario catches it.
+fn needs_full_run(run: &PlannedRun, outcome: &RunOutcome) -> bool {
+    let (true, Some(variant)) = (run.fail_fast, &run.variant) else {
+        return false;
+    };
+    matches!(outcome, RunOutcome::Report { failed, aborted: None, .. } if !failed.is_empty())
+        && matches!(verdict(variant, outcome), Verdict::Missed { .. })
 }
 
 /// `word` as one word of a `sh -c` line.
@@ -1470,6 +1486,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             read_only: false,
             tags: union.clone(),
             name: None,
+            fail_fast: false,
             report_dir: reports.join(format!("unbroken-operator-{round}")),
         })
         .collect();
@@ -1480,12 +1497,14 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             read_only: false,
             tags: variant.tag_expression(),
             name: None,
+            fail_fast: !variant.is_legal() && variant.breakage != Breakage::ControlPlaneWriter,
             report_dir: reports.join(&variant.name),
         };
         runs.push(run.clone());
         if variant.breakage == Breakage::ControlPlaneWriter {
             runs.push(PlannedRun {
                 read_only: true,
+                fail_fast: false,
                 report_dir: reports.join(format!("{}-read-only", variant.name)),
                 ..run
             });
@@ -1662,8 +1681,28 @@ impl Runner<'_> {
                     let clock = Instant::now();
                     let outcome = match ready {
                         Ok(prepared) => {
-                            run_suite(self.args, self.suite_bin, self.features, &run, &prepared)
-                                .await
+                            let outcome = run_suite(
+                                self.args,
+                                self.suite_bin,
+                                self.features,
+                                &run,
+                                &prepared,
+                            )
+                            .await;
+                            if needs_full_run(&run, &outcome) {
+                                eprintln!(
+                                    "seeded-bugs: {} failed first on other rules; running all its scenarios",
+                                    run.label()
+                                );
+                                let full = PlannedRun {
+                                    fail_fast: false,
+                                    ..run.clone()
+                                };
+                                run_suite(self.args, self.suite_bin, self.features, &full, &prepared)
+                                    .await
+                            } else {
+                                outcome
+                            }
                         }
                         Err(why) => RunOutcome::Error(why),
                     };
@@ -1725,6 +1764,7 @@ impl Runner<'_> {
                     read_only: false,
                     tags: member.tag_expression(),
                     name: name.clone(),
+                    fail_fast: false,
                     report_dir: self
                         .out_dir
                         .join("reports")
