@@ -9,14 +9,18 @@ Feature: Generated provisioners
   at the limit; most cases meeting one coderd answer out of the ordinary when they are first
   applied or when they change (a 429, a 500, 502, 503 or 504, a reset connection or a slow answer,
   once on each of the organization lookup and a key's create, list, delete and own lookup,
-  whichever the operator calls), after which they must settle all the same; tags added and removed; other Secrets and data keys; replicas from 0;
+  whichever the operator calls), after which they must settle all the same; some cases on other
+  coderds of the same host (other ports, their own ids for the scenario's organizations, another
+  default organization, another release), started there or moved there by a change of control
+  plane, where no organization id of one coderd may be sent to another and a replaced key must be
+  deleted where it was applied; tags added and removed; other Secrets and data keys; replicas from 0;
   extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
   grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
   settled CR, its children and its key in coderd to its spec. Each case then changes once, and
   its key requests must fit what the change can justify. A failure names its seed; the same seed
   gives the same case (`conformance run --name 'seed 5'`).
 
-  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-ENT-1 @D-4 @R-CRD-6 @extended
+  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-KEY-15 @R-ENT-1 @D-4 @R-CRD-6 @extended
   Scenario Outline: The provisioner generated from seed <seed> settles as its spec says, before and after a change
     Given a Ready control plane with operator access
     And the scenario has a second coderd organization
@@ -31,6 +35,8 @@ Feature: Generated provisioners
     Then the generated provisioner settles
     # checks: R-KEY-4
     And coderd saw only the key requests the generated change justifies
+    # checks: R-KEY-15
+    And the key the change replaced is gone from where it was applied
     # checks: R-ENT-1
     And coderd saw no entitlements request when the control plane's recent check settles it
 

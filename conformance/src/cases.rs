@@ -172,6 +172,46 @@ impl CaseFault {
     }
 }
 
+/// Which coderds a case meets (issue 38's environment shapes): the fake alone, or other coderds
+/// on the same host, on other ports, each holding the scenario's organizations under the same
+/// names with other ids, a default organization of another name and id, an owner token of its
+/// own, and the older or newer modelled release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The fake alone (the second control plane is the fake's too).
+    OneCoderd,
+    /// The case's control plane publishes coderd B; a change of control plane moves it to the
+    /// fake.
+    OnOtherPort,
+    /// The case starts on the fake and its change moves it to coderd B's control plane.
+    MovesToOtherPort,
+    /// The case starts on coderd B and its change moves it to coderd C's: three coderds.
+    MovesBetweenOtherPorts,
+}
+
+pub const SHAPES: [Shape; 4] = [
+    Shape::OneCoderd,
+    Shape::OnOtherPort,
+    Shape::MovesToOtherPort,
+    Shape::MovesBetweenOtherPorts,
+];
+
+impl Shape {
+    /// The shape of `seed`: `SHAPES[(seed / 3) % 4]`, so that seeds 1 to 15 meet each.
+    fn of_seed(seed: u64) -> Self {
+        SHAPES[((seed / 3) % SHAPES.len() as u64) as usize]
+    }
+
+    /// The other coderds the case needs, by index into [`Context::other_control_planes`].
+    pub fn other_coderds(self) -> &'static [usize] {
+        match self {
+            Self::OneCoderd => &[],
+            Self::OnOtherPort | Self::MovesToOtherPort => &[0],
+            Self::MovesBetweenOtherPorts => &[0, 1],
+        }
+    }
+}
+
 /// What a case may refer to in its scenario.
 #[derive(Clone, Debug)]
 pub struct Context {
@@ -179,6 +219,9 @@ pub struct Context {
     pub organizations: [String; 2],
     /// The fixture control plane and a second Ready one with its own operator token.
     pub control_planes: [String; 2],
+    /// The Ready control planes of coderds B and C (same host, other ports), made when a case's
+    /// [`Shape`] needs them.
+    pub other_control_planes: [String; 2],
 }
 
 /// One generated CoderProvisioner, and the entitlement and image its control plane gives.
@@ -195,6 +238,8 @@ pub struct Case {
     pub past_limit: Option<PastLimit>,
     /// The coderd answer the case meets once, if any.
     pub fault: Option<CaseFault>,
+    /// The coderds it meets.
+    pub shape: Shape,
 }
 
 /// The control plane's own entitlement check (R-ENT-1…3), as the fixture writes it.
@@ -284,11 +329,13 @@ pub fn case(seed: u64, context: &Context) -> Case {
     // shortened; the default key name past coderd's 64).
     let length = *pick(&mut rng, &[12usize, 20, 51, 63, 70]);
     let name = name_of_length(&mut rng, &format!("gen{seed}-"), length);
+    let shape = Shape::of_seed(seed);
+    let control_plane = match shape {
+        Shape::OnOtherPort | Shape::MovesBetweenOtherPorts => &context.other_control_planes[0],
+        Shape::OneCoderd | Shape::MovesToOtherPort => &context.control_planes[0],
+    };
     let mut spec = Map::new();
-    spec.insert(
-        "controlPlaneRef".into(),
-        json!({"name": context.control_planes[0]}),
-    );
+    spec.insert("controlPlaneRef".into(), json!({"name": control_plane}));
     match rng.random_range(0..4) {
         0 => {}
         1 => {
@@ -400,6 +447,7 @@ pub fn case(seed: u64, context: &Context) -> Case {
         boundary,
         past_limit,
         fault,
+        shape,
     }
 }
 
@@ -473,6 +521,16 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
         .and_then(Value::as_object)
         .map(|t| t.clone().into_iter().collect())
         .unwrap_or_default();
+    let moved_to = |control_plane: &String| Change {
+        what: "the control plane",
+        patch: json!({"controlPlaneRef": {"name": control_plane}}),
+        may_rotate: true,
+    };
+    match case.shape {
+        Shape::MovesToOtherPort => return moved_to(&context.other_control_planes[0]),
+        Shape::MovesBetweenOtherPorts => return moved_to(&context.other_control_planes[1]),
+        Shape::OneCoderd | Shape::OnOtherPort => {}
+    }
     match rng.random_range(0..10) {
         0 => {
             // A tag added, one removed, or one's value changed.
@@ -528,11 +586,7 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
             patch: json!({"extraEnv": extra_env(&mut rng)}),
             may_rotate: false,
         },
-        8 => Change {
-            what: "the control plane",
-            patch: json!({"controlPlaneRef": {"name": context.control_planes[1]}}),
-            may_rotate: true,
-        },
+        8 => moved_to(&context.control_planes[1]),
         7 => Change {
             what: "the resources and grace period",
             patch: json!({"resources": null, "terminationGracePeriodSeconds": rng.random_range(1..120)}),
@@ -633,8 +687,13 @@ pub fn trial_name(name: &str, trial: usize) -> String {
 pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
     let spec = serde_json::to_string(&case.spec).unwrap_or_default();
     let mut text = format!(
-        "generated case seed {seed} ({:?}, fault {:?}): CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
-        case.boundary, case.fault, case.name, case.entitlement, case.control_plane_image
+        "generated case seed {seed} ({:?}, fault {:?}, {:?}): CoderProvisioner {} with spec {spec}, control plane entitlement {:?} and image {:?}",
+        case.boundary,
+        case.fault,
+        case.shape,
+        case.name,
+        case.entitlement,
+        case.control_plane_image
     );
     if let Some(change) = change {
         text.push_str(&format!(
@@ -684,6 +743,9 @@ pub struct Generated {
     /// What the API server did wrong at admission: admitted the case's value past its limit, or
     /// refused the case at its limit.
     pub admission_findings: Vec<String>,
+    /// The key the CR recorded when its change was made: `controlPlaneURL`, `organizationID`,
+    /// `provisionerKeyID`.
+    pub key_before_change: Option<[String; 3]>,
 }
 
 impl Generated {
@@ -711,6 +773,7 @@ mod tests {
         Context {
             organizations: ["conf-a".into(), "conf-b".into()],
             control_planes: ["cp".into(), "cp2".into()],
+            other_control_planes: ["cp-b".into(), "cp-c".into()],
         }
     }
 
@@ -741,6 +804,7 @@ mod tests {
             boundary: Boundary::ReplicasZero,
             past_limit: None,
             fault: None,
+            shape: Shape::OneCoderd,
         };
         assert!(
             simpler(&bare).is_empty(),
@@ -882,6 +946,33 @@ mod tests {
                 "a delete is faulted only where it is retried: {fault:?}"
             );
             assert!(routes.contains(&FaultRoute::KeyCreate));
+        }
+    }
+
+    /// Every environment shape, and a case on another coderd that asks for the default
+    /// organization (each coderd's is another).
+    #[test]
+    fn the_fixed_seeds_meet_every_environment_shape() {
+        let cases: Vec<Case> = FIXED_SEEDS.iter().map(|s| case(*s, &context())).collect();
+        for shape in SHAPES {
+            assert!(cases.iter().any(|c| c.shape == shape), "{shape:?}");
+        }
+        assert!(cases.iter().any(|c| {
+            c.shape != Shape::OneCoderd
+                && c.spec
+                    .get("organizationName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+        }));
+        for (seed, case) in FIXED_SEEDS.iter().zip(&cases) {
+            let change = change(*seed, case, &context());
+            if matches!(
+                case.shape,
+                Shape::MovesToOtherPort | Shape::MovesBetweenOtherPorts
+            ) {
+                assert_eq!(change.what, "the control plane", "seed {seed}");
+            }
         }
     }
 

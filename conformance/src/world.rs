@@ -71,6 +71,9 @@ pub struct Environment {
     /// The `kubectl` binary, when one was found.
     pub kubectl: Option<PathBuf>,
     pub coderd: Coderd,
+    /// Other fake coderds on the same host, on other ports (issue 38's environment shapes);
+    /// empty with a real coderd.
+    pub other_coderds: Vec<Coderd>,
     pub operator: Operator,
     /// The command of one leader-elected replica, when the suite can start replicas.
     pub replica_command: Option<crate::implementation::OperatorCommand>,
@@ -202,6 +205,11 @@ pub struct ProvisionerWorld {
     pub holders_before_replicas: std::collections::BTreeSet<String>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
     journal_seen: tokio::sync::Mutex<JournalSeen>,
+    /// The scenario on other coderds of the same host, made on demand (issue 38's shapes).
+    pub other_coderds: Vec<OtherScenarioCoderd>,
+    /// The fingerprints of the scenario's other operator tokens (a second control plane's, the
+    /// other coderds' owners'): requests made with them, on any coderd, are the scenario's too.
+    pub other_token_fingerprints: Vec<String>,
     /// The watch on the scenario's namespace (see [`crate::invariants::recorder`]).
     pub recorder: Option<crate::invariants::recorder::Recorder>,
     /// Set by steps that put keys into coderd themselves (no abandoned-key check then).
@@ -215,7 +223,24 @@ pub struct ProvisionerWorld {
 #[derive(Default)]
 struct JournalSeen {
     last_seq: u64,
+    /// The cursor in each other coderd's journal, by index into [`Environment::other_coderds`].
+    other_last_seq: BTreeMap<usize, u64>,
     entries: Vec<JournalEntry>,
+    /// Which coderd answered each entry: `None` the fake, `Some(i)` other coderd `i`.
+    sources: Vec<Option<usize>>,
+}
+
+/// The scenario on another coderd ([`Environment::other_coderds`]): the scenario's organization
+/// names made there too (other ids), an owner of its own, and a Ready control plane publishing
+/// that coderd's URL.
+#[derive(Clone, Debug)]
+pub struct OtherScenarioCoderd {
+    /// Index into [`Environment::other_coderds`].
+    pub index: usize,
+    pub control_plane: String,
+    /// The organizations made there: (name, id).
+    pub organizations: Vec<(String, String)>,
+    pub token_fingerprint: String,
 }
 
 impl Drop for ProvisionerWorld {
@@ -252,6 +277,28 @@ pub fn expects_prompt_outcome(tags: &[String]) -> bool {
         "leader-election",
     ];
     !tags.iter().any(|t| LONGER.contains(&t.as_str()))
+}
+
+/// Whether a journal entry is the scenario's: made with one of its session tokens,
+/// authenticated by a key of one of its organizations (a new key's lookup of its own record), or
+/// naming one of them in its path; never the suite's own checks.
+fn is_scenario_request(
+    entry: &JournalEntry,
+    fingerprints: &[String],
+    organizations: &[String],
+) -> bool {
+    if entry.observer {
+        return false;
+    }
+    let with_token = entry
+        .session_token_fingerprint
+        .as_ref()
+        .is_some_and(|f| fingerprints.contains(f));
+    let with_key = entry
+        .key_organization_id
+        .as_ref()
+        .is_some_and(|id| organizations.contains(id));
+    with_token || with_key || names_organization(&entry.path, organizations)
 }
 
 /// Issue 37: in the scenarios about rate limiting and leader election, every CR must settle
@@ -425,6 +472,8 @@ impl ProvisionerWorld {
             longest_delay: None,
             holders_before_replicas: Default::default(),
             journal_seen: Default::default(),
+            other_coderds: Vec::new(),
+            other_token_fingerprints: Vec::new(),
             recorder: None,
             planted_keys: false,
             generated: None,
@@ -656,10 +705,23 @@ impl ProvisionerWorld {
     /// Asks coderd which key `key` is, as a daemon does (`GET /api/v2/provisionerkeys/{key}` with
     /// the key itself); the answer's JSON, or why coderd refused it.
     pub async fn daemon_key_lookup(&self, key: &str) -> anyhow::Result<Value> {
-        let url = format!(
-            "{}/api/v2/provisionerkeys/{key}",
-            self.env.coderd.runner_url
-        );
+        self.daemon_key_lookup_at(&self.env.coderd, key).await
+    }
+
+    /// The coderd whose URL (as control planes publish it) is `url`: the fake or one of the
+    /// other coderds; the fake when none matches.
+    pub fn coderd_at(&self, url: &str) -> &Coderd {
+        let url = url.trim_end_matches('/');
+        self.env
+            .other_coderds
+            .iter()
+            .find(|c| c.url == url)
+            .unwrap_or(&self.env.coderd)
+    }
+
+    /// [`Self::daemon_key_lookup`] at `coderd`.
+    pub async fn daemon_key_lookup_at(&self, coderd: &Coderd, key: &str) -> anyhow::Result<Value> {
+        let url = format!("{}/api/v2/provisionerkeys/{key}", coderd.runner_url);
         let response = reqwest::Client::new()
             .get(url)
             .header("Coder-Provisioner-Daemon-Key", key)
@@ -691,7 +753,8 @@ impl ProvisionerWorld {
     /// so polls every 200 ms do not fetch every scenario's requests again.
     pub async fn journal(&self) -> anyhow::Result<Vec<JournalEntry>> {
         let coderd = self.scenario_coderd()?;
-        let fingerprint = coderd.token_fingerprint.clone();
+        let mut fingerprints = vec![coderd.token_fingerprint.clone()];
+        fingerprints.extend(self.other_token_fingerprints.iter().cloned());
         // The scenario's own organizations (not a shared one like `default`): a request naming
         // one of them in its path is this scenario's, whatever token it carried, or none.
         let mut organizations = Vec::new();
@@ -710,22 +773,50 @@ impl ProvisionerWorld {
             .context("reading the fake coderd journal")?;
         for entry in new {
             seen.last_seq = seen.last_seq.max(entry.seq);
-            // The suite's own checks are no requests of the implementation's.
-            if entry.observer {
-                continue;
-            }
-            let with_token =
-                entry.session_token_fingerprint.as_deref() == Some(fingerprint.as_str());
-            // A key of one of them authenticated it (a new key's lookup of its own record).
-            let with_key = entry
-                .key_organization_id
-                .as_ref()
-                .is_some_and(|id| organizations.contains(id));
-            if with_token || with_key || names_organization(&entry.path, &organizations) {
+            if is_scenario_request(&entry, &fingerprints, &organizations) {
                 seen.entries.push(entry);
+                seen.sources.push(None);
+            }
+        }
+        // The other coderds' entries follow (each journal is in order; across coderds, an
+        // entry is placed when it is read, so that marks of earlier actions stay where they were).
+        for other in &self.other_coderds {
+            let Some(admin) = self.env.other_coderds[other.index].admin.as_ref() else {
+                continue;
+            };
+            let since = seen.other_last_seq.get(&other.index).copied().unwrap_or(0);
+            let new = admin
+                .journal_since(since)
+                .await
+                .context("reading another fake coderd's journal")?;
+            let organizations: Vec<String> = other
+                .organizations
+                .iter()
+                .flat_map(|(name, id)| [name.clone(), id.clone()])
+                .collect();
+            for entry in new {
+                let last = seen.other_last_seq.entry(other.index).or_insert(0);
+                *last = (*last).max(entry.seq);
+                if is_scenario_request(&entry, &fingerprints, &organizations) {
+                    seen.entries.push(entry);
+                    seen.sources.push(Some(other.index));
+                }
             }
         }
         Ok(seen.entries.clone())
+    }
+
+    /// [`Self::journal`] with the coderd that answered each entry: `None` the fake, `Some(i)`
+    /// other coderd `i` ([`Environment::other_coderds`]).
+    pub async fn journal_by_coderd(&self) -> anyhow::Result<Vec<(Option<usize>, JournalEntry)>> {
+        self.journal().await?;
+        let seen = self.journal_seen.lock().await;
+        Ok(seen
+            .sources
+            .iter()
+            .copied()
+            .zip(seen.entries.iter().cloned())
+            .collect())
     }
 
     /// Records the journal position at the start of an action (`When` step) and ends the

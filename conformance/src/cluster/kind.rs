@@ -51,6 +51,10 @@ pub const ADMIN_TOKEN_ANNOTATION: &str = "conformance.coder.com/admin-token-fing
 /// Container (and Service) ports of the fake: the coderd API and the admin API.
 pub const FAKE_CODERD_PORT: u16 = 3000;
 pub const FAKE_CODERD_ADMIN_PORT: u16 = 3001;
+/// The other coderds of the fake's pod (containers `fake-coderd-b`, `-c`): coderd and admin
+/// ports, on the same Service host as the fake (issue 38's environment shapes).
+pub const OTHER_FAKE_CODERDS: [(&str, u16, u16); 2] =
+    [("fake-coderd-b", 3002, 3003), ("fake-coderd-c", 3004, 3005)];
 
 /// Default deadline for the operator and the fake to become available.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -74,7 +78,27 @@ pub struct InClusterFakeCoderd {
     pub in_cluster_url: String,
     coderd: PortForward,
     admin: PortForward,
-    admin_token: String,
+    pub(crate) admin_token: String,
+    /// The other coderds of the pod, in the order of [`OTHER_FAKE_CODERDS`].
+    pub others: Vec<OtherInClusterCoderd>,
+}
+
+/// Another coderd of the fake's pod: the same host as the fake, another port.
+pub struct OtherInClusterCoderd {
+    pub in_cluster_url: String,
+    coderd: PortForward,
+    admin: PortForward,
+}
+
+impl OtherInClusterCoderd {
+    pub fn local_url(&self) -> String {
+        self.coderd.url()
+    }
+
+    /// Its admin API, which takes the fake's admin token.
+    pub fn admin(&self, token: &str) -> AdminClient {
+        AdminClient::new(&self.admin.url(), token)
+    }
 }
 
 impl std::fmt::Debug for InClusterFakeCoderd {
@@ -595,8 +619,26 @@ pub async fn install_fake_coderd(
         )
         .await?,
         admin_token,
+        others: Vec::new(),
     };
     wait_admin_answers(&fake.admin(), deadline).await?;
+    let mut fake = fake;
+    for (_, port, admin_port) in OTHER_FAKE_CODERDS {
+        let other = OtherInClusterCoderd {
+            in_cluster_url: service_url(FAKE_CODERD_NAME, FAKE_CODERD_NAMESPACE, port),
+            coderd: PortForward::to_service(client, FAKE_CODERD_NAMESPACE, FAKE_CODERD_NAME, port)
+                .await?,
+            admin: PortForward::to_service(
+                client,
+                FAKE_CODERD_NAMESPACE,
+                FAKE_CODERD_NAME,
+                admin_port,
+            )
+            .await?,
+        };
+        wait_admin_answers(&other.admin(&fake.admin_token), deadline).await?;
+        fake.others.push(other);
+    }
     Ok(fake)
 }
 
@@ -615,6 +657,9 @@ pub fn fake_coderd_objects(
 ) -> anyhow::Result<Vec<DynamicObject>> {
     let mut objects = manifests::read_dir(&repo.join(FAKE_CODERD_DIR))?;
     set_container_image(&mut objects, FAKE_CODERD_NAME, image)?;
+    for (container, _, _) in OTHER_FAKE_CODERDS {
+        set_container_image(&mut objects, container, image)?;
+    }
     // The token reaches the pod through its environment, read at start: a new token must roll
     // the pod (a reused cluster keeps the Deployment, and would keep the old token).
     let fingerprint = fake_coderd::fingerprint(admin_token);

@@ -23,12 +23,21 @@ use crate::world::{Coderd, Environment, ExistingControlPlane, Operator};
 /// The fake coderd's default organization for a run: neither of the names coderd gives it.
 const SUITE_DEFAULT_ORGANIZATION_NAME: &str = "renamed-default-org";
 
+/// The other coderds beside the fake (issue 38's environment shapes): on the same host, on other
+/// ports, each with a default organization of another name and id, the first modelling the older
+/// release. The in-cluster fake's pod runs them as containers of its own (config/fake-coderd).
+pub const OTHER_CODERDS: [(&str, fake_coderd::CoderdVersion); 2] = [
+    ("coderd-b-default-org", fake_coderd::CoderdVersion::V2_30_0),
+    ("coderd-c-default-org", fake_coderd::CoderdVersion::V2_31_0),
+];
+
 /// What `run` owns and stops at the end (the Worlds only see the [`Environment`]).
 pub(super) struct Owned {
     control_plane: Option<LocalControlPlane>,
     /// A kind cluster or k3s container; dropping it closes its port-forwards and deletes it unless kept.
     pub(super) started_cluster: Option<StartedCluster>,
     fake: Option<fake_coderd::FakeCoderd>,
+    other_fakes: Vec<fake_coderd::FakeCoderd>,
     simulator: Option<crate::kubelet::ReadinessSimulator>,
 }
 
@@ -42,6 +51,63 @@ pub(super) struct Prepared {
     pub(super) setup: model::Setup,
     /// Watches the suite's control planes for changes by others (none with --control-plane).
     pub(super) guard: Option<crate::fixture_guard::FixtureGuard>,
+}
+
+/// The [`OTHER_CODERDS`] beside the fake: started here beside an in-process fake, reached
+/// through the in-cluster fake's pod beside that one, none with a real coderd. Each default
+/// organization is renamed as the fake's is.
+async fn other_coderds(
+    in_process: bool,
+    in_cluster: Option<&crate::cluster::kind::InClusterFakeCoderd>,
+) -> anyhow::Result<(Vec<Coderd>, Vec<fake_coderd::FakeCoderd>)> {
+    let mut coderds = Vec::new();
+    let mut fakes = Vec::new();
+    if in_process {
+        for (_, version) in OTHER_CODERDS {
+            let config = fake_coderd::FakeConfig {
+                coderd_version: version,
+                ..Default::default()
+            };
+            let fake = fake_coderd::FakeCoderd::start_with(config)
+                .await
+                .context("starting another fake coderd")?;
+            coderds.push(Coderd {
+                url: fake.url(),
+                runner_url: fake.url(),
+                admin: Some(fake.admin()),
+            });
+            fakes.push(fake);
+        }
+    } else if let Some(in_cluster) = in_cluster {
+        coderds.extend(in_cluster.others.iter().map(|other| Coderd {
+            url: other.in_cluster_url.clone(),
+            runner_url: other.local_url(),
+            admin: Some(other.admin(&in_cluster.admin_token)),
+        }));
+    }
+    for (coderd, (default_name, _)) in coderds.iter().zip(OTHER_CODERDS) {
+        if let Some(admin) = &coderd.admin {
+            admin
+                .rename_organization("default", default_name)
+                .await
+                .context("renaming another fake coderd's default organization")?;
+        }
+    }
+    if !coderds.is_empty() {
+        eprintln!(
+            "conformance: other coderds on the same host: {}",
+            coderds
+                .iter()
+                .zip(OTHER_CODERDS)
+                .map(|(c, (name, version))| format!(
+                    "{} ({version}, default organization {name:?})",
+                    c.url
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok((coderds, fakes))
 }
 
 pub(super) async fn prepare(
@@ -234,6 +300,7 @@ pub(super) async fn prepare(
             "conformance: the fake coderd's default organization is named {SUITE_DEFAULT_ORGANIZATION_NAME:?} for this run (an operator must ask for \"default\")"
         );
     }
+    let (other_coderds, other_fakes) = other_coderds(fake.is_some(), in_cluster_fake).await?;
 
     // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
@@ -372,6 +439,7 @@ pub(super) async fn prepare(
         kubeconfig,
         kubectl,
         coderd,
+        other_coderds,
         operator,
         replica_command,
         existing_control_plane,
@@ -391,6 +459,7 @@ pub(super) async fn prepare(
             control_plane,
             started_cluster,
             fake,
+            other_fakes,
             simulator,
         },
         setup: model::Setup {
@@ -466,6 +535,7 @@ pub(super) async fn teardown(environment: &Environment, owned: Owned) {
         simulator.stop().await;
     }
     drop(owned.fake);
+    drop(owned.other_fakes);
     if let Some(control_plane) = owned.control_plane {
         control_plane.stop().await;
     }

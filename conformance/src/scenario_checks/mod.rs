@@ -50,6 +50,9 @@ async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
     if world.settles_at_end {
         findings.extend(settle_once_coderd_answers(world).await?);
     }
+    if !world.other_coderds.is_empty() {
+        findings.extend(organizations_asked_elsewhere(world).await?);
+    }
     if world.env.coderd.admin.is_some() && world.coderd.is_some() {
         let journal = world.journal().await?;
         findings.extend(journal_findings(&journal));
@@ -134,6 +137,55 @@ async fn settle_once_coderd_answers(world: &ProvisionerWorld) -> anyhow::Result<
     }
 }
 
+/// R-KEY-1 with several coderds: an organization is resolved on the coderd it is used on, so
+/// no request of the scenario names, on one coderd, an organization id that only another coderd
+/// holds (an id taken from a cache or identity keyed by less than the whole coderd).
+async fn organizations_asked_elsewhere(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
+    let mut coderds: Vec<(Option<usize>, &crate::world::Coderd)> = vec![(None, &world.env.coderd)];
+    coderds.extend(
+        world
+            .other_coderds
+            .iter()
+            .map(|o| (Some(o.index), &world.env.other_coderds[o.index])),
+    );
+    let mut held: BTreeMap<Option<usize>, (String, BTreeSet<String>)> = BTreeMap::new();
+    for (source, coderd) in coderds {
+        let Some(admin) = &coderd.admin else {
+            return Ok(Vec::new());
+        };
+        let ids = admin
+            .organizations()
+            .await?
+            .into_iter()
+            .map(|o| o.id.to_string())
+            .collect();
+        held.insert(source, (coderd.url.clone(), ids));
+    }
+    let mut found = BTreeSet::new();
+    for (source, entry) in world.journal_by_coderd().await? {
+        let Some((url, own)) = held.get(&source) else {
+            continue;
+        };
+        let Some(id) = entry
+            .path
+            .strip_prefix("/api/v2/organizations/")
+            .and_then(|rest| rest.split('/').next())
+        else {
+            continue;
+        };
+        if own.contains(id) {
+            continue;
+        }
+        if let Some((elsewhere, _)) = held.values().find(|(_, ids)| ids.contains(id)) {
+            found.insert(format!(
+                "the operator sent {} {} to coderd {url}, naming organization {id}, which only coderd {elsewhere} holds (R-KEY-1)",
+                entry.method, entry.path
+            ));
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
 fn name_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/name").and_then(Value::as_str)
 }
@@ -204,12 +256,18 @@ async fn surroundings(world: &ProvisionerWorld, cr: &Value) -> anyhow::Result<Su
             objects.push(item);
         }
     }
-    let coderd = match world.env.coderd.admin.as_ref() {
+    // The coderd the CR's status names: the fake, or another coderd of the same host.
+    let at = world.coderd_at(
+        cr.pointer("/status/controlPlaneURL")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
+    let coderd = match at.admin.as_ref() {
         Some(admin) => Some(coderd_view(admin, cr).await?),
         None => None,
     };
-    let secret_key_identity = match world.env.coderd.admin {
-        Some(_) => key_identity(world, cr).await,
+    let secret_key_identity = match at.admin {
+        Some(_) => key_identity(world, at, cr).await,
         None => None,
     };
     Ok(Surroundings {
@@ -246,7 +304,11 @@ async fn coderd_view(admin: &fake_coderd::AdminClient, cr: &Value) -> anyhow::Re
 /// Which key the plaintext in the CR's key Secret authenticates as, asked as a daemon asks
 /// (`GET /api/v2/provisionerkeys/{key}`); `None` when there is no value to ask about (the
 /// oracle reports the missing value itself).
-async fn key_identity(world: &ProvisionerWorld, cr: &Value) -> Option<Result<String, String>> {
+async fn key_identity(
+    world: &ProvisionerWorld,
+    coderd: &crate::world::Coderd,
+    cr: &Value,
+) -> Option<Result<String, String>> {
     let name = cr.pointer("/status/secretRef/name")?.as_str()?;
     let data_key = cr.pointer("/status/secretRef/key")?.as_str()?;
     let secret = world.api::<Secret>().get_opt(name).await.ok()??;
@@ -258,7 +320,7 @@ async fn key_identity(world: &ProvisionerWorld, cr: &Value) -> Option<Result<Str
     let key = String::from_utf8_lossy(&value).into_owned();
     Some(
         world
-            .daemon_key_lookup(&key)
+            .daemon_key_lookup_at(coderd, &key)
             .await
             .map(|answer| {
                 answer
@@ -415,14 +477,28 @@ pub async fn abandoned_keys(
         .collect();
     let mut organizations = vec![coderd.organization_id.clone()];
     organizations.extend(world.second_organization.iter().map(|(_, id)| id.clone()));
+    let mut held = vec![(admin, world.env.coderd.url.as_str(), organizations)];
+    for other in &world.other_coderds {
+        let at = &world.env.other_coderds[other.index];
+        if let Some(admin) = &at.admin {
+            let ids = other
+                .organizations
+                .iter()
+                .map(|(_, id)| id.clone())
+                .collect();
+            held.push((admin, at.url.as_str(), ids));
+        }
+    }
     let mut found = Vec::new();
-    for organization in organizations {
-        for key in admin.keys(&organization).await? {
-            if !recorded.contains(key.id.as_str()) && !failed_deletes.contains(&key.name) {
-                found.push(format!(
-                    "coderd still holds key {:?} ({}) that no CoderProvisioner records, with every CoderProvisioner settled (R-KEY-25)",
-                    key.name, key.id
-                ));
+    for (admin, url, organizations) in held {
+        for organization in organizations {
+            for key in admin.keys(&organization).await? {
+                if !recorded.contains(key.id.as_str()) && !failed_deletes.contains(&key.name) {
+                    found.push(format!(
+                        "coderd {url} still holds key {:?} ({}) that no CoderProvisioner records, with every CoderProvisioner settled (R-KEY-25)",
+                        key.name, key.id
+                    ));
+                }
             }
         }
     }

@@ -713,7 +713,13 @@ pub async fn clear_scenario_faults(world: &ProvisionerWorld) -> anyhow::Result<(
     let (Some(coderd), Some(admin)) = (&world.coderd, &world.env.coderd.admin) else {
         return Ok(());
     };
-    admin.clear_faults_for(&coderd.token_fingerprint).await
+    admin.clear_faults_for(&coderd.token_fingerprint).await?;
+    for other in &world.other_coderds {
+        if let Some(admin) = &world.env.other_coderds[other.index].admin {
+            admin.clear_faults_for(&other.token_fingerprint).await?;
+        }
+    }
+    Ok(())
 }
 
 #[when("coderd becomes unreachable")]

@@ -33,16 +33,18 @@ pub async fn ready_control_plane(
     }
     world.create_scenario_coderd(organization).await?;
     world.write_operator_token_secret().await?;
-    create_ready_control_plane(world, CONTROL_PLANE, OPERATOR_TOKEN_SECRET).await
+    let url = world.env.coderd.url.clone();
+    create_ready_control_plane(world, CONTROL_PLANE, OPERATOR_TOKEN_SECRET, &url).await
 }
 
 /// A CoderControlPlane `name` whose status (written through /status, as its own operator would)
-/// says Ready, the fake coderd's URL, operator access through `token_secret`, and a fresh
+/// says Ready, the coderd URL `url`, operator access through `token_secret`, and a fresh
 /// `entitled` check.
 async fn create_ready_control_plane(
     world: &ProvisionerWorld,
     name: &str,
     token_secret: &str,
+    url: &str,
 ) -> anyhow::Result<()> {
     let control_plane = json!({
         "apiVersion": "coder.com/v1alpha1",
@@ -63,7 +65,7 @@ async fn create_ready_control_plane(
     .with_context(|| format!("creating the CoderControlPlane {name}"))?;
     let status = json!({"status": {
         "phase": "Ready",
-        "url": world.env.coderd.url,
+        "url": url,
         "operatorAccessReady": true,
         "operatorTokenSecretRef": {"name": token_secret, "key": "token"},
         "externalProvisionerDaemonsEntitlement": "entitled",
@@ -125,9 +127,78 @@ async fn a_second_ready_control_plane(
         .await
         .context("creating the second control plane's coderd owner")?;
     world.saw_secret(token.as_bytes());
+    world
+        .other_token_fingerprints
+        .push(fake_coderd::fingerprint(&token));
     let secret_name = format!("{name}-operator-token");
     world.write_token_secret(&secret_name, &token).await?;
-    create_ready_control_plane(world, &name, &secret_name).await
+    let url = world.env.coderd.url.clone();
+    create_ready_control_plane(world, &name, &secret_name, &url).await
+}
+
+/// The name of the control plane of other coderd `index`: `coderd-b-control-plane`, `-c-`, ….
+pub fn other_control_plane_name(index: usize) -> String {
+    let letter = char::from(b'b' + u8::try_from(index).unwrap_or(0));
+    format!("coderd-{letter}-control-plane")
+}
+
+/// The scenario on another coderd of the same host (issue 38's environment shapes), made once:
+/// its organizations under the same names as on the fake (other ids: every coderd numbers its
+/// own), an owner user, and a Ready control plane `coderd-<n>-control-plane` publishing that
+/// coderd's URL, with the owner's token. Returns the control plane's name.
+pub async fn other_coderd_control_plane(
+    world: &mut ProvisionerWorld,
+    index: usize,
+) -> anyhow::Result<String> {
+    if let Some(made) = world.other_coderds.iter().find(|o| o.index == index) {
+        return Ok(made.control_plane.clone());
+    }
+    let coderd = world
+        .env
+        .other_coderds
+        .get(index)
+        .with_context(|| format!("this tier has no other coderd number {}", index + 1))?;
+    let (url, admin) = (
+        coderd.url.clone(),
+        coderd
+            .admin
+            .clone()
+            .context("another coderd without an admin API")?,
+    );
+    let mut names = vec![world.scenario_coderd()?.organization.clone()];
+    names.extend(
+        world
+            .second_organization
+            .iter()
+            .map(|(name, _)| name.clone()),
+    );
+    let mut organizations = Vec::new();
+    for name in names {
+        let made = admin
+            .add_organization(&name)
+            .await
+            .with_context(|| format!("creating organization {name} on another coderd"))?;
+        organizations.push((made.name, made.id.to_string()));
+    }
+    let token = admin
+        .add_user(&format!("conf-{}", world.id), fake_coderd::UserRole::Owner)
+        .await
+        .context("creating the scenario's owner on another coderd")?;
+    world.saw_secret(token.as_bytes());
+    world
+        .other_token_fingerprints
+        .push(fake_coderd::fingerprint(&token));
+    let control_plane = other_control_plane_name(index);
+    let secret_name = format!("{control_plane}-operator-token");
+    world.write_token_secret(&secret_name, &token).await?;
+    create_ready_control_plane(world, &control_plane, &secret_name, &url).await?;
+    world.other_coderds.push(crate::world::OtherScenarioCoderd {
+        index,
+        control_plane: control_plane.clone(),
+        organizations,
+        token_fingerprint: fake_coderd::fingerprint(&token),
+    });
+    Ok(control_plane)
 }
 
 #[given("a Ready control plane with operator access")]

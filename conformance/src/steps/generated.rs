@@ -21,6 +21,7 @@ fn context(world: &ProvisionerWorld) -> anyhow::Result<cases::Context> {
     Ok(cases::Context {
         organizations: [own, second],
         control_planes: [CONTROL_PLANE.to_owned(), SECOND_CONTROL_PLANE.to_owned()],
+        other_control_planes: [0, 1].map(super::fixture::other_control_plane_name),
     })
 }
 
@@ -30,15 +31,28 @@ fn generated(world: &ProvisionerWorld) -> anyhow::Result<&Generated> {
     })
 }
 
-/// Applies `case` as the CoderProvisioner `name`, after giving the control plane the
+/// Applies `case` as the CoderProvisioner `name`, after giving its control plane the
 /// entitlement check and image the case says (the fixture's own image when it says none).
 async fn apply_case(world: &ProvisionerWorld, case: &Case, name: &str) -> anyhow::Result<()> {
+    let control_plane = case
+        .spec
+        .pointer("/controlPlaneRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or(CONTROL_PLANE);
     let long_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(5);
     let status = case.entitlement.status_patch(
         &super::fixture::now_rfc3339(),
         &jiff::Timestamp::from_second(long_ago.as_second())?.to_string(),
     );
-    super::fixture::patch_control_plane_status(world, &status).await?;
+    world
+        .control_planes()
+        .patch_status(
+            control_plane,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .context("writing the case's entitlement check into its control plane")?;
     let image = case
         .control_plane_image
         .as_ref()
@@ -46,7 +60,7 @@ async fn apply_case(world: &ProvisionerWorld, case: &Case, name: &str) -> anyhow
     world
         .control_planes()
         .patch(
-            CONTROL_PLANE,
+            control_plane,
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"image": image}})),
         )
@@ -73,6 +87,9 @@ async fn apply_case(world: &ProvisionerWorld, case: &Case, name: &str) -> anyhow
 async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::Result<()> {
     world.mark_action().await?;
     let case = cases::case(seed, &context(world)?);
+    for index in case.shape.other_coderds() {
+        super::fixture::other_coderd_control_plane(world, *index).await?;
+    }
     world.provisioner = case.name.clone();
     let described = cases::describe(seed, &case, None);
     let mut admission_findings = Vec::new();
@@ -111,14 +128,16 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
         case,
         change: None,
         admission_findings,
+        key_before_change: None,
     });
     Ok(())
 }
 
 /// Injects the case's fault when its phase begins: on each of its routes, once, for the
-/// scenario's requests only. A key's own lookup carries no session token: a fault reaches it by
-/// the key's organization, so only when that is one of the scenario's own (the default
-/// organization is shared with the scenarios running beside it).
+/// scenario's requests only, on every coderd the case meets (the fake, and the other coderds of
+/// its shape, each with the scenario's token and organizations there). A key's own lookup
+/// carries no session token: a fault reaches it by the key's organization, so only when that is
+/// one of the scenario's own (the default organization is shared with the scenarios beside it).
 async fn inject_case_fault(
     world: &mut ProvisionerWorld,
     case: &Case,
@@ -128,8 +147,23 @@ async fn inject_case_fault(
         return Ok(());
     };
     let own = world.scenario_coderd()?;
-    let (own_name, own_id) = (own.organization.clone(), own.organization_id.clone());
-    let (second_name, second_id) = world.second_organization()?.clone();
+    let mut coderds = vec![(
+        world.admin()?.clone(),
+        own.token_fingerprint.clone(),
+        vec![
+            (own.organization.clone(), own.organization_id.clone()),
+            world.second_organization()?.clone(),
+        ],
+    )];
+    for other in &world.other_coderds {
+        if let Some(admin) = &world.env.other_coderds[other.index].admin {
+            coderds.push((
+                admin.clone(),
+                other.token_fingerprint.clone(),
+                other.organizations.clone(),
+            ));
+        }
+    }
     let moved_to = match phase {
         Phase::Change => world
             .generated
@@ -140,32 +174,46 @@ async fn inject_case_fault(
     };
     let key_organization = moved_to
         .or_else(|| case.spec.get("organizationName").cloned())
-        .and_then(|name| match name.as_str() {
-            Some(name) if name == own_name => Some(own_id.clone()),
-            Some(name) if name == second_name => Some(second_id.clone()),
-            _ => None,
-        });
-    for route in fault.routes() {
-        let (method, alias) = route.request();
-        let template = route_template(alias)?;
-        let spec = match fault.answer {
-            FaultAnswer::Status(status) => fake_coderd::FaultSpec::status(method, template, status),
-            FaultAnswer::Reset => fake_coderd::FaultSpec::reset(method, template),
-            FaultAnswer::Slow => {
-                let delay = std::time::Duration::from_secs(2);
-                world.longest_delay = world.longest_delay.max(Some(delay));
-                fake_coderd::FaultSpec::delay(method, template, delay)
+        .and_then(|name| name.as_str().map(str::to_owned));
+    if fault.answer == FaultAnswer::Slow {
+        let delay = std::time::Duration::from_secs(2);
+        world.longest_delay = world.longest_delay.max(Some(delay));
+    }
+    for (admin, fingerprint, organizations) in coderds {
+        let own_id = organizations[0].1.clone();
+        let key_organization = key_organization
+            .as_ref()
+            .and_then(|name| organizations.iter().find(|(n, _)| n == name))
+            .map(|(_, id)| id.clone());
+        for route in fault.routes() {
+            let (method, alias) = route.request();
+            let template = route_template(alias)?;
+            let spec = match fault.answer {
+                FaultAnswer::Status(status) => {
+                    fake_coderd::FaultSpec::status(method, template, status)
+                }
+                FaultAnswer::Reset => fake_coderd::FaultSpec::reset(method, template),
+                FaultAnswer::Slow => fake_coderd::FaultSpec::delay(
+                    method,
+                    template,
+                    std::time::Duration::from_secs(2),
+                ),
+            };
+            let organization = match route {
+                FaultRoute::KeyLookup => match &key_organization {
+                    Some(id) => id.clone(),
+                    None => continue,
+                },
+                _ => own_id.clone(),
+            };
+            let mut spec = spec
+                .times(1)
+                .for_session_token_fingerprint(fingerprint.clone());
+            if !organization.is_empty() {
+                spec = spec.or_key_of_organization(organization);
             }
-        };
-        let organization = match route {
-            FaultRoute::KeyLookup => match &key_organization {
-                Some(id) => id.as_str(),
-                None => continue,
-            },
-            _ => own_id.as_str(),
-        };
-        let spec = super::coderd::scoped_to_keys_of(world, spec.times(1), organization)?;
-        world.admin()?.inject_fault(spec).await?;
+            admin.inject_fault(spec).await?;
+        }
     }
     Ok(())
 }
@@ -226,10 +274,19 @@ async fn generated_admission(world: &mut ProvisionerWorld) -> anyhow::Result<()>
 async fn generated_changed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
     let context = context(world)?;
+    let recorded = world.provisioner_json().await?.map(|cr| {
+        ["controlPlaneURL", "organizationID", "provisionerKeyID"].map(|field| {
+            cr.pointer(&format!("/status/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        })
+    });
     let generated = world
         .generated
         .as_mut()
         .ok_or_else(|| anyhow!("no generated case"))?;
+    generated.key_before_change = recorded;
     let change = cases::change(generated.seed, &generated.case, &context);
     let patch = json!({"spec": change.patch});
     generated.change = Some(change);
@@ -336,6 +393,74 @@ async fn generated_key_budget(world: &mut ProvisionerWorld) -> anyhow::Result<()
                 "{posts} key creates and {removed} key deletes answered 2xx, for a change that {} the key",
                 if may_rotate { "may replace" } else { "must not touch" }
             ))
+        })
+    })
+    .await
+    .map_err(|error| with_case(error, &described))
+}
+
+/// R-KEY-15: a change of organization or control plane that replaced the key deleted the old
+/// one where it was applied: in its organization, on its coderd (the fake or another one of the
+/// same host). R-KEY-16 spares a rotation whose list before that delete failed on that coderd,
+/// or whose delete failed there other than with a 429 (D-9), whatever the cause (e.g. the new
+/// control plane's token, which the old coderd refuses); the case's faults give a delete only a
+/// 429 or a late answer, both retried. A failure at the new coderd spares nothing: the old key
+/// is not there.
+#[then("the key the change replaced is gone from where it was applied")]
+async fn generated_old_key_gone(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
+    let generated = generated(world)?;
+    let (Some(change), Some([url, organization, old_key])) =
+        (&generated.change, &generated.key_before_change)
+    else {
+        return Ok(());
+    };
+    let moved = change.patch.get("organizationName").is_some()
+        || change.patch.get("controlPlaneRef").is_some();
+    if !moved || old_key.is_empty() {
+        return Ok(());
+    }
+    let described = generated.describe();
+    let now = world
+        .provisioner_json()
+        .await?
+        .and_then(|cr| {
+            cr.pointer("/status/provisionerKeyID")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    if now == *old_key {
+        return Ok(());
+    }
+    // The old key's coderd: None the fake, Some(i) other coderd i.
+    let old_coderd = world
+        .env
+        .other_coderds
+        .iter()
+        .position(|c| c.url == url.trim_end_matches('/'));
+    let spared = world.journal_by_coderd().await?.iter().any(|(at, e)| {
+        *at == old_coderd
+            && (crate::invariants::is_failed_key_list(e)
+                || (e.method == "DELETE"
+                    && !(200..300).contains(&e.status)
+                    && ![404, 429].contains(&e.status)))
+    });
+    if spared {
+        return Ok(());
+    }
+    let Some(admin) = world.coderd_at(url).admin.clone() else {
+        return Ok(());
+    };
+    let (url, organization, old_key) = (url.clone(), organization.clone(), old_key.clone());
+    let timeouts = *world.timeouts();
+    wait::eventually("the old key deleted", &timeouts, || async {
+        let held = admin.keys(&organization).await.unwrap_or_default();
+        Ok(match held.iter().find(|k| k.id == old_key) {
+            None => Ok(()),
+            Some(key) => Err(format!(
+                "coderd {url} still holds the key {:?} ({old_key}) the CR recorded before {} changed, with the new key recorded (R-KEY-15)",
+                key.name, change.what
+            )),
         })
     })
     .await
