@@ -12,8 +12,8 @@ Feature: Generated provisioners
   whichever the operator calls), after which they must settle all the same; some cases on other
   coderds of the same host (other ports, their own ids for the scenario's organizations, another
   default organization, another release), started there or moved there by a change of control
-  plane, where no organization id of one coderd may be sent to another and a replaced key must be
-  deleted where it was applied; tags added and removed; other Secrets and data keys; replicas from 0;
+  plane or by their control plane's URL moving there, where no organization id of one coderd may
+  be sent to another and a replaced key must be deleted where it was applied; tags added and removed; other Secrets and data keys; replicas from 0;
   extraEnv of every source, optional references to absent Secrets; resources, pull Secrets and
   grace periods; the control plane's own entitlement check fresh or stale. Each case must settle, and after every scenario the contract oracle holds the
   settled CR, its children and its key in coderd to its spec. Each case then changes once, and
@@ -30,13 +30,13 @@ Feature: Generated provisioners
     Then the API server admitted the generated provisioner at its limit and refused it past the limit
     # checks: R-KEY-20, R-SEC-7, R-ST-4
     And the generated provisioner settles
-    When the generated provisioner's spec is changed as its seed says
-    # checks: R-KEY-20, R-SEC-7, R-ST-4
+    When the generated provisioner or its control plane is changed as its seed says
+    # checks: R-KEY-20, R-SEC-7, R-ST-4, R-KEY-15
     Then the generated provisioner settles
-    # checks: R-KEY-4
-    And coderd saw only the key requests the generated change justifies
     # checks: R-KEY-15
     And the key the change replaced is gone from where it was applied
+    # checks: R-KEY-4
+    And coderd saw only the key requests the generated change justifies
     # checks: R-ENT-1
     And coderd saw no entitlements request when the control plane's recent check settles it
 

@@ -187,17 +187,21 @@ pub enum Shape {
     MovesToOtherPort,
     /// The case starts on coderd B and its change moves it to coderd C's: three coderds.
     MovesBetweenOtherPorts,
+    /// The case starts on the fake and its change is its control plane's `status.url` moving to
+    /// coderd B (which takes the same operator token, as a coderd moved to another port would).
+    UrlMovesToOtherPort,
 }
 
-pub const SHAPES: [Shape; 4] = [
+pub const SHAPES: [Shape; 5] = [
     Shape::OneCoderd,
     Shape::OnOtherPort,
     Shape::MovesToOtherPort,
     Shape::MovesBetweenOtherPorts,
+    Shape::UrlMovesToOtherPort,
 ];
 
 impl Shape {
-    /// The shape of `seed`: `SHAPES[(seed / 3) % 4]`, so that seeds 1 to 15 meet each.
+    /// The shape of `seed`: `SHAPES[(seed / 3) % 5]`, so that seeds 1 to 15 meet each.
     fn of_seed(seed: u64) -> Self {
         SHAPES[((seed / 3) % SHAPES.len() as u64) as usize]
     }
@@ -206,7 +210,7 @@ impl Shape {
     pub fn other_coderds(self) -> &'static [usize] {
         match self {
             Self::OneCoderd => &[],
-            Self::OnOtherPort | Self::MovesToOtherPort => &[0],
+            Self::OnOtherPort | Self::MovesToOtherPort | Self::UrlMovesToOtherPort => &[0],
             Self::MovesBetweenOtherPorts => &[0, 1],
         }
     }
@@ -222,6 +226,8 @@ pub struct Context {
     /// The Ready control planes of coderds B and C (same host, other ports), made when a case's
     /// [`Shape`] needs them.
     pub other_control_planes: [String; 2],
+    /// The URLs of coderds B and C, as control planes publish them.
+    pub other_urls: [String; 2],
 }
 
 /// One generated CoderProvisioner, and the entitlement and image its control plane gives.
@@ -276,6 +282,8 @@ impl Entitlement {
 pub struct Change {
     pub what: &'static str,
     pub patch: Value,
+    /// The case's control plane's `status.url` moves here instead (the spec is not patched).
+    pub control_plane_url: Option<String>,
     /// Whether the change may replace the key: tags, key name, organization, or where the key is
     /// stored (R-KEY-13…15; a move may or may not make a new key). Any other change makes no key
     /// request (R-KEY-4).
@@ -332,7 +340,9 @@ pub fn case(seed: u64, context: &Context) -> Case {
     let shape = Shape::of_seed(seed);
     let control_plane = match shape {
         Shape::OnOtherPort | Shape::MovesBetweenOtherPorts => &context.other_control_planes[0],
-        Shape::OneCoderd | Shape::MovesToOtherPort => &context.control_planes[0],
+        Shape::OneCoderd | Shape::MovesToOtherPort | Shape::UrlMovesToOtherPort => {
+            &context.control_planes[0]
+        }
     };
     let mut spec = Map::new();
     spec.insert("controlPlaneRef".into(), json!({"name": control_plane}));
@@ -524,11 +534,20 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
     let moved_to = |control_plane: &String| Change {
         what: "the control plane",
         patch: json!({"controlPlaneRef": {"name": control_plane}}),
+        control_plane_url: None,
         may_rotate: true,
     };
     match case.shape {
         Shape::MovesToOtherPort => return moved_to(&context.other_control_planes[0]),
         Shape::MovesBetweenOtherPorts => return moved_to(&context.other_control_planes[1]),
+        Shape::UrlMovesToOtherPort => {
+            return Change {
+                what: "the control plane's URL",
+                patch: json!({}),
+                control_plane_url: Some(context.other_urls[0].clone()),
+                may_rotate: true,
+            };
+        }
         Shape::OneCoderd | Shape::OnOtherPort => {}
     }
     match rng.random_range(0..10) {
@@ -542,12 +561,14 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
             Change {
                 what: "a tag",
                 patch,
+                control_plane_url: None,
                 may_rotate: true,
             }
         }
         1 => Change {
             what: "the key name",
             patch: json!({"key": {"name": format!("Renamed-{}", word(&mut rng, 6))}}),
+            control_plane_url: None,
             may_rotate: true,
         },
         2 => {
@@ -563,38 +584,45 @@ pub fn change(seed: u64, case: &Case, context: &Context) -> Change {
             Change {
                 what: "the organization",
                 patch: json!({"organizationName": other}),
+                control_plane_url: None,
                 may_rotate: true,
             }
         }
         3 => Change {
             what: "where the key is stored",
             patch: json!({"key": {"secretName": format!("moved-{}", word(&mut rng, 5)), "secretKey": "moved.key"}}),
+            control_plane_url: None,
             may_rotate: true,
         },
         4 => Change {
             what: "the replicas",
             patch: json!({"replicas": rng.random_range(0..4)}),
+            control_plane_url: None,
             may_rotate: false,
         },
         5 => Change {
             what: "the image",
             patch: json!({"image": format!("registry.test/coder:changed-{}", word(&mut rng, 3))}),
+            control_plane_url: None,
             may_rotate: false,
         },
         6 => Change {
             what: "the extra env",
             patch: json!({"extraEnv": extra_env(&mut rng)}),
+            control_plane_url: None,
             may_rotate: false,
         },
         8 => moved_to(&context.control_planes[1]),
         7 => Change {
             what: "the resources and grace period",
             patch: json!({"resources": null, "terminationGracePeriodSeconds": rng.random_range(1..120)}),
+            control_plane_url: None,
             may_rotate: false,
         },
         _ => Change {
             what: "the extra args",
             patch: json!({"extraArgs": ["--changed"]}),
+            control_plane_url: None,
             may_rotate: false,
         },
     }
@@ -696,10 +724,13 @@ pub fn describe(seed: u64, case: &Case, change: Option<&Change>) -> String {
         case.control_plane_image
     );
     if let Some(change) = change {
-        text.push_str(&format!(
-            "; then {} changed by {}",
-            change.what, change.patch
-        ));
+        match &change.control_plane_url {
+            Some(url) => text.push_str(&format!("; then {} moved to {url}", change.what)),
+            None => text.push_str(&format!(
+                "; then {} changed by {}",
+                change.what, change.patch
+            )),
+        }
     }
     text
 }
@@ -774,6 +805,7 @@ mod tests {
             organizations: ["conf-a".into(), "conf-b".into()],
             control_planes: ["cp".into(), "cp2".into()],
             other_control_planes: ["cp-b".into(), "cp-c".into()],
+            other_urls: ["http://127.0.0.1:2".into(), "http://127.0.0.1:3".into()],
         }
     }
 

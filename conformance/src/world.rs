@@ -144,6 +144,14 @@ pub struct ScenarioCoderd {
     pub token_fingerprint: String,
 }
 
+impl ScenarioCoderd {
+    /// The owner's session token, for another coderd that must accept the same (a control plane
+    /// whose URL moves there); never to be printed.
+    pub fn session_token(&self) -> &str {
+        &self.token
+    }
+}
+
 /// Per-scenario state.
 #[derive(World)]
 #[world(init = Self::new)]

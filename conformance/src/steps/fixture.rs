@@ -184,6 +184,17 @@ pub async fn other_coderd_control_plane(
         .add_user(&format!("conf-{}", world.id), fake_coderd::UserRole::Owner)
         .await
         .context("creating the scenario's owner on another coderd")?;
+    // The fixture control plane's token is an owner's there too, as for a coderd that moved to
+    // this URL: the fixture's URL may move here.
+    let mut moved = fake_coderd::SeedUser::new(
+        &format!("conf-{}-moved", world.id),
+        fake_coderd::UserRole::Owner,
+    );
+    moved.token = Some(world.scenario_coderd()?.session_token().to_owned());
+    admin
+        .add_user_with(&moved)
+        .await
+        .context("giving another coderd the fixture's operator token")?;
     world.saw_secret(token.as_bytes());
     world
         .other_token_fingerprints

@@ -22,6 +22,14 @@ fn context(world: &ProvisionerWorld) -> anyhow::Result<cases::Context> {
         organizations: [own, second],
         control_planes: [CONTROL_PLANE.to_owned(), SECOND_CONTROL_PLANE.to_owned()],
         other_control_planes: [0, 1].map(super::fixture::other_control_plane_name),
+        other_urls: [0, 1].map(|index| {
+            world
+                .env
+                .other_coderds
+                .get(index)
+                .map(|c| c.url.clone())
+                .unwrap_or_default()
+        }),
     })
 }
 
@@ -133,11 +141,45 @@ async fn generated_applied(world: &mut ProvisionerWorld, seed: u64) -> anyhow::R
     Ok(())
 }
 
+/// Which coderd a control plane of the scenario publishes: `None` the fake, `Some(i)` other
+/// coderd `i`.
+fn coderd_of_control_plane(name: &str) -> Option<usize> {
+    (0..2).find(|index| super::fixture::other_control_plane_name(*index) == name)
+}
+
+/// Where the case's fault goes in `phase`, route by route: on the coderd the CR works with then;
+/// when its change moves it to another coderd, the old key's list and delete at the old one and
+/// the rest at the new one, so that every route is faulted once, as on one coderd (R-RL-2's
+/// backoff doubles with each 429 in a row: more would outlast the case's deadline).
+fn fault_targets(case: &Case, change: Option<&cases::Change>) -> Vec<(Option<usize>, FaultRoute)> {
+    let control_plane = |spec: &Value| {
+        spec.pointer("/controlPlaneRef/name")
+            .and_then(Value::as_str)
+            .map(coderd_of_control_plane)
+            .unwrap_or(None)
+    };
+    let from = control_plane(&case.spec);
+    let to = match change {
+        Some(change) if change.control_plane_url.is_some() => Some(0),
+        Some(change) if change.patch.get("controlPlaneRef").is_some() => {
+            control_plane(&change.patch)
+        }
+        _ => from,
+    };
+    cases::FAULT_ROUTES
+        .into_iter()
+        .map(|route| match route {
+            FaultRoute::KeyList | FaultRoute::KeyDelete => (from, route),
+            _ => (to, route),
+        })
+        .collect()
+}
+
 /// Injects the case's fault when its phase begins: on each of its routes, once, for the
-/// scenario's requests only, on every coderd the case meets (the fake, and the other coderds of
-/// its shape, each with the scenario's token and organizations there). A key's own lookup
-/// carries no session token: a fault reaches it by the key's organization, so only when that is
-/// one of the scenario's own (the default organization is shared with the scenarios beside it).
+/// scenario's requests only, on the coderd [`fault_targets`] names (with the token the CR uses
+/// there and the scenario's organizations there). A key's own lookup carries no session token: a
+/// fault reaches it by the key's organization, so only when that is one of the scenario's own
+/// (the default organization is shared with the scenarios beside it).
 async fn inject_case_fault(
     world: &mut ProvisionerWorld,
     case: &Case,
@@ -146,74 +188,79 @@ async fn inject_case_fault(
     let Some(fault) = case.fault.filter(|f| f.phase == phase) else {
         return Ok(());
     };
-    let own = world.scenario_coderd()?;
-    let mut coderds = vec![(
-        world.admin()?.clone(),
-        own.token_fingerprint.clone(),
-        vec![
-            (own.organization.clone(), own.organization_id.clone()),
-            world.second_organization()?.clone(),
-        ],
-    )];
-    for other in &world.other_coderds {
-        if let Some(admin) = &world.env.other_coderds[other.index].admin {
-            coderds.push((
-                admin.clone(),
-                other.token_fingerprint.clone(),
-                other.organizations.clone(),
-            ));
-        }
-    }
-    let moved_to = match phase {
-        Phase::Change => world
-            .generated
-            .as_ref()
-            .and_then(|g| g.change.as_ref())
-            .and_then(|c| c.patch.get("organizationName").cloned()),
+    let change = match phase {
+        Phase::Change => world.generated.as_ref().and_then(|g| g.change.clone()),
         Phase::FirstCreate => None,
     };
-    let key_organization = moved_to
-        .or_else(|| case.spec.get("organizationName").cloned())
-        .and_then(|name| name.as_str().map(str::to_owned));
     if fault.answer == FaultAnswer::Slow {
         let delay = std::time::Duration::from_secs(2);
         world.longest_delay = world.longest_delay.max(Some(delay));
     }
-    for (admin, fingerprint, organizations) in coderds {
-        let own_id = organizations[0].1.clone();
-        let key_organization = key_organization
-            .as_ref()
-            .and_then(|name| organizations.iter().find(|(n, _)| n == name))
-            .map(|(_, id)| id.clone());
-        for route in fault.routes() {
-            let (method, alias) = route.request();
-            let template = route_template(alias)?;
-            let spec = match fault.answer {
-                FaultAnswer::Status(status) => {
-                    fake_coderd::FaultSpec::status(method, template, status)
-                }
-                FaultAnswer::Reset => fake_coderd::FaultSpec::reset(method, template),
-                FaultAnswer::Slow => fake_coderd::FaultSpec::delay(
-                    method,
-                    template,
-                    std::time::Duration::from_secs(2),
-                ),
-            };
-            let organization = match route {
-                FaultRoute::KeyLookup => match &key_organization {
-                    Some(id) => id.clone(),
-                    None => continue,
-                },
-                _ => own_id.clone(),
-            };
-            let mut spec = spec
-                .times(1)
-                .for_session_token_fingerprint(fingerprint.clone());
-            if !organization.is_empty() {
-                spec = spec.or_key_of_organization(organization);
-            }
-            admin.inject_fault(spec).await?;
+    let own = world.scenario_coderd()?;
+    let key_organization = change
+        .as_ref()
+        .and_then(|c| c.patch.get("organizationName").cloned())
+        .or_else(|| case.spec.get("organizationName").cloned())
+        .and_then(|name| name.as_str().map(str::to_owned));
+    let routes: Vec<FaultRoute> = fault.routes().collect();
+    for (at, route) in fault_targets(case, change.as_ref()) {
+        if !routes.contains(&route) {
+            continue;
         }
+        // The coderd's admin, the token the CR sends there, the scenario's organizations there.
+        let (admin, fingerprint, organizations) = match at {
+            None => (
+                world.admin()?.clone(),
+                own.token_fingerprint.clone(),
+                vec![
+                    (own.organization.clone(), own.organization_id.clone()),
+                    world.second_organization()?.clone(),
+                ],
+            ),
+            Some(index) => {
+                let Some(other) = world.other_coderds.iter().find(|o| o.index == index) else {
+                    continue;
+                };
+                // A control plane whose URL moved there still sends the fixture's token.
+                let fingerprint = if case.shape == cases::Shape::UrlMovesToOtherPort {
+                    own.token_fingerprint.clone()
+                } else {
+                    other.token_fingerprint.clone()
+                };
+                (
+                    world.env.other_coderds[index]
+                        .admin
+                        .clone()
+                        .context("another coderd without an admin API")?,
+                    fingerprint,
+                    other.organizations.clone(),
+                )
+            }
+        };
+        let (method, alias) = route.request();
+        let template = route_template(alias)?;
+        let spec = match fault.answer {
+            FaultAnswer::Status(status) => fake_coderd::FaultSpec::status(method, template, status),
+            FaultAnswer::Reset => fake_coderd::FaultSpec::reset(method, template),
+            FaultAnswer::Slow => {
+                fake_coderd::FaultSpec::delay(method, template, std::time::Duration::from_secs(2))
+            }
+        };
+        let organization = match route {
+            FaultRoute::KeyLookup => match key_organization
+                .as_ref()
+                .and_then(|name| organizations.iter().find(|(n, _)| n == name))
+            {
+                Some((_, id)) => id.clone(),
+                None => continue,
+            },
+            _ => organizations[0].1.clone(),
+        };
+        let mut spec = spec.times(1).for_session_token_fingerprint(fingerprint);
+        if !organization.is_empty() {
+            spec = spec.or_key_of_organization(organization);
+        }
+        admin.inject_fault(spec).await?;
     }
     Ok(())
 }
@@ -270,7 +317,7 @@ async fn generated_admission(world: &mut ProvisionerWorld) -> anyhow::Result<()>
     ))
 }
 
-#[when("the generated provisioner's spec is changed as its seed says")]
+#[when("the generated provisioner or its control plane is changed as its seed says")]
 async fn generated_changed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
     let context = context(world)?;
@@ -291,7 +338,15 @@ async fn generated_changed(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let patch = json!({"spec": change.patch});
     generated.change = Some(change);
     let case = generated.case.clone();
+    let moved_url = generated
+        .change
+        .as_ref()
+        .and_then(|c| c.control_plane_url.clone());
     inject_case_fault(world, &case, Phase::Change).await?;
+    if let Some(url) = moved_url {
+        return super::fixture::patch_control_plane_status(world, &json!({"status": {"url": url}}))
+            .await;
+    }
     world
         .provisioners()
         .patch(
@@ -317,12 +372,29 @@ fn with_case(error: anyhow::Error, described: &str) -> anyhow::Error {
 async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let described = generated(world)?.describe();
     let timeouts = settle_timeouts(world, generated(world)?.case.fault);
+    // A moved control plane URL changes no generation: the pass that saw it records it.
+    let moved_url = generated(world)?
+        .change
+        .as_ref()
+        .and_then(|c| c.control_plane_url.clone());
     world
         .provisioner_named_within(
             &world.provisioner,
             "the generated provisioner to settle",
             &timeouts,
             |cr| {
+                let recorded = cr
+                    .pointer("/status/controlPlaneURL")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match &moved_url {
+                    Some(url) if recorded != url => {
+                        return Err(format!(
+                            "status.controlPlaneURL is {recorded:?}, not the control plane's new URL {url} (R-KEY-15)"
+                        ));
+                    }
+                    _ => {}
+                }
                 if oracle::settled(cr) {
                     Ok(())
                 } else {
@@ -415,7 +487,8 @@ async fn generated_old_key_gone(world: &mut ProvisionerWorld) -> anyhow::Result<
         return Ok(());
     };
     let moved = change.patch.get("organizationName").is_some()
-        || change.patch.get("controlPlaneRef").is_some();
+        || change.patch.get("controlPlaneRef").is_some()
+        || change.control_plane_url.is_some();
     if !moved || old_key.is_empty() {
         return Ok(());
     }
@@ -525,7 +598,11 @@ async fn trial(
     deadline: tokio::time::Instant,
 ) -> anyhow::Result<Trial> {
     apply_case(world, case, name).await?;
-    let phases = if with_change { 2 } else { 1 };
+    // A moved control plane URL stays moved: trials only try the first phase then.
+    let moves_url = cases::change(seed, case, context)
+        .control_plane_url
+        .is_some();
+    let phases = if with_change && !moves_url { 2 } else { 1 };
     for phase in 0..phases {
         if phase == 1 {
             let change = cases::change(seed, case, context);

@@ -717,6 +717,31 @@ impl Pass<'_> {
     }
 
     /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
+    /// The operator token of the control plane the CR's key was made through, when the CR has
+    /// moved to another one that still grants access: the recorded key lives at that control
+    /// plane's coderd, which knows its token, not the new one's (R-KEY-15: deleted where it was
+    /// applied). `None` when the move is the same control plane's URL, or the old one is gone.
+    async fn recorded_control_plane_token(&self) -> Option<SecretString> {
+        let recorded = self
+            .cr
+            .status
+            .as_ref()?
+            .control_plane_ref_name
+            .clone()
+            .filter(|name| !name.is_empty() && *name != self.cr.spec.control_plane_ref.name)?;
+        let namespace = self.cr.namespace().unwrap_or_default();
+        let control_plane = dereference::control_plane(&self.ctx.client, &namespace, &recorded)
+            .await
+            .ok()??;
+        let token_secret =
+            dereference::token_secret(&self.ctx.client, &namespace, Some(&control_plane))
+                .await
+                .ok()?;
+        gates::operator_access(&control_plane, token_secret.as_ref())
+            .ok()
+            .map(|(token, _)| token)
+    }
+
     async fn establish_key(
         &self,
         inputs: &ChildInputs<'_>,
@@ -732,9 +757,16 @@ impl Pass<'_> {
         };
         self.secret_would_be_stored(inputs, report).await?;
         info!(provisioner = %self.key, %cause, "establishing provisioner key");
+        let retire_token = match &retire {
+            Some(key) if key.control_plane_url != desired.control_plane_url => self
+                .recorded_control_plane_token()
+                .await
+                .unwrap_or_else(|| coderd.token.clone()),
+            _ => coderd.token.clone(),
+        };
         let established = keys::establish(
             client,
-            |url| self.ctx.coderd(url, &coderd.token),
+            |url| self.ctx.coderd(url, &retire_token),
             desired,
             &cause,
             retire.as_ref(),
