@@ -716,7 +716,6 @@ impl Pass<'_> {
         }
     }
 
-    /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
     /// The operator token of the control plane the CR's key was made through, when the CR has
     /// moved to another one that still grants access: the recorded key lives at that control
     /// plane's coderd, which knows its token, not the new one's (R-KEY-15: deleted where it was
@@ -742,6 +741,7 @@ impl Pass<'_> {
             .map(|(token, _)| token)
     }
 
+    /// Creates the key in coderd (retiring the recorded one) and writes it into its Secret.
     async fn establish_key(
         &self,
         inputs: &ChildInputs<'_>,
