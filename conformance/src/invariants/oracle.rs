@@ -71,6 +71,14 @@ pub fn settled(cr: &Value) -> bool {
             .all(|kind| condition_status(cr, kind) != Some("False"))
 }
 
+/// Whether the CR shows `ProvisionerKeyReady=False` with reason `RateLimited` (R-RL-1).
+pub fn shows_rate_limited(cr: &Value) -> bool {
+    condition(cr, "ProvisionerKeyReady").is_some_and(|c| {
+        c.get("status").and_then(Value::as_str) == Some("False")
+            && c.get("reason").and_then(Value::as_str) == Some("RateLimited")
+    })
+}
+
 /// The rules an unsettled CR's status contradicts, among those a settled one shows: the key not
 /// ready (R-KEY-20), its Secret not ready (R-SEC-7), the generation not observed (R-ST-4). Only
 /// for a CR that should have settled (a valid spec, a healthy coderd); another gate's `False`

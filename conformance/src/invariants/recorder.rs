@@ -36,6 +36,8 @@ pub struct Recorded {
     pub suite_versions: BTreeSet<String>,
     /// CR observations seen, so a report can say the watch ran.
     pub observations: usize,
+    /// Whether a CR showed `ProvisionerKeyReady=False` with reason `RateLimited`.
+    pub rate_limited_seen: bool,
 }
 
 /// The running watch; stopped when dropped.
@@ -159,6 +161,7 @@ impl Recorded {
         } else {
             self.last_settled = super::oracle::settled(&json);
         }
+        self.rate_limited_seen |= super::oracle::shows_rate_limited(&json);
         self.seen_provisioners.insert(uid);
         let name = cr.metadata.name.clone().unwrap_or_default();
         let version = cr.metadata.resource_version.clone().unwrap_or_default();

@@ -56,6 +56,7 @@ async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
     if world.env.coderd.admin.is_some() && world.coderd.is_some() {
         let journal = world.journal().await?;
         findings.extend(journal_findings(&journal));
+        findings.extend(rate_limited_without_429(world, &journal).await?);
         if let Some(deleted_at) = world
             .recorder
             .as_ref()
@@ -81,6 +82,39 @@ async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
         findings.extend(abandoned_keys(world, &crs).await?);
     }
     Ok(findings)
+}
+
+/// R-RL-1 and R-KEY-18: `RateLimited` is the reason for a 429 only; another failure is
+/// `ProvisionerKeyFailed`. A CR that showed it in a scenario none of whose requests coderd
+/// answered 429 took another answer for one. A key's own lookup carries no token, so a 429 on
+/// any key lookup of the run (the scenario's or not) counts as possibly the scenario's.
+async fn rate_limited_without_429(
+    world: &ProvisionerWorld,
+    journal: &[fake_coderd::JournalEntry],
+) -> anyhow::Result<Vec<String>> {
+    let seen = world
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.read(|seen| seen.rate_limited_seen));
+    if !seen || journal.iter().any(|e| e.status == 429) {
+        return Ok(Vec::new());
+    }
+    let lookup = crate::coderd_routes::route_template("daemon-key")?;
+    let coderds = std::iter::once(&world.env.coderd).chain(&world.env.other_coderds);
+    for coderd in coderds {
+        if let Some(admin) = &coderd.admin
+            && admin
+                .journal()
+                .await?
+                .iter()
+                .any(|e| e.status == 429 && e.route.as_deref() == Some(lookup))
+        {
+            return Ok(Vec::new());
+        }
+    }
+    Ok(vec![
+        "a CoderProvisioner showed ProvisionerKeyReady=False with reason RateLimited, but coderd answered none of the scenario's requests with 429 (R-RL-1, R-KEY-18)".to_owned(),
+    ])
 }
 
 /// The longest a CR may wait for its next pass once coderd answers normally: R-RL-2's longest

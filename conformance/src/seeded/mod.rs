@@ -204,6 +204,9 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     "url-move-same-host-retires-at-new-coderd",
     // Blind batch 13's miss (2026-12-05), caught once a control plane's URL moves in a case.
     "url-drift-ignores-port",
+    // Blind batch 12's single-status miss (2026-12-05): a 503 on a key create taken for a 429,
+    // caught once `RateLimited` without any 429 is a finding.
+    "create-503-reported-as-rate-limited",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];
