@@ -683,6 +683,14 @@ impl ProvisionerWorld {
         self.write_operator_token_secret().await
     }
 
+    /// Another operator token of the scenario (a second control plane's, another coderd's
+    /// owner's): never to appear anywhere, and its requests are the scenario's.
+    pub fn knows_operator_token(&mut self, token: &str) {
+        self.saw_secret(token.as_bytes());
+        self.other_token_fingerprints
+            .push(fake_coderd::fingerprint(token));
+    }
+
     /// The operator token Secret the fixture control plane points at.
     pub async fn write_operator_token_secret(&mut self) -> anyhow::Result<()> {
         let token = self.scenario_coderd()?.token.clone();

@@ -100,11 +100,20 @@ pub async fn patch_control_plane_status(
     world: &ProvisionerWorld,
     patch: &Value,
 ) -> anyhow::Result<()> {
+    patch_named_control_plane_status(world, CONTROL_PLANE, patch).await
+}
+
+/// JSON merge patch of the status of the scenario's control plane `name`.
+pub async fn patch_named_control_plane_status(
+    world: &ProvisionerWorld,
+    name: &str,
+    patch: &Value,
+) -> anyhow::Result<()> {
     world
         .control_planes()
-        .patch_status(CONTROL_PLANE, &PatchParams::default(), &Patch::Merge(patch))
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
-        .context("writing the CoderControlPlane status")?;
+        .with_context(|| format!("writing the CoderControlPlane {name}'s status"))?;
     Ok(())
 }
 
@@ -126,10 +135,7 @@ async fn a_second_ready_control_plane(
         )
         .await
         .context("creating the second control plane's coderd owner")?;
-    world.saw_secret(token.as_bytes());
-    world
-        .other_token_fingerprints
-        .push(fake_coderd::fingerprint(&token));
+    world.knows_operator_token(&token);
     let secret_name = format!("{name}-operator-token");
     world.write_token_secret(&secret_name, &token).await?;
     let url = world.env.coderd.url.clone();
@@ -195,10 +201,7 @@ pub async fn other_coderd_control_plane(
         .add_user_with(&moved)
         .await
         .context("giving another coderd the fixture's operator token")?;
-    world.saw_secret(token.as_bytes());
-    world
-        .other_token_fingerprints
-        .push(fake_coderd::fingerprint(&token));
+    world.knows_operator_token(&token);
     let control_plane = other_control_plane_name(index);
     let secret_name = format!("{control_plane}-operator-token");
     world.write_token_secret(&secret_name, &token).await?;

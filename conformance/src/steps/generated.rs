@@ -52,15 +52,7 @@ async fn apply_case(world: &ProvisionerWorld, case: &Case, name: &str) -> anyhow
         &super::fixture::now_rfc3339(),
         &jiff::Timestamp::from_second(long_ago.as_second())?.to_string(),
     );
-    world
-        .control_planes()
-        .patch_status(
-            control_plane,
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .context("writing the case's entitlement check into its control plane")?;
+    super::fixture::patch_named_control_plane_status(world, control_plane, &status).await?;
     let image = case
         .control_plane_image
         .as_ref()
