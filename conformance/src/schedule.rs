@@ -1,10 +1,13 @@
-//! The order in which cucumber starts scenarios: those tagged `@slow` first.
+//! The order in which cucumber starts scenarios: those tagged `@serial`, then `@slow` and
+//! `@generated`, first.
 //!
 //! A `@slow` scenario waits out the operator's own retry schedule (a requeue of tens of seconds, a
-//! backoff), so it lasts several times as long as the others. Started last, it would end the run
-//! alone while the other slots sit idle; started first, it overlaps the short ones. cucumber starts
-//! scenarios in the order it parses them (the `@serial` ones before all others), so the parser
-//! puts the features with `@slow` scenarios first and, in each feature, those scenarios first.
+//! backoff), so it lasts several times as long as the others, and so does a generated case.
+//! Started last, it would end the run alone while the other slots sit idle; started first, it
+//! overlaps the short ones. The `@serial` scenarios, one at a time in their private
+//! environments, are the run's longest chain, so they start before everything else (without a private environment cucumber runs them
+//! first anyway). cucumber starts scenarios in the order it parses them, so the parser puts the
+//! features with such scenarios first and, in each feature, those scenarios first.
 use std::path::Path;
 
 use cucumber::gherkin::{Feature, Scenario};
@@ -12,6 +15,9 @@ use cucumber::parser::{self, Parser};
 use futures::stream;
 
 const SLOW: &str = "slow";
+const SERIAL: &str = "serial";
+/// The generated cases settle twice, some through a fault each time: among the longest.
+const GENERATED: &str = "generated";
 
 /// cucumber's own parser, with the features reordered by [`slow_first`].
 #[derive(Debug, Default)]
@@ -68,18 +74,33 @@ impl<I: AsRef<Path>> Parser<I> for SlowFirst {
     }
 }
 
-fn is_slow(tags: &[String], scenario: &Scenario) -> bool {
-    tags.iter().chain(&scenario.tags).any(|t| t == SLOW)
+/// 0 for a `@serial` scenario, 1 for a `@slow` or `@generated` one, 2 for the others.
+fn start_rank(tags: &[String], scenario: &Scenario) -> u8 {
+    let has = |tag: &str| tags.iter().chain(&scenario.tags).any(|t| t == tag);
+    if has(SERIAL) {
+        0
+    } else if has(SLOW) || has(GENERATED) {
+        1
+    } else {
+        2
+    }
 }
 
-/// Stable reorder: features with a `@slow` scenario first, and in every feature its `@slow`
-/// scenarios first; the rest keep their order. (The suite's features use no `Rule:` blocks.)
+/// Stable reorder: in every feature its `@serial` scenarios first, then its `@slow` ones, and
+/// the features by their first scenario's rank; the rest keep their order. (The suite's
+/// features use no `Rule:` blocks.)
 pub fn slow_first(features: &mut [Feature]) {
     for feature in features.iter_mut() {
         let tags = &feature.tags;
-        feature.scenarios.sort_by_key(|s| !is_slow(tags, s));
+        feature.scenarios.sort_by_key(|s| start_rank(tags, s));
     }
-    features.sort_by_key(|f| !f.scenarios.iter().any(|s| is_slow(&f.tags, s)));
+    features.sort_by_key(|f| {
+        f.scenarios
+            .iter()
+            .map(|s| start_rank(&f.tags, s))
+            .min()
+            .unwrap_or(2)
+    });
 }
 
 #[cfg(test)]
@@ -103,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn slow_scenarios_and_their_features_come_first() {
+    fn serial_then_slow_scenarios_and_their_features_come_first() {
         let quick = parse(
             "quick",
             "Feature: quick\n  Scenario: a\n    Given x\n  Scenario: b\n    Given x\n",
@@ -112,11 +133,19 @@ mod tests {
             "mixed",
             "Feature: mixed\n  Scenario: c\n    Given x\n  @slow\n  Scenario: d\n    Given x\n  Scenario: e\n    Given x\n  @slow\n  Scenario: f\n    Given x\n",
         );
-        let mut features = vec![quick, mixed];
+        let serial = parse(
+            "serial",
+            "Feature: serial\n  Scenario: g\n    Given x\n  @serial\n  Scenario: h\n    Given x\n",
+        );
+        let mut features = vec![quick, mixed, serial];
         slow_first(&mut features);
         assert_eq!(
             names(&features),
-            vec![vec!["mixed", "d", "f", "c", "e"], vec!["quick", "a", "b"]]
+            vec![
+                vec!["serial", "h", "g"],
+                vec!["mixed", "d", "f", "c", "e"],
+                vec!["quick", "a", "b"]
+            ]
         );
     }
 }

@@ -63,8 +63,14 @@ pub struct ExistingControlPlane {
     pub name: String,
 }
 
-/// Everything started once per run and shared by all scenarios.
+/// Everything started once per run and shared by all scenarios; on the local tier a second one,
+/// private to the `@serial` scenarios (see [`Gate`]).
 pub struct Environment {
+    /// The number of a private environment of the `@serial` scenarios; `None` for the shared one.
+    pub private: Option<usize>,
+    /// A `@serial` scenario holds it alone; in the shared environment every other scenario holds
+    /// it shared (the private one has only `@serial` scenarios).
+    pub lane: Arc<tokio::sync::RwLock<()>>,
     pub client: kube::Client,
     /// Admin kubeconfig, for the real `kubectl` the tutorial scenario runs.
     pub kubeconfig: PathBuf,
@@ -95,27 +101,152 @@ pub struct Environment {
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
+/// The private environments of the `@serial` scenarios (local tier), when the run makes them.
+static PRIVATE_ENVIRONMENTS: OnceLock<PrivateEnvironments> = OnceLock::new();
+/// With private environments, the scenarios of the shared one at a time: cucumber's own limit
+/// is raised by the number of `@serial` scenarios, which wait for a private environment in a
+/// slot of their own.
+static SHARED_SLOTS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
 
-/// Exclusion between `@serial` scenarios and all others. cucumber schedules a `@serial`
-/// scenario one at a time but may start it while concurrent scenarios still run; the fake
-/// coderd's switches (faults, entitlement, reachability) and the operator restart are global,
-/// so a `@serial` scenario holds this lock exclusively and every other scenario shares it.
-static GATE: std::sync::LazyLock<Arc<tokio::sync::RwLock<()>>> =
-    std::sync::LazyLock::new(Default::default);
+/// Private environments free for a `@serial` scenario: one permit per free environment, added
+/// as each is ready. Closed when none could be made: the `@serial` scenarios then run alone in
+/// the shared environment.
+pub struct PrivateEnvironments {
+    free: std::sync::Mutex<Vec<Arc<Environment>>>,
+    available: Arc<tokio::sync::Semaphore>,
+}
 
-/// A scenario's hold on [`GATE`], released by the after-hook.
+impl PrivateEnvironments {
+    /// A private environment is ready for the `@serial` scenarios.
+    pub fn add(&self, environment: Arc<Environment>) {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(environment);
+        self.available.add_permits(1);
+    }
+
+    /// No (more) private environment will come.
+    pub fn close_if_empty(&self) {
+        if self.available.available_permits() == 0
+            && self
+                .free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+        {
+            self.available.close();
+        }
+    }
+
+    /// A free private environment, or `None` once none will come.
+    async fn take(&'static self) -> Option<Borrowed> {
+        let permit = Arc::clone(&self.available).acquire_owned().await.ok()?;
+        let environment = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()?;
+        Some(Borrowed {
+            pool: self,
+            environment: Some(environment),
+            _permit: permit,
+        })
+    }
+}
+
+/// A private environment in use by one scenario, given back when dropped.
+pub struct Borrowed {
+    pool: &'static PrivateEnvironments,
+    environment: Option<Arc<Environment>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        // Back in the list before the permit (a field, dropped after this) is released.
+        if let Some(environment) = self.environment.take() {
+            self.pool
+                .free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(environment);
+        }
+    }
+}
+
+/// A scenario's place from its before-hook to its after-hook. The fake coderd's switches
+/// (faults, entitlement, reachability) and the operator's restarts are global to an
+/// environment, so a `@serial` scenario is alone in its environment: in the private one, where
+/// only `@serial` scenarios go, one at a time while the others run in the shared one; without a
+/// private environment, alone in the shared one too (cucumber starts a `@serial` scenario one at
+/// a time but may start it while concurrent scenarios still run).
 pub enum Gate {
-    Shared(tokio::sync::OwnedRwLockReadGuard<()>),
-    Exclusive(tokio::sync::OwnedRwLockWriteGuard<()>),
+    Shared {
+        _running: Running,
+        _lane: tokio::sync::OwnedRwLockReadGuard<()>,
+        _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
+    /// Alone in the shared environment, or in a private one (given back after the lane guard).
+    Alone(
+        tokio::sync::OwnedRwLockWriteGuard<()>,
+        Running,
+        Option<Borrowed>,
+    ),
+}
+
+/// Scenarios past their gate now, and the most there were at once (the run's summary says it).
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PEAK_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One scenario counted in [`RUNNING`] while it lives.
+pub struct Running(());
+
+impl Running {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = RUNNING.fetch_add(1, SeqCst) + 1;
+        PEAK_RUNNING.fetch_max(now, SeqCst);
+        Running(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The most scenarios that ran at once so far.
+pub fn peak_running() -> usize {
+    PEAK_RUNNING.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 impl Gate {
-    pub async fn enter(serial: bool) -> Gate {
-        if serial {
-            Gate::Exclusive(Arc::clone(&GATE).write_owned().await)
-        } else {
-            Gate::Shared(Arc::clone(&GATE).read_owned().await)
+    /// Enters `world`'s environment, first moving a `@serial` scenario into the private one
+    /// when the run has one.
+    pub async fn enter(world: &mut ProvisionerWorld, serial: bool) -> anyhow::Result<Gate> {
+        if !serial {
+            let slot = match SHARED_SLOTS.get() {
+                Some(slots) => Some(Arc::clone(slots).acquire_owned().await?),
+                None => None,
+            };
+            let lane = Arc::clone(&world.env.lane).read_owned().await;
+            return Ok(Gate::Shared {
+                _running: Running::start(),
+                _lane: lane,
+                _slot: slot,
+            });
         }
+        let borrowed = match PRIVATE_ENVIRONMENTS.get() {
+            Some(pool) => pool.take().await,
+            None => None,
+        };
+        if let Some(environment) = borrowed.as_ref().and_then(|b| b.environment.clone()) {
+            world.move_to(environment).await?;
+        }
+        let lane = Arc::clone(&world.env.lane).write_owned().await;
+        Ok(Gate::Alone(lane, Running::start(), borrowed))
     }
 }
 
@@ -124,6 +255,25 @@ pub fn install_environment(environment: Arc<Environment>) -> anyhow::Result<()> 
     ENVIRONMENT
         .set(environment)
         .map_err(|_| anyhow!("the conformance environment was already initialised in this process"))
+}
+
+/// Makes the (still empty) list of private environments of the `@serial` scenarios, and limits
+/// the shared environment to `shared_slots` scenarios at a time.
+pub fn install_private_environments(
+    shared_slots: usize,
+) -> anyhow::Result<&'static PrivateEnvironments> {
+    SHARED_SLOTS
+        .set(Arc::new(tokio::sync::Semaphore::new(shared_slots)))
+        .map_err(|_| anyhow!("the shared slots were already initialised in this process"))?;
+    PRIVATE_ENVIRONMENTS
+        .set(PrivateEnvironments {
+            free: Default::default(),
+            available: Arc::new(tokio::sync::Semaphore::new(0)),
+        })
+        .map_err(|_| anyhow!("the private environments were already initialised"))?;
+    PRIVATE_ENVIRONMENTS
+        .get()
+        .ok_or_else(|| anyhow!("the private environments are not initialised"))
 }
 
 pub fn environment() -> anyhow::Result<Arc<Environment>> {
@@ -532,6 +682,19 @@ impl ProvisionerWorld {
             }
         }
         self.create_namespace().await?;
+        self.start_recorder();
+        Ok(())
+    }
+
+    /// Moves a scenario that has done nothing yet into `env`: its namespace made there instead.
+    async fn move_to(&mut self, env: Arc<Environment>) -> anyhow::Result<()> {
+        let owned = self.owns_namespace;
+        self.delete_namespace().await?;
+        self.recorder = None;
+        self.env = env;
+        if owned {
+            self.create_namespace().await?;
+        }
         self.start_recorder();
         Ok(())
     }

@@ -145,6 +145,10 @@ pub struct OperatorUnderTest {
     /// Where `operator.log` goes; `None` = the scratch folder (removed on drop) that always holds
     /// the operator's kubeconfig.
     pub work_dir: Option<PathBuf>,
+    /// Runs the operator in a [`sandbox::Sandbox`] with this host name, reaching the API server
+    /// and these coderd URLs (a second operator on the host, whose fixed ports would collide
+    /// with the first one's); `None`: on the host.
+    pub sandboxed: Option<(String, Vec<String>)>,
 }
 
 impl OperatorUnderTest {
@@ -157,6 +161,7 @@ impl OperatorUnderTest {
             watch_namespace: None,
             extra_env: Vec::new(),
             work_dir: None,
+            sandboxed: None,
         }
     }
 }
@@ -228,6 +233,16 @@ impl OperatorProcess {
         };
         let kubeconfig = scratch.path().join("operator.kubeconfig");
         kubeconfig::write_private(&kubeconfig, &yaml)?;
+        let log = dir.join("operator.log");
+        let sandbox = match &spec.sandboxed {
+            Some((name, coderd_urls)) => {
+                let (sandbox, forwarded) =
+                    sandbox_reaching(name, &endpoint.server_url, coderd_urls).await?;
+                append(&log, &in_sandbox_banner(name, &forwarded))?;
+                Some(sandbox)
+            }
+            None => None,
+        };
         let mut process = Self {
             spec,
             child: None,
@@ -235,8 +250,8 @@ impl OperatorProcess {
             kubeconfig,
             endpoint: endpoint.clone(),
             api_server: endpoint.server_url.clone(),
-            sandbox: None,
-            log: dir.join("operator.log"),
+            sandbox,
+            log,
             service_account,
             starts: 0,
         };
@@ -290,28 +305,9 @@ impl OperatorProcess {
             .push((REPLICA_INDEX_ENV.to_owned(), index.to_string()));
         let dir = self.log.parent().unwrap_or(Path::new("."));
         let log = dir.join(format!("{name}.log"));
-        let urls: Vec<&str> = std::iter::once(self.api_server.as_str())
-            .chain(coderd_urls.iter().map(String::as_str))
-            .collect();
-        let sandbox = match loopback_addresses(&urls) {
-            Ok(addresses) => sandbox::Sandbox::create(name, &addresses)
-                .await
-                .map(|sandbox| {
-                    let forwarded: Vec<String> =
-                        addresses.iter().map(ToString::to_string).collect();
-                    (sandbox, forwarded.join(", "))
-                }),
-            Err(error) => Err(error),
-        };
-        let sandbox = match sandbox {
+        let sandbox = match sandbox_reaching(name, &self.api_server, coderd_urls).await {
             Ok((sandbox, forwarded)) => {
-                append(
-                    &log,
-                    &format!(
-                        "=== in network and UTS namespaces of its own: host name {name}, \
-                         {forwarded} forwarded from the host\n"
-                    ),
-                )?;
+                append(&log, &in_sandbox_banner(name, &forwarded))?;
                 Some(sandbox)
             }
             Err(error) => {
@@ -454,6 +450,28 @@ impl Drop for OperatorProcess {
             children::unregister_scratch_dir(scratch.path());
         }
     }
+}
+
+/// A sandbox named `name` reaching `api_server` and `coderd_urls`, and the forwarded addresses
+/// (for its log).
+async fn sandbox_reaching(
+    name: &str,
+    api_server: &str,
+    coderd_urls: &[String],
+) -> anyhow::Result<(sandbox::Sandbox, String)> {
+    let urls: Vec<&str> = std::iter::once(api_server)
+        .chain(coderd_urls.iter().map(String::as_str))
+        .collect();
+    let addresses = loopback_addresses(&urls)?;
+    let sandbox = sandbox::Sandbox::create(name, &addresses).await?;
+    let forwarded: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+    Ok((sandbox, forwarded.join(", ")))
+}
+
+fn in_sandbox_banner(name: &str, forwarded: &str) -> String {
+    format!(
+        "=== in network and UTS namespaces of its own: host name {name}, {forwarded} forwarded from the host\n"
+    )
 }
 
 /// The socket addresses of `urls`, all of them on this host's loopback (a sandbox reaches

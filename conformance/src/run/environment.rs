@@ -59,6 +59,7 @@ pub(super) struct Prepared {
 async fn other_coderds(
     in_process: bool,
     in_cluster: Option<&crate::cluster::kind::InClusterFakeCoderd>,
+    announce: bool,
 ) -> anyhow::Result<(Vec<Coderd>, Vec<fake_coderd::FakeCoderd>)> {
     let mut coderds = Vec::new();
     let mut fakes = Vec::new();
@@ -93,7 +94,7 @@ async fn other_coderds(
                 .context("renaming another fake coderd's default organization")?;
         }
     }
-    if !coderds.is_empty() {
+    if announce && !coderds.is_empty() {
         eprintln!(
             "conformance: other coderds on the same host: {}",
             coderds
@@ -110,11 +111,45 @@ async fn other_coderds(
     Ok((coderds, fakes))
 }
 
+/// Which of a run's environments [`prepare`] makes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Role {
+    /// The one every scenario starts in.
+    Shared,
+    /// The local tier's second one, where the `@serial` scenarios run one at a time beside the
+    /// others: a control plane, fake coderds and operator of its own, the operator in a sandbox
+    /// (its fixed ports, if any, would collide with the shared one's). Says nothing on the
+    /// terminal: the shared one's lines describe it too. Numbered from 1.
+    Private(usize),
+}
+
+impl Role {
+    fn private_number(self) -> Option<usize> {
+        match self {
+            Role::Shared => None,
+            Role::Private(number) => Some(number),
+        }
+    }
+}
+
 pub(super) async fn prepare(
     args: &RunArgs,
     inputs: &crate::assets::Inputs,
     report_dir: &Path,
+    role: Role,
 ) -> anyhow::Result<Prepared> {
+    let private = role != Role::Shared;
+    if private && args.cluster != ClusterTier::Local {
+        bail!("a private environment is made on the local tier only");
+    }
+    // The private environment's lines would repeat the shared one's.
+    macro_rules! announce {
+        ($($arg:tt)*) => {
+            if !private {
+                eprintln!($($arg)*);
+            }
+        };
+    }
     let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
         ClusterTier::Kind | ClusterTier::K3s => {
@@ -145,7 +180,7 @@ pub(super) async fn prepare(
             )
         }
         ClusterTier::Local => {
-            eprintln!(
+            announce!(
                 "conformance: starting a local control plane (etcd + kube-apiserver + controller manager)"
             );
             // With --keep-on-failure the control plane's files (etcd data, certificates, admin
@@ -158,7 +193,7 @@ pub(super) async fn prepare(
                 .await
                 .context("starting the local control plane")?;
             if args.keep_on_failure {
-                eprintln!(
+                announce!(
                     "conformance: the local control plane's files are kept in {}",
                     local.dir().display()
                 );
@@ -272,7 +307,7 @@ pub(super) async fn prepare(
             let fake = fake_coderd::FakeCoderd::start_with(config)
                 .await
                 .context("starting the fake coderd")?;
-            eprintln!(
+            announce!(
                 "conformance: fake coderd {} at {}",
                 fake.coderd_version(),
                 fake.url()
@@ -296,11 +331,12 @@ pub(super) async fn prepare(
             .rename_organization("default", SUITE_DEFAULT_ORGANIZATION_NAME)
             .await
             .context("renaming the fake coderd's default organization")?;
-        eprintln!(
+        announce!(
             "conformance: the fake coderd's default organization is named {SUITE_DEFAULT_ORGANIZATION_NAME:?} for this run (an operator must ask for \"default\")"
         );
     }
-    let (other_coderds, other_fakes) = other_coderds(fake.is_some(), in_cluster_fake).await?;
+    let (other_coderds, other_fakes) =
+        other_coderds(fake.is_some(), in_cluster_fake, !private).await?;
 
     // D-8: only a control plane started by the suite (marker present, no Nodes) gets the
     // readiness simulator; the simulator itself refuses any other cluster. A kubeconfig may
@@ -324,7 +360,7 @@ pub(super) async fn prepare(
             return Err(error.context("starting the readiness simulator"));
         }
         Err(error) => {
-            eprintln!(
+            announce!(
                 "conformance: no readiness simulation on this cluster ({error:#}); provisioner pods must become ready by themselves"
             );
             None
@@ -335,7 +371,7 @@ pub(super) async fn prepare(
         Some(dir) => {
             let applied =
                 crate::setup::apply_extra_manifests(&client, dir, timeouts.eventually).await?;
-            eprintln!(
+            announce!(
                 "conformance: applied {} object(s) of --extra-manifests {}",
                 applied.len(),
                 dir.display()
@@ -403,10 +439,20 @@ pub(super) async fn prepare(
             };
             let mut spec = OperatorUnderTest::new(command);
             spec.rbac_dir = inputs.rbac.clone();
+            if let Some(number) = role.private_number() {
+                let coderd_urls = std::iter::once(&coderd)
+                    .chain(&other_coderds)
+                    .map(|c| c.url.clone())
+                    .collect();
+                spec.sandboxed = Some((format!("private-operator-{number}"), coderd_urls));
+            }
             let mut rbac_source = inputs.rbac_source.to_string();
             if read_only {
-                spec.rbac_dir =
-                    crate::fixture_guard::write_read_only_rbac(&inputs.rbac, report_dir)?;
+                let scratch = match role.private_number() {
+                    Some(number) => report_dir.join(format!("private-environment-{number}")),
+                    None => report_dir.to_path_buf(),
+                };
+                spec.rbac_dir = crate::fixture_guard::write_read_only_rbac(&inputs.rbac, &scratch)?;
                 rbac_source = format!(
                     "{rbac_source}, without write verbs on codercontrolplanes (+/status, /finalizers): {}",
                     spec.rbac_dir.display()
@@ -419,7 +465,7 @@ pub(super) async fn prepare(
                     .map_or(spec.command.display(), str::to_owned)
                     .as_str(),
             );
-            eprintln!("conformance: starting the operator: {shown} (RBAC {rbac_source})");
+            announce!("conformance: starting the operator: {shown} (RBAC {rbac_source})");
             operator_command = Some(shown);
             let mut set = crate::assets::manifest_set(&inputs.rbac_source, &spec.rbac_dir)?;
             set.source = rbac_source;
@@ -435,6 +481,8 @@ pub(super) async fn prepare(
     };
 
     let environment = Arc::new(Environment {
+        private: role.private_number(),
+        lane: Default::default(),
         client,
         kubeconfig,
         kubectl,
@@ -521,7 +569,11 @@ pub(super) async fn teardown(environment: &Environment, owned: Owned) {
     {
         process.stop().await;
         // The whole log (every start) is evidence: keep it with the reports.
-        let kept = environment.report_dir.join(OPERATOR_LOG_FILE);
+        // The private environments' operators log apart (the shared one's is the one users read).
+        let kept = environment.report_dir.join(match environment.private {
+            Some(number) => format!("operator-private-{number}.log"),
+            None => OPERATOR_LOG_FILE.to_owned(),
+        });
         if let Err(error) = std::fs::copy(process.log_path(), &kept) {
             eprintln!(
                 "conformance: could not keep the operator's log in {}: {error}",

@@ -84,9 +84,7 @@ pub(super) async fn after_scenario(
     // An answer delayed before the faults were cleared still holds one of the operator's
     // workers until it comes (with one worker, the only one): a scenario that runs alone keeps
     // the others out until then, so that its hold costs only its own verdict.
-    if let (Some(delay), Some(crate::world::Gate::Exclusive(_))) =
-        (world.longest_delay, &world.gate)
-    {
+    if let (Some(delay), Some(crate::world::Gate::Alone(..))) = (world.longest_delay, &world.gate) {
         tokio::time::sleep_until(faults_cleared + delay).await;
     }
     // Namespace deletion runs in the background, so the gate can be released before it.

@@ -16,11 +16,12 @@ use std::time::Instant;
 
 use anyhow::{Context as _, anyhow};
 use cucumber::gherkin::tagexpr::TagOperation;
+use cucumber::runner::basic::ScenarioType;
 use cucumber::{World as _, WriterExt as _, event, gherkin, writer};
 use futures::FutureExt as _;
 use regex::Regex;
 
-use self::environment::{prepare, teardown};
+use self::environment::{Role, prepare, teardown};
 use self::hooks::after_scenario;
 use self::summary::print_summary;
 use crate::cluster::StartedCluster;
@@ -29,7 +30,7 @@ use crate::paths::{HTML_REPORT_FILE, KIND_LOGS_DIR, REPORT_FILE};
 use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
 use crate::selection::{NOT_STARTED, Selection, list};
-use crate::world::{Gate, ProvisionerWorld, install_environment};
+use crate::world::{Gate, ProvisionerWorld, install_environment, install_private_environments};
 use args::{ClusterTier, OperatorMode, RunArgs};
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -81,8 +82,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
-    let prepared = prepare(&args, &inputs, &report_dir).await?;
+    let serial = serial_scenarios(&features, &selection);
+    let private_count = if wants_private_environments(&args) {
+        serial.min(PRIVATE_ENVIRONMENTS)
+    } else {
+        0
+    };
+    let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
     install_environment(prepared.environment.clone())?;
+    let pool = if private_count > 0 {
+        eprintln!(
+            "conformance: the {serial} @serial scenario(s) run one at a time in {private_count} private environment(s) beside the others (a control plane, fake coderds and operator each, the operator in a sandbox), made while the first scenarios run"
+        );
+        Some(install_private_environments(args.concurrency())?)
+    } else {
+        None
+    };
+    let private_made = std::sync::Mutex::new(Vec::new());
+    // Made while the first scenarios run; then watched for fixture changes as the shared one is.
+    let make_private = async {
+        let Some(pool) = pool else {
+            return std::future::pending::<String>().await;
+        };
+        let made = futures::future::join_all(
+            (1..=private_count)
+                .map(|number| prepare(&args, &inputs, &report_dir, Role::Private(number))),
+        )
+        .await;
+        let mut guards = Vec::new();
+        for result in made {
+            match result {
+                Ok(mut private) => {
+                    pool.add(private.environment.clone());
+                    guards.extend(private.guard.take());
+                    private_made
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(private);
+                }
+                Err(error) => eprintln!(
+                    "conformance: a private environment could not be made ({error:#}); its @serial scenarios run in another one, or alone in the shared environment"
+                ),
+            }
+        }
+        pool.close_if_empty();
+        if guards.is_empty() {
+            return std::future::pending::<String>().await;
+        }
+        futures::future::select_all(guards.iter().map(|g| g.tampered().boxed_local()))
+            .await
+            .0
+    };
 
     let collector = Collector::default();
     let outcomes = collector.outcomes.clone();
@@ -117,6 +167,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         selected
     };
     let hook_outcomes = outcomes.clone();
+    let private_lanes = private_count > 0;
     let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
         .with_parser(
             if inputs.features_source == crate::assets::Source::Embedded {
@@ -125,14 +176,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 crate::schedule::SlowFirst::default()
             },
         )
-        .max_concurrent_scenarios(args.concurrency())
+        // With private environments the @serial scenarios wait for one in a slot of their own,
+        // beside the shared environment's `--concurrency` (see `Gate`).
+        .max_concurrent_scenarios(args.concurrency() + if private_lanes { serial } else { 0 })
+        .which_scenario(move |feature, rule, scenario| {
+            if !private_lanes && is_serial(&all_tags(feature, rule, scenario)) {
+                ScenarioType::Serial
+            } else {
+                ScenarioType::Concurrent
+            }
+        })
         .retries(args.retry)
         .before(|feature, rule, scenario, world| {
             let tags = all_tags(feature, rule, scenario);
-            let serial = tags.iter().any(|t| t == "serial");
             world.prompt_outcome = crate::world::expects_prompt_outcome(&tags);
             world.settles_at_end = crate::world::settles_at_end(&tags);
-            async move { world.gate = Some(Gate::enter(serial).await) }.boxed_local()
+            async move {
+                let gate = Gate::enter(world, is_serial(&tags)).await;
+                // A failed hook is a panic in cucumber's eyes (reported as a failed hook).
+                world.gate = Some(gate.unwrap_or_else(|error| {
+                    panic!("entering the scenario's environment: {error:#}")
+                }));
+            }
+            .boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {
             let failed = matches!(
@@ -158,12 +224,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let run = cucumber.filter_run(&inputs.features, filter);
     // A changed control-plane fixture stops the run at once, with one message.
-    let aborted = match &prepared.guard {
-        Some(guard) => tokio::select! {
-            finished = run => Err(finished),
-            message = guard.tampered() => Ok(message),
-        },
-        None => Err(run.await),
+    let shared_guard = async {
+        match &prepared.guard {
+            Some(guard) => guard.tampered().await,
+            None => std::future::pending().await,
+        }
+    };
+    let aborted = tokio::select! {
+        finished = run => Err(finished),
+        message = shared_guard => Ok(message),
+        message = make_private => Ok(message),
     };
     let (cucumber_failed, aborted) = match aborted {
         // Failed steps are judged from the report (a step that found its scenario does not
@@ -184,6 +254,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cluster.export_logs(&report_dir.join(KIND_LOGS_DIR));
     }
     teardown(&prepared.environment, prepared.owned).await;
+    let private_made = private_made
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner);
+    let private_ready = private_made.len();
+    for private in private_made {
+        teardown(&private.environment, private.owned).await;
+    }
 
     let mut results = outcomes
         .lock()
@@ -248,7 +325,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Vec::new()
     };
     crate::report::junit::annotate_file(&report_dir.join("junit.xml"), &report.results, &strip)?;
-    print_summary(&report, &report_dir);
+    let pace = summary::Pace {
+        scenarios: report
+            .results
+            .iter()
+            .filter(|r| !summary::left_out_by_the_run(r))
+            .count(),
+        wall: clock.elapsed(),
+        limit: args.concurrency(),
+        private: (private_ready > 0).then_some((serial, private_ready)),
+    };
+    print_summary(&report, &report_dir, &pace);
 
     let any_failed = report
         .results
@@ -263,6 +350,49 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// How many private environments the `@serial` scenarios get at most: each is a control plane,
+/// fake coderds and an operator (about 5 s of the machine to start); two halve their chain
+/// (on 2 cores: 9 scenarios, 168 s in one, which was then the run's longest chain).
+const PRIVATE_ENVIRONMENTS: usize = 2;
+
+fn is_serial(tags: &[String]) -> bool {
+    tags.iter().any(|t| t == "serial")
+}
+
+/// The selected `@serial` scenarios (each example of an outline counted).
+fn serial_scenarios(features: &[gherkin::Feature], selection: &Selection) -> usize {
+    let mut count = 0;
+    for feature in features {
+        let scenarios = feature.scenarios.iter().map(|s| (None, s)).chain(
+            feature
+                .rules
+                .iter()
+                .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
+        );
+        for (rule, scenario) in scenarios {
+            let tags = all_tags(feature, rule, scenario);
+            if is_serial(&tags) && selection.skip_reason(&tags, &scenario.name).is_none() {
+                let rows: usize = scenario
+                    .examples
+                    .iter()
+                    .filter_map(|e| e.table.as_ref())
+                    .map(|t| t.rows.len().saturating_sub(1))
+                    .sum();
+                count += rows.max(1);
+            }
+        }
+    }
+    count
+}
+
+/// Whether the `@serial` scenarios may get private environments: on the local tier, with an
+/// operator the suite starts (it starts one more in each) and the fake coderd.
+fn wants_private_environments(args: &RunArgs) -> bool {
+    args.cluster == ClusterTier::Local
+        && args.operator == OperatorMode::Reference
+        && args.coderd.is_none()
 }
 
 /// A copy of the features (in the run's scratch folder) whose generated cases run `count` seeds

@@ -6,15 +6,63 @@ use crate::paths::{HTML_REPORT_FILE, REPORT_FILE};
 use crate::report::model::{self, ConformanceReport};
 use crate::selection::{NOT_SELECTED, NOT_STARTED};
 
-pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path) {
+pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path, pace: &Pace) {
     println!();
     for line in summary_lines(report) {
         println!("{line}");
     }
+    println!("{}", pace.line());
     println!(
         "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}, {HTML_REPORT_FILE}",
         report_dir.display()
     );
+}
+
+/// How the run used the machine: how many scenarios ran at once, and how busy the CPUs were
+/// (this process and the processes it started and waited for: the control planes, fake
+/// coderds and operators), so that a slow run says whether it waited or computed.
+pub(super) struct Pace {
+    pub scenarios: usize,
+    pub wall: std::time::Duration,
+    pub limit: usize,
+    /// The `@serial` scenarios and the private environments they ran in, if any.
+    pub private: Option<(usize, usize)>,
+}
+
+impl Pace {
+    pub(super) fn line(&self) -> String {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let cpu = cpu_seconds();
+        let wall = self.wall.as_secs_f64();
+        let lanes = match self.private {
+            Some((serial, environments)) => format!(
+                "; the {serial} @serial ones one at a time in {environments} private environment(s) beside them"
+            ),
+            None => "; any @serial ones alone".to_owned(),
+        };
+        format!(
+            "Pace:     {} scenarios in {wall:.0} s, up to {} at once (limit {}{lanes}); CPU {cpu:.0} s of {:.0} s on {cpus} cores ({:.0} % busy)",
+            self.scenarios,
+            crate::world::peak_running(),
+            self.limit,
+            wall * cpus as f64,
+            100.0 * cpu / (wall * cpus as f64).max(f64::EPSILON)
+        )
+    }
+}
+
+/// User and system CPU seconds of this process and its waited-for children.
+fn cpu_seconds() -> f64 {
+    let seconds = |who| {
+        // SAFETY: getrusage only writes the struct it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+            return 0.0;
+        }
+        let time = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        time(usage.ru_utime) + time(usage.ru_stime)
+    };
+    seconds(libc::RUSAGE_SELF) + seconds(libc::RUSAGE_CHILDREN)
 }
 
 /// Skipped because this run left the scenario out (a filter, or --fail-fast stopping early),
