@@ -217,6 +217,11 @@ impl Drop for Running {
     }
 }
 
+/// The scenarios past their gate now.
+pub fn running() -> usize {
+    RUNNING.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// The most scenarios that ran at once so far.
 pub fn peak_running() -> usize {
     PEAK_RUNNING.load(std::sync::atomic::Ordering::SeqCst)
@@ -468,13 +473,13 @@ pub fn settles_at_end(tags: &[String]) -> bool {
 }
 
 /// D-10: notices that the operator settled without the state a step awaits: the CR's status
-/// the same, its current generation observed and no new coderd request for a third of the
-/// tier's deadline. Only in scenarios whose outcome must show promptly
-/// ([`expects_prompt_outcome`]); elsewhere it never fires.
+/// the same, its current generation observed, no new coderd request and the same shortfall
+/// observed (a child object's wrong value) for a third of the tier's deadline. Only in scenarios
+/// whose outcome must show promptly ([`expects_prompt_outcome`]); elsewhere it never fires.
 pub struct SettleWatch {
     window: Option<std::time::Duration>,
-    /// The status and journal length last seen, and since when.
-    last: std::sync::Mutex<(String, usize, tokio::time::Instant)>,
+    /// The status, journal length and shortfall last seen, and since when.
+    last: std::sync::Mutex<(String, usize, String, tokio::time::Instant)>,
 }
 
 impl SettleWatch {
@@ -483,7 +488,12 @@ impl SettleWatch {
             window: world
                 .prompt_outcome
                 .then(|| world.timeouts().eventually / 3),
-            last: std::sync::Mutex::new((String::new(), 0, tokio::time::Instant::now())),
+            last: std::sync::Mutex::new((
+                String::new(),
+                0,
+                String::new(),
+                tokio::time::Instant::now(),
+            )),
         }
     }
 
@@ -509,10 +519,20 @@ impl SettleWatch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Pods that are still starting are the cluster's to finish, not the operator's.
-        if last.0 != status || last.1 != requests || !current || waiting_for_pods(cr) {
-            *last = (status, requests, tokio::time::Instant::now());
+        if last.0 != status
+            || last.1 != requests
+            || last.2 != why
+            || !current
+            || waiting_for_pods(cr)
+        {
+            *last = (
+                status,
+                requests,
+                why.to_owned(),
+                tokio::time::Instant::now(),
+            );
         }
-        if current && last.2.elapsed() >= window {
+        if current && last.3.elapsed() >= window {
             return Err(wait::Hopeless(format!(
                 "the operator settled without it ({:.0} s with the same status, the current generation observed and no coderd request; D-10): {why}",
                 window.as_secs_f64()
@@ -1105,6 +1125,35 @@ impl ProvisionerWorld {
                 settle.observe(self, &cr, why).await?;
             }
             Ok(observed)
+        })
+        .await
+    }
+
+    /// Polls `probe` (an observation of the scenario CR's children) until it accepts what it
+    /// sees, failing early when the operator has settled without it: the CR's status and the
+    /// shortfall `probe` reports both unchanged for D-10's window (see [`SettleWatch`]).
+    pub async fn children_promptly<T, F, Fut>(
+        &self,
+        what: &str,
+        timeouts: &Timeouts,
+        mut probe: F,
+    ) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<Observation<T>>>,
+    {
+        let settle = &SettleWatch::for_world(self);
+        wait::eventually(what, timeouts, || {
+            let observation = probe();
+            async move {
+                let observed = observation.await?;
+                if let Err(why) = &observed
+                    && let Some(cr) = self.provisioner_json().await?
+                {
+                    settle.observe(self, &cr, why).await?;
+                }
+                Ok(observed)
+            }
         })
         .await
     }

@@ -79,15 +79,26 @@ pub struct RunArgs {
     /// Stop at the first failing scenario.
     #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
-    /// Scenarios run at the same time (`@serial` ones always run alone). Default on the local
-    /// tier (no kubelets; a scenario mostly waits out its 8 s observation window): 32 for the
-    /// reference operator, which runs 32 reconcile workers (on 2 cores its whole run took 183 s
-    /// at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may run one
-    /// worker as controller-runtime does by default (one worker keeps up with 16 scenarios at a
-    /// time, not with 32: 14 scenarios then timed out before their first reconcile). 4 on
-    /// clusters that also run the operator, the fake coderd and provisioner pods.
+    /// Scenarios run at the same time, at most (`@serial` ones run alone in their environment,
+    /// beside the others on the local tier). A scenario starts only while the CPUs have room
+    /// (below 90 % busy, or fewer than 4 running), unless `--pin-concurrency`. Default limit
+    /// on the local tier (no kubelets; a scenario mostly waits out its observation window): 32
+    /// for the reference operator, which runs 32 reconcile workers (on 2 cores its whole run
+    /// took 183 s at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may
+    /// run one worker as controller-runtime does by default (one worker keeps up with 16
+    /// scenarios at a time, not with 32: 14 scenarios then timed out before their first
+    /// reconcile). 4 on clusters that also run the operator, the fake coderd and provisioner
+    /// pods.
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Start scenarios up to `--concurrency` however busy the CPUs are.
+    #[arg(long)]
+    pub pin_concurrency: bool,
+    /// Private environments of the `@serial` scenarios on the local tier (a control plane, fake
+    /// coderds and an operator each), where they run one at a time beside the others; 0: they
+    /// run alone in the shared environment, after the others.
+    #[arg(long, default_value_t = 2)]
+    pub private_environments: usize,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
     #[arg(long, default_value_t = 0)]
     pub retry: usize,

@@ -6,6 +6,7 @@
 pub mod args;
 mod environment;
 mod hooks;
+mod load;
 pub(crate) mod summary;
 
 use std::io;
@@ -82,11 +83,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
-    let serial = serial_scenarios(&features, &selection);
-    let private_count = if wants_private_environments(&args) {
-        serial.min(PRIVATE_ENVIRONMENTS)
-    } else {
-        0
+    let (serial, selected) = selected_scenarios(&features, &selection);
+    let private_count = match serial.min(args.private_environments) {
+        _ if !wants_private_environments(&args) => 0,
+        // With nothing but @serial scenarios, one private environment beside an idle shared one
+        // only costs its start.
+        1 if serial == selected => 0,
+        count => count,
     };
     let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
     install_environment(prepared.environment.clone())?;
@@ -168,6 +171,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let hook_outcomes = outcomes.clone();
     let private_lanes = private_count > 0;
+    // A scenario starts only while the CPUs have room, unless `--pin-concurrency`.
+    let adaptive = !args.pin_concurrency;
+    if adaptive {
+        load::start_sampling();
+    }
     let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
         .with_parser(
             if inputs.features_source == crate::assets::Source::Embedded {
@@ -187,12 +195,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         })
         .retries(args.retry)
-        .before(|feature, rule, scenario, world| {
+        .before(move |feature, rule, scenario, world| {
             let tags = all_tags(feature, rule, scenario);
             world.prompt_outcome = crate::world::expects_prompt_outcome(&tags);
             world.settles_at_end = crate::world::settles_at_end(&tags);
             async move {
-                let gate = Gate::enter(world, is_serial(&tags)).await;
+                let serial = is_serial(&tags);
+                if adaptive && !serial {
+                    load::room_for_another(crate::world::running).await;
+                }
+                let gate = Gate::enter(world, serial).await;
                 // A failed hook is a panic in cucumber's eyes (reported as a failed hook).
                 world.gate = Some(gate.unwrap_or_else(|error| {
                     panic!("entering the scenario's environment: {error:#}")
@@ -333,6 +345,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .count(),
         wall: clock.elapsed(),
         limit: args.concurrency(),
+        held: adaptive.then(load::held),
         private: (private_ready > 0).then_some((serial, private_ready)),
     };
     print_summary(&report, &report_dir, &pace);
@@ -352,18 +365,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// How many private environments the `@serial` scenarios get at most: each is a control plane,
-/// fake coderds and an operator (about 5 s of the machine to start); two halve their chain
-/// (on 2 cores: 9 scenarios, 168 s in one, which was then the run's longest chain).
-const PRIVATE_ENVIRONMENTS: usize = 2;
-
 fn is_serial(tags: &[String]) -> bool {
     tags.iter().any(|t| t == "serial")
 }
 
-/// The selected `@serial` scenarios (each example of an outline counted).
-fn serial_scenarios(features: &[gherkin::Feature], selection: &Selection) -> usize {
-    let mut count = 0;
+/// The selected `@serial` scenarios and all selected ones (each example of an outline counted).
+fn selected_scenarios(features: &[gherkin::Feature], selection: &Selection) -> (usize, usize) {
+    let (mut serial, mut selected) = (0, 0);
     for feature in features {
         let scenarios = feature.scenarios.iter().map(|s| (None, s)).chain(
             feature
@@ -373,18 +381,22 @@ fn serial_scenarios(features: &[gherkin::Feature], selection: &Selection) -> usi
         );
         for (rule, scenario) in scenarios {
             let tags = all_tags(feature, rule, scenario);
-            if is_serial(&tags) && selection.skip_reason(&tags, &scenario.name).is_none() {
-                let rows: usize = scenario
-                    .examples
-                    .iter()
-                    .filter_map(|e| e.table.as_ref())
-                    .map(|t| t.rows.len().saturating_sub(1))
-                    .sum();
-                count += rows.max(1);
+            if selection.skip_reason(&tags, &scenario.name).is_some() {
+                continue;
+            }
+            let rows: usize = scenario
+                .examples
+                .iter()
+                .filter_map(|e| e.table.as_ref())
+                .map(|t| t.rows.len().saturating_sub(1))
+                .sum();
+            selected += rows.max(1);
+            if is_serial(&tags) {
+                serial += rows.max(1);
             }
         }
     }
-    count
+    (serial, selected)
 }
 
 /// Whether the `@serial` scenarios may get private environments: on the local tier, with an

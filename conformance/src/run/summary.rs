@@ -25,6 +25,9 @@ pub(super) struct Pace {
     pub scenarios: usize,
     pub wall: std::time::Duration,
     pub limit: usize,
+    /// With the concurrency adapting to the CPUs: how many starts waited for room, how long in
+    /// all; `None` when `--pin-concurrency` pinned it.
+    pub held: Option<(u64, std::time::Duration)>,
     /// The `@serial` scenarios and the private environments they ran in, if any.
     pub private: Option<(usize, usize)>,
 }
@@ -40,11 +43,19 @@ impl Pace {
             ),
             None => "; any @serial ones alone".to_owned(),
         };
+        let limit = match self.held {
+            Some((0, _)) => format!("limit {}, never held back by busy CPUs", self.limit),
+            Some((starts, waited)) => format!(
+                "limit {}, {starts} starts held back {:.0} s in all while the CPUs were busy",
+                self.limit,
+                waited.as_secs_f64()
+            ),
+            None => format!("pinned to {} by --pin-concurrency", self.limit),
+        };
         format!(
-            "Pace:     {} scenarios in {wall:.0} s, up to {} at once (limit {}{lanes}); CPU {cpu:.0} s of {:.0} s on {cpus} cores ({:.0} % busy)",
+            "Pace:     {} scenarios in {wall:.0} s, up to {} at once ({limit}{lanes}); CPU {cpu:.0} s of {:.0} s on {cpus} cores ({:.0} % busy)",
             self.scenarios,
             crate::world::peak_running(),
-            self.limit,
             wall * cpus as f64,
             100.0 * cpu / (wall * cpus as f64).max(f64::EPSILON)
         )

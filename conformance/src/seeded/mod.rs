@@ -1262,6 +1262,9 @@ async fn try_run_suite(
         .arg("--features")
         .arg(features)
         .args(["--concurrency", &args.concurrency.to_string()])
+        // `--jobs` runs share the machine: one private environment each for their @serial
+        // scenarios (a control plane more per run, not two).
+        .args(["--private-environments", "1"])
         // A verdict needs the failure, not its smallest case.
         .args(["--shrink-seconds", "0"])
         .args([

@@ -126,23 +126,24 @@ async fn child_has_at(
         serde_saphyr::from_str(&expand(world, &super::docstring(step).unwrap_or_default()))
             .context("the docstring is not valid YAML")?;
     let world = &*world;
-    wait::eventually(
-        &format!("{kind} {name} at {pointer}"),
-        world.timeouts(),
-        || async {
-            Ok(match object(world, &kind, &name).await? {
-                None => Err(format!("{kind} {name} does not exist")),
-                Some(found) => match found.pointer(&pointer) {
-                    Some(actual) if *actual == expected => Ok(()),
-                    actual => Err(format!(
-                        "{pointer} is {}, expected {expected}",
-                        actual.unwrap_or(&Value::Null)
-                    )),
-                },
-            })
-        },
-    )
-    .await
+    world
+        .children_promptly(
+            &format!("{kind} {name} at {pointer}"),
+            world.timeouts(),
+            || async {
+                Ok(match object(world, &kind, &name).await? {
+                    None => Err(format!("{kind} {name} does not exist")),
+                    Some(found) => match found.pointer(&pointer) {
+                        Some(actual) if *actual == expected => Ok(()),
+                        actual => Err(format!(
+                            "{pointer} is {}, expected {expected}",
+                            actual.unwrap_or(&Value::Null)
+                        )),
+                    },
+                })
+            },
+        )
+        .await
 }
 
 /// A manual edit of a child (JSON merge patch with the docstring, as a user's `kubectl edit`).
@@ -175,17 +176,19 @@ const STANDARD_LABELS: [&str; 3] = [
 #[then("the provisioner Deployment selects its pods by exactly the standard labels")]
 async fn selects_by_standard_labels(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let world = &*world;
-    wait::eventually(
-        "the Deployment's selector and pod labels",
-        world.timeouts(),
-        || async {
-            let Some(found) = object(world, "Deployment", &deployment_name(world)).await? else {
-                return Ok(Err("the Deployment does not exist".to_owned()));
-            };
-            Ok(standard_labels_problem(&found, &world.provisioner).map_or(Ok(()), Err))
-        },
-    )
-    .await
+    world
+        .children_promptly(
+            "the Deployment's selector and pod labels",
+            world.timeouts(),
+            || async {
+                let Some(found) = object(world, "Deployment", &deployment_name(world)).await?
+                else {
+                    return Ok(Err("the Deployment does not exist".to_owned()));
+                };
+                Ok(standard_labels_problem(&found, &world.provisioner).map_or(Ok(()), Err))
+            },
+        )
+        .await
 }
 
 fn standard_labels_problem(deployment: &Value, instance: &str) -> Option<String> {
@@ -234,20 +237,21 @@ fn standard_labels_problem(deployment: &Value, instance: &str) -> Option<String>
 #[then(expr = "the provisioner pod template has exactly one container, named {string}")]
 async fn one_container(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let world = &*world;
-    wait::eventually("one container", world.timeouts(), || async {
-        let names: Vec<String> = deployment(world)
-            .await?
-            .and_then(|d| d.spec)
-            .and_then(|s| s.template.spec)
-            .map(|s| s.containers.into_iter().map(|c| c.name).collect())
-            .unwrap_or_default();
-        Ok(if names == [name.clone()] {
-            Ok(())
-        } else {
-            Err(format!("containers: {names:?}"))
+    world
+        .children_promptly("one container", world.timeouts(), || async {
+            let names: Vec<String> = deployment(world)
+                .await?
+                .and_then(|d| d.spec)
+                .and_then(|s| s.template.spec)
+                .map(|s| s.containers.into_iter().map(|c| c.name).collect())
+                .unwrap_or_default();
+            Ok(if names == [name.clone()] {
+                Ok(())
+            } else {
+                Err(format!("containers: {names:?}"))
+            })
         })
-    })
-    .await
+        .await
 }
 
 /// R-RES-2, R-RES-4, D-6: the children of every CR in the namespace have names and
@@ -257,61 +261,62 @@ async fn one_container(world: &mut ProvisionerWorld, name: String) -> anyhow::Re
 )]
 async fn long_name_children(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let world = &*world;
-    wait::eventually("short, distinct child names", world.timeouts(), || async {
-        let mut problems = Vec::new();
-        let mut instances: BTreeMap<String, String> = BTreeMap::new();
-        let mut owners = std::collections::BTreeSet::new();
-        for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding"] {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
-            for item in api.list(&Default::default()).await?.items {
-                let Some(owner) = item
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|r| r.controller == Some(true))
-                else {
-                    continue;
-                };
-                owners.insert((kind, owner.uid.clone()));
-                let name = item.metadata.name.clone().unwrap_or_default();
-                let instance = item
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("app.kubernetes.io/instance"))
-                    .cloned()
-                    .unwrap_or_default();
-                if name.len() > 63 {
-                    problems.push(format!("{kind} {name} has {} characters", name.len()));
-                }
-                if instance.is_empty() || instance.len() > 63 {
-                    problems.push(format!("{kind} {name} has instance label {instance:?}"));
-                }
-                if let Some(other) = instances.insert(instance.clone(), owner.uid.clone())
-                    && other != owner.uid
-                {
-                    problems.push(format!(
-                        "two provisioners share the instance label {instance}"
-                    ));
+    world
+        .children_promptly("short, distinct child names", world.timeouts(), || async {
+            let mut problems = Vec::new();
+            let mut instances: BTreeMap<String, String> = BTreeMap::new();
+            let mut owners = std::collections::BTreeSet::new();
+            for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding"] {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(world.client(), &world.namespace, &resource_for(kind)?);
+                for item in api.list(&Default::default()).await?.items {
+                    let Some(owner) = item
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|r| r.controller == Some(true))
+                    else {
+                        continue;
+                    };
+                    owners.insert((kind, owner.uid.clone()));
+                    let name = item.metadata.name.clone().unwrap_or_default();
+                    let instance = item
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("app.kubernetes.io/instance"))
+                        .cloned()
+                        .unwrap_or_default();
+                    if name.len() > 63 {
+                        problems.push(format!("{kind} {name} has {} characters", name.len()));
+                    }
+                    if instance.is_empty() || instance.len() > 63 {
+                        problems.push(format!("{kind} {name} has instance label {instance:?}"));
+                    }
+                    if let Some(other) = instances.insert(instance.clone(), owner.uid.clone())
+                        && other != owner.uid
+                    {
+                        problems.push(format!(
+                            "two provisioners share the instance label {instance}"
+                        ));
+                    }
                 }
             }
-        }
-        // Two provisioners mapped to one child name would leave one of them without that child.
-        if owners.len() < 8 {
-            problems.push(format!(
-                "{} of the 8 children (4 kinds × 2 provisioners) exist",
-                owners.len()
-            ));
-        }
-        Ok(if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
+            // Two provisioners mapped to one child name would leave one of them without that child.
+            if owners.len() < 8 {
+                problems.push(format!(
+                    "{} of the 8 children (4 kinds × 2 provisioners) exist",
+                    owners.len()
+                ));
+            }
+            Ok(if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            })
         })
-    })
-    .await
+        .await
 }
 
 async fn object(world: &ProvisionerWorld, kind: &str, name: &str) -> anyhow::Result<Option<Value>> {
@@ -401,34 +406,36 @@ async fn objects_exist(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Res
         })
         .collect();
     let world = &*world;
-    wait::eventually("the child objects", world.timeouts(), || async {
-        let cr = world
-            .provisioner_json()
-            .await?
-            .ok_or_else(|| anyhow!("the CoderProvisioner is gone"))?;
-        let uid = cr
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let mut problems = Vec::new();
-        for (kind, name) in &wanted {
-            match object(world, kind, name).await? {
-                None => problems.push(format!("{kind} {name} is missing")),
-                Some(found) => {
-                    if let Err(why) = owned_observation(kind, &found, &uid, &world.provisioner) {
-                        problems.push(format!("{kind} {name}: {why}"));
+    world
+        .children_promptly("the child objects", world.timeouts(), || async {
+            let cr = world
+                .provisioner_json()
+                .await?
+                .ok_or_else(|| anyhow!("the CoderProvisioner is gone"))?;
+            let uid = cr
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let mut problems = Vec::new();
+            for (kind, name) in &wanted {
+                match object(world, kind, name).await? {
+                    None => problems.push(format!("{kind} {name} is missing")),
+                    Some(found) => {
+                        if let Err(why) = owned_observation(kind, &found, &uid, &world.provisioner)
+                        {
+                            problems.push(format!("{kind} {name}: {why}"));
+                        }
                     }
                 }
             }
-        }
-        Ok(if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
+            Ok(if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            })
         })
-    })
-    .await
+        .await
 }
 
 /// R-DEL-12: the ownerReferences let Kubernetes' garbage collector remove the children once
@@ -451,6 +458,7 @@ async fn children_collected(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
     timeouts.eventually = timeouts.eventually.max(std::time::Duration::from_secs(90));
     let world = &*world;
     let children = &children;
+    // The garbage collector's work, not the operator's: no settle watch.
     wait::eventually(
         "the children to be garbage-collected",
         &timeouts,
@@ -564,27 +572,28 @@ async fn container_eventually(
     check: impl Fn(&Container) -> Observation<()>,
 ) -> anyhow::Result<()> {
     let check = &check;
-    wait::eventually(what, world.timeouts(), || async move {
-        let Some(found) = deployment(world).await? else {
-            return Ok(Err(format!(
-                "Deployment {} does not exist",
-                deployment_name(world)
-            )));
-        };
-        let containers = found
-            .spec
-            .and_then(|s| s.template.spec)
-            .map(|s| s.containers)
-            .unwrap_or_default();
-        Ok(match containers.as_slice() {
-            [container] => check(container),
-            other => Err(format!(
-                "the pod has {} containers, expected exactly one",
-                other.len()
-            )),
+    world
+        .children_promptly(what, world.timeouts(), || async move {
+            let Some(found) = deployment(world).await? else {
+                return Ok(Err(format!(
+                    "Deployment {} does not exist",
+                    deployment_name(world)
+                )));
+            };
+            let containers = found
+                .spec
+                .and_then(|s| s.template.spec)
+                .map(|s| s.containers)
+                .unwrap_or_default();
+            Ok(match containers.as_slice() {
+                [container] => check(container),
+                other => Err(format!(
+                    "the pod has {} containers, expected exactly one",
+                    other.len()
+                )),
+            })
         })
-    })
-    .await
+        .await
 }
 
 fn json_list(text: &str) -> anyhow::Result<Vec<String>> {
@@ -726,45 +735,47 @@ fn scalar(value: &Value) -> String {
 #[then(expr = "the provisioner Deployment has {int} replica(s)")]
 async fn deployment_replicas(world: &mut ProvisionerWorld, expected: i32) -> anyhow::Result<()> {
     let world = &*world;
-    wait::eventually(
-        &format!("{expected} replicas"),
-        world.timeouts(),
-        || async {
-            let replicas = deployment(world)
-                .await?
-                .and_then(|d| d.spec)
-                .and_then(|s| s.replicas);
-            Ok(if replicas == Some(expected) {
-                Ok(())
-            } else {
-                Err(format!("replicas are {replicas:?}"))
-            })
-        },
-    )
-    .await
+    world
+        .children_promptly(
+            &format!("{expected} replicas"),
+            world.timeouts(),
+            || async {
+                let replicas = deployment(world)
+                    .await?
+                    .and_then(|d| d.spec)
+                    .and_then(|s| s.replicas);
+                Ok(if replicas == Some(expected) {
+                    Ok(())
+                } else {
+                    Err(format!("replicas are {replicas:?}"))
+                })
+            },
+        )
+        .await
 }
 
 #[then(expr = "the provisioner pod template uses ServiceAccount {string}")]
 async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> anyhow::Result<()> {
     let expected = expand(world, &expected);
     let world = &*world;
-    wait::eventually(
-        &format!("serviceAccountName {expected}"),
-        world.timeouts(),
-        || async {
-            let actual = deployment(world)
-                .await?
-                .and_then(|d| d.spec)
-                .and_then(|s| s.template.spec)
-                .and_then(|s| s.service_account_name);
-            Ok(if actual.as_deref() == Some(expected.as_str()) {
-                Ok(())
-            } else {
-                Err(format!("it is {actual:?}"))
-            })
-        },
-    )
-    .await
+    world
+        .children_promptly(
+            &format!("serviceAccountName {expected}"),
+            world.timeouts(),
+            || async {
+                let actual = deployment(world)
+                    .await?
+                    .and_then(|d| d.spec)
+                    .and_then(|s| s.template.spec)
+                    .and_then(|s| s.service_account_name);
+                Ok(if actual.as_deref() == Some(expected.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!("it is {actual:?}"))
+                })
+            },
+        )
+        .await
 }
 
 /// Every field of the docstring (YAML) is in the Deployment's pod spec with the same value;
@@ -773,17 +784,18 @@ async fn pod_service_account(world: &mut ProvisionerWorld, expected: String) -> 
 async fn pod_spec_has(world: &mut ProvisionerWorld, step: &Step) -> anyhow::Result<()> {
     let expected = docstring_yaml(world, step)?;
     let world = &*world;
-    wait::eventually("the pod spec fields", world.timeouts(), || async {
-        let actual = deployment(world)
-            .await?
-            .and_then(|d| d.spec)
-            .and_then(|s| s.template.spec)
-            .map(serde_json::to_value)
-            .transpose()?
-            .unwrap_or(Value::Null);
-        Ok(contains(&actual, &expected, "spec.template.spec"))
-    })
-    .await
+    world
+        .children_promptly("the pod spec fields", world.timeouts(), || async {
+            let actual = deployment(world)
+                .await?
+                .and_then(|d| d.spec)
+                .and_then(|s| s.template.spec)
+                .map(serde_json::to_value)
+                .transpose()?
+                .unwrap_or(Value::Null);
+            Ok(contains(&actual, &expected, "spec.template.spec"))
+        })
+        .await
 }
 
 /// Whether `actual` holds every field of `expected` (lists item by item, same length;
@@ -817,16 +829,17 @@ async fn pod_template(world: &ProvisionerWorld) -> anyhow::Result<Option<String>
 
 #[then("the provisioner pod template is remembered")]
 async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let template = wait::eventually(
-        "the Deployment's pod template",
-        world.timeouts(),
-        || async {
-            Ok(pod_template(world)
-                .await?
-                .ok_or_else(|| "no Deployment yet".to_owned()))
-        },
-    )
-    .await?;
+    let template = world
+        .children_promptly(
+            "the Deployment's pod template",
+            world.timeouts(),
+            || async {
+                Ok(pod_template(world)
+                    .await?
+                    .ok_or_else(|| "no Deployment yet".to_owned()))
+            },
+        )
+        .await?;
     world.remembered.insert("podTemplate".to_owned(), template);
     // "stays unchanged" compares the whole spec (R-CRED-8 names replicas too), as it is now.
     let spec = deployment_spec(world).await?.unwrap_or_default();
@@ -837,17 +850,18 @@ async fn remember_template(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
 #[then("the provisioner pod template changes")]
 async fn template_changes(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let before = remembered(world, "podTemplate")?;
-    wait::eventually(
-        "the pod template to change (pods roll)",
-        world.timeouts(),
-        || async {
-            Ok(match pod_template(world).await? {
-                Some(now) if now != before => Ok(()),
-                _ => Err("the pod template is unchanged".to_owned()),
-            })
-        },
-    )
-    .await
+    world
+        .children_promptly(
+            "the pod template to change (pods roll)",
+            world.timeouts(),
+            || async {
+                Ok(match pod_template(world).await? {
+                    Some(now) if now != before => Ok(()),
+                    _ => Err("the pod template is unchanged".to_owned()),
+                })
+            },
+        )
+        .await
 }
 
 async fn deployment_spec(world: &ProvisionerWorld) -> anyhow::Result<Option<String>> {
@@ -905,34 +919,35 @@ async fn role_rules(world: &mut ProvisionerWorld, name: String, step: &Step) -> 
         })
         .collect();
     let world = &*world;
-    wait::eventually(
-        &format!("the rules of Role {name}"),
-        world.timeouts(),
-        || async {
-            let api: Api<Role> = world.api();
-            let Some(role) = api.get_opt(&name).await? else {
-                return Ok(Err(format!("Role {name} does not exist")));
-            };
-            let actual: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
-                .rules
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| {
-                    (
-                        r.api_groups.unwrap_or_default(),
-                        r.resources.unwrap_or_default(),
-                        r.verbs,
-                    )
+    world
+        .children_promptly(
+            &format!("the rules of Role {name}"),
+            world.timeouts(),
+            || async {
+                let api: Api<Role> = world.api();
+                let Some(role) = api.get_opt(&name).await? else {
+                    return Ok(Err(format!("Role {name} does not exist")));
+                };
+                let actual: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+                    .rules
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            r.api_groups.unwrap_or_default(),
+                            r.resources.unwrap_or_default(),
+                            r.verbs,
+                        )
+                    })
+                    .collect();
+                Ok(if actual == expected {
+                    Ok(())
+                } else {
+                    Err(format!("rules are {actual:?}"))
                 })
-                .collect();
-            Ok(if actual == expected {
-                Ok(())
-            } else {
-                Err(format!("rules are {actual:?}"))
-            })
-        },
-    )
-    .await
+            },
+        )
+        .await
 }
 
 #[then(expr = "the RoleBinding {string} binds Role {string} to ServiceAccount {string}")]
@@ -948,27 +963,28 @@ async fn role_binding(
         expand(world, &account),
     );
     let world = &*world;
-    wait::eventually(&format!("RoleBinding {name}"), world.timeouts(), || async {
-        let api: Api<RoleBinding> = world.api();
-        let Some(binding) = api.get_opt(&name).await? else {
-            return Ok(Err(format!("RoleBinding {name} does not exist")));
-        };
-        let role_ok = binding.role_ref.kind == "Role"
-            && binding.role_ref.name == role
-            && binding.role_ref.api_group == "rbac.authorization.k8s.io";
-        let subjects = binding.subjects.unwrap_or_default();
-        let subject_ok = matches!(subjects.as_slice(), [s] if s.kind == "ServiceAccount"
+    world
+        .children_promptly(&format!("RoleBinding {name}"), world.timeouts(), || async {
+            let api: Api<RoleBinding> = world.api();
+            let Some(binding) = api.get_opt(&name).await? else {
+                return Ok(Err(format!("RoleBinding {name} does not exist")));
+            };
+            let role_ok = binding.role_ref.kind == "Role"
+                && binding.role_ref.name == role
+                && binding.role_ref.api_group == "rbac.authorization.k8s.io";
+            let subjects = binding.subjects.unwrap_or_default();
+            let subject_ok = matches!(subjects.as_slice(), [s] if s.kind == "ServiceAccount"
             && s.name == account && s.namespace.as_deref() == Some(world.namespace.as_str()));
-        Ok(if role_ok && subject_ok {
-            Ok(())
-        } else {
-            Err(format!(
-                "roleRef {:?}, subjects {subjects:?}",
-                binding.role_ref
-            ))
+            Ok(if role_ok && subject_ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "roleRef {:?}, subjects {subjects:?}",
+                    binding.role_ref
+                ))
+            })
         })
-    })
-    .await
+        .await
 }
 
 /// R-RES-6: asked of the API server with SubjectAccessReviews for the operator's own
@@ -1207,29 +1223,30 @@ async fn key_secret_emptied(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 #[then(expr = "the Secret {string} holds a provisioner key")]
 async fn secret_holds_key(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
-    let digest = wait::eventually(
-        &format!("Secret {name} with a key"),
-        world.timeouts(),
-        || async {
-            let Some(found) = secret(world, &name).await? else {
-                return Ok(Err(format!("Secret {name} does not exist")));
-            };
-            let value = found
-                .data
-                .as_ref()
-                .and_then(|d| d.get("key"))
-                .map(|v| v.0.clone())
-                .unwrap_or_default();
-            Ok(if found.type_.as_deref() != Some("Opaque") {
-                Err(format!("type is {:?}", found.type_))
-            } else if value.is_empty() {
-                Err("data.key is empty".to_owned())
-            } else {
-                Ok(hex::encode(Sha256::digest(&value)))
-            })
-        },
-    )
-    .await?;
+    let digest = world
+        .children_promptly(
+            &format!("Secret {name} with a key"),
+            world.timeouts(),
+            || async {
+                let Some(found) = secret(world, &name).await? else {
+                    return Ok(Err(format!("Secret {name} does not exist")));
+                };
+                let value = found
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("key"))
+                    .map(|v| v.0.clone())
+                    .unwrap_or_default();
+                Ok(if found.type_.as_deref() != Some("Opaque") {
+                    Err(format!("type is {:?}", found.type_))
+                } else if value.is_empty() {
+                    Err("data.key is empty".to_owned())
+                } else {
+                    Ok(hex::encode(Sha256::digest(&value)))
+                })
+            },
+        )
+        .await?;
     world.remembered.insert(format!("key:{name}"), digest);
     Ok(())
 }
@@ -1244,20 +1261,21 @@ fn key_digest(found: &Secret) -> Option<String> {
 async fn secret_key_new(world: &mut ProvisionerWorld, name: String) -> anyhow::Result<()> {
     let name = expand(world, &name);
     let previous = remembered(world, &format!("key:{name}"))?;
-    let digest = wait::eventually(
-        &format!("a new key in Secret {name}"),
-        world.timeouts(),
-        || async {
-            Ok(
-                match secret(world, &name).await?.as_ref().and_then(key_digest) {
-                    Some(now) if now != previous => Ok(now),
-                    Some(_) => Err("it still holds the previous key".to_owned()),
-                    None => Err("it does not exist or holds no key".to_owned()),
-                },
-            )
-        },
-    )
-    .await?;
+    let digest = world
+        .children_promptly(
+            &format!("a new key in Secret {name}"),
+            world.timeouts(),
+            || async {
+                Ok(
+                    match secret(world, &name).await?.as_ref().and_then(key_digest) {
+                        Some(now) if now != previous => Ok(now),
+                        Some(_) => Err("it still holds the previous key".to_owned()),
+                        None => Err("it does not exist or holds no key".to_owned()),
+                    },
+                )
+            },
+        )
+        .await?;
     world.remembered.insert(format!("key:{name}"), digest);
     Ok(())
 }

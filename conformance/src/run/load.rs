@@ -1,0 +1,111 @@
+//! Concurrency that follows the machine: how busy the CPUs are, sampled from `/proc/stat`, so
+//! that a run starts its next scenario only while the CPUs have room. A run is wait-bound (its
+//! scenarios mostly wait for the operator), so up to the limit more scenarios at once cost
+//! nothing; on a machine that is saturated (other suite runs, a build) each scenario's waits
+//! stretch towards their deadlines instead, and starting fewer is what keeps verdicts honest.
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Busier than this (the share of all CPUs over the last sample), a scenario waits to start.
+const BUSY: f64 = 0.9;
+/// Scenarios that always start: a saturated machine still makes progress.
+const FLOOR: usize = 4;
+/// The longest a scenario waits for room: past it, it starts anyway (the machine may stay busy
+/// with work that is not the suite's).
+const LONGEST_WAIT: Duration = Duration::from_secs(20);
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// The last sample's busy share, in thousandths; `None` until sampling runs (or without
+/// `/proc/stat`).
+static BUSY_PER_MILLE: OnceLock<AtomicU32> = OnceLock::new();
+static STARTS_HELD: AtomicU64 = AtomicU64::new(0);
+static MILLIS_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// (busy, total) jiffies of all CPUs since boot.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_cpu_line(stat.lines().next()?)
+}
+
+/// The `cpu` line of `/proc/stat`: idle and iowait are not busy.
+fn parse_cpu_line(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let values: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let total: u64 = values.iter().sum();
+    let idle = values.get(3)? + values.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Starts sampling (once per process); without `/proc/stat` nothing adapts.
+pub fn start_sampling() {
+    let Some(mut last) = cpu_jiffies() else {
+        return;
+    };
+    let busy = BUSY_PER_MILLE.get_or_init(|| AtomicU32::new(0));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(SAMPLE_EVERY).await;
+            let Some(now) = cpu_jiffies() else { return };
+            let (busy_delta, total_delta) = (now.0 - last.0, now.1 - last.1);
+            if let Some(share) = (busy_delta * 1000).checked_div(total_delta) {
+                busy.store(u32::try_from(share).unwrap_or(1000), Ordering::Relaxed);
+            }
+            last = now;
+        }
+    });
+}
+
+fn busy() -> Option<f64> {
+    BUSY_PER_MILLE
+        .get()
+        .map(|b| f64::from(b.load(Ordering::Relaxed)) / 1000.0)
+}
+
+/// Waits while the CPUs are busier than [`BUSY`] and `running()` scenarios (at least
+/// [`FLOOR`]) already run, for at most [`LONGEST_WAIT`].
+pub async fn room_for_another(running: impl Fn() -> usize) {
+    let started = tokio::time::Instant::now();
+    let mut held = false;
+    while running() >= FLOOR && busy().is_some_and(|b| b > BUSY) && started.elapsed() < LONGEST_WAIT
+    {
+        held = true;
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+    if held {
+        STARTS_HELD.fetch_add(1, Ordering::Relaxed);
+        MILLIS_HELD.fetch_add(
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// How many scenario starts waited for room, and how long in all.
+pub fn held() -> (u64, Duration) {
+    (
+        STARTS_HELD.load(Ordering::Relaxed),
+        Duration::from_millis(MILLIS_HELD.load(Ordering::Relaxed)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_and_iowait_are_not_busy() {
+        assert_eq!(
+            parse_cpu_line("cpu  100 5 50 800 40 3 2 0 0 0"),
+            Some((160, 1000))
+        );
+        assert_eq!(parse_cpu_line("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(parse_cpu_line("intr 1 2"), None);
+    }
+}
