@@ -6,7 +6,7 @@
 //! contract's kinds and coderd's routes). Suite, from the bottom up: `invariants` (the contract's
 //! pure checks and the namespace recorder), `world` (a scenario's state and clients),
 //! `scenario_checks` (the checks run against a scenario's cluster), `steps` (cucumber), `wait`
-//! (polling with deadlines), `schedule` (which scenarios start first), `features` (parsing the
+//! (polling with deadlines), `schedule` (which scenarios start first), `load` (how busy the CPUs are, so that starts wait for room), `features` (parsing the
 //! feature files), `selection` (which scenarios a run executes), `report` and `diagnostics`,
 //! `paths` (the repository root, the report folder's file names). Commands: `cli` (the command
 //! line, with `shared_args` for the arguments `run` and `bench` share) dispatches to `run`,
@@ -29,6 +29,7 @@ pub mod fixture_guard;
 pub mod implementation;
 pub mod invariants;
 pub mod kubelet;
+pub mod load;
 pub mod local_cluster;
 pub mod manifests;
 pub mod paths;

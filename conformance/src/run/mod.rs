@@ -6,7 +6,6 @@
 pub mod args;
 mod environment;
 mod hooks;
-mod load;
 pub(crate) mod summary;
 
 use std::io;
@@ -174,7 +173,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // A scenario starts only while the CPUs have room, unless `--pin-concurrency`.
     let adaptive = !args.pin_concurrency;
     if adaptive {
-        load::start_sampling();
+        crate::load::start_sampling();
     }
     let mut cucumber = ProvisionerWorld::cucumber::<&PathBuf>()
         .with_parser(
@@ -202,7 +201,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             async move {
                 let serial = is_serial(&tags);
                 if adaptive && !serial {
-                    load::room_for_another(crate::world::running).await;
+                    crate::load::room_for_another(crate::world::running, SCENARIOS_ALWAYS_STARTED)
+                        .await;
                 }
                 let gate = Gate::enter(world, serial).await;
                 // A failed hook is a panic in cucumber's eyes (reported as a failed hook).
@@ -345,7 +345,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .count(),
         wall: clock.elapsed(),
         limit: args.concurrency(),
-        held: adaptive.then(load::held),
+        held: adaptive.then(crate::load::held),
         private: (private_ready > 0).then_some((serial, private_ready)),
     };
     print_summary(&report, &report_dir, &pace);
@@ -364,6 +364,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// Scenarios that start however busy the CPUs are.
+const SCENARIOS_ALWAYS_STARTED: usize = 4;
 
 fn is_serial(tags: &[String]) -> bool {
     tags.iter().any(|t| t == "serial")

@@ -582,8 +582,9 @@ pub struct SeededArgs {
     /// has each member re-run alone on the scenarios it failed, so the verdict names the variant.
     #[arg(long)]
     pub alone: bool,
-    /// Suite runs at the same time; each starts its own local control plane.
-    #[arg(long, default_value_t = 3)]
+    /// Suite runs at the same time, at most; each starts its own local control plane. Past
+    /// two, a run starts only while the CPUs have room (below 90 % busy).
+    #[arg(long, default_value_t = 5)]
     pub jobs: usize,
     /// Scenarios at the same time within one suite run (the unbroken operator's runs, of every
     /// variant's scenarios, are the longest).
@@ -1523,7 +1524,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         }
     }
     eprintln!(
-        "seeded-bugs: {} variants{}, the unbroken operator {} and {} read-only control-plane access check(s), {} suite runs at a time; logs and reports in {}",
+        "seeded-bugs: {} variants{}, the unbroken operator {} and {} read-only control-plane access check(s), up to {} suite runs at a time (past two only while the CPUs have room); logs and reports in {}",
         variants.len(),
         if runnable.len() < variants.len() {
             format!(" in {} runs", runnable.len())
@@ -1540,6 +1541,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         args.jobs.max(1),
         reports.display()
     );
+    crate::load::start_sampling();
     let results = runner.build_and_run(&runnable, runs).await;
     let mut verdicts = Vec::new();
     let mut failed_stacks = Vec::new();
@@ -1682,6 +1684,7 @@ impl Runner<'_> {
         };
         let total = runs.len();
         let mut finished = 0;
+        let running = &std::sync::atomic::AtomicUsize::new(0);
         let suites = futures::stream::iter(runs)
             .map(|run| {
                 let built = position(&run).map(|index| prepared[index].clone());
@@ -1690,6 +1693,14 @@ impl Runner<'_> {
                         None => Ok(self.reference.clone()),
                         Some(built) => built.await,
                     };
+                    // Up to `--jobs` runs, each a control plane and an operator: the next one
+                    // starts only while the CPUs have room (the first two always do).
+                    crate::load::room_for_another(
+                        || running.load(std::sync::atomic::Ordering::SeqCst),
+                        RUNS_ALWAYS_STARTED,
+                    )
+                    .await;
+                    running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let clock = Instant::now();
                     let outcome = match ready {
                         Ok(prepared) => {
@@ -1718,6 +1729,7 @@ impl Runner<'_> {
                         }
                         Err(why) => RunOutcome::Error(why),
                     };
+                    running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                     (run, outcome, clock.elapsed())
                 }
             })
@@ -1818,6 +1830,9 @@ impl Runner<'_> {
         verdicts
     }
 }
+
+/// Suite runs that start however busy the CPUs are.
+const RUNS_ALWAYS_STARTED: usize = 2;
 
 fn short(outcome: &RunOutcome) -> String {
     match outcome {

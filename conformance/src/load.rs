@@ -1,17 +1,16 @@
 //! Concurrency that follows the machine: how busy the CPUs are, sampled from `/proc/stat`, so
-//! that a run starts its next scenario only while the CPUs have room. A run is wait-bound (its
-//! scenarios mostly wait for the operator), so up to the limit more scenarios at once cost
-//! nothing; on a machine that is saturated (other suite runs, a build) each scenario's waits
-//! stretch towards their deadlines instead, and starting fewer is what keeps verdicts honest.
+//! that a run starts its next scenario (and the seeded stage its next suite run) only while the
+//! CPUs have room. A run is wait-bound (its scenarios mostly wait for the operator), so up to
+//! the limit more at once cost nothing; on a machine that is saturated (other suite runs, a
+//! build) each scenario's waits stretch towards their deadlines instead, and starting fewer is
+//! what keeps verdicts honest.
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Busier than this (the share of all CPUs over the last sample), a scenario waits to start.
 const BUSY: f64 = 0.9;
-/// Scenarios that always start: a saturated machine still makes progress.
-const FLOOR: usize = 4;
-/// The longest a scenario waits for room: past it, it starts anyway (the machine may stay busy
+/// The longest a start waits for room: past it, it starts anyway (the machine may stay busy
 /// with work that is not the suite's).
 const LONGEST_WAIT: Duration = Duration::from_secs(20);
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -68,12 +67,12 @@ fn busy() -> Option<f64> {
         .map(|b| f64::from(b.load(Ordering::Relaxed)) / 1000.0)
 }
 
-/// Waits while the CPUs are busier than [`BUSY`] and `running()` scenarios (at least
-/// [`FLOOR`]) already run, for at most [`LONGEST_WAIT`].
-pub async fn room_for_another(running: impl Fn() -> usize) {
+/// Waits while the CPUs are busier than [`BUSY`] and `running()` (at least `floor`, which always
+/// start: a saturated machine still makes progress) already run, for at most [`LONGEST_WAIT`].
+pub async fn room_for_another(running: impl Fn() -> usize, floor: usize) {
     let started = tokio::time::Instant::now();
     let mut held = false;
-    while running() >= FLOOR && busy().is_some_and(|b| b > BUSY) && started.elapsed() < LONGEST_WAIT
+    while running() >= floor && busy().is_some_and(|b| b > BUSY) && started.elapsed() < LONGEST_WAIT
     {
         held = true;
         tokio::time::sleep(SAMPLE_EVERY).await;
@@ -87,7 +86,7 @@ pub async fn room_for_another(running: impl Fn() -> usize) {
     }
 }
 
-/// How many scenario starts waited for room, and how long in all.
+/// How many starts waited for room, and how long in all.
 pub fn held() -> (u64, Duration) {
     (
         STARTS_HELD.load(Ordering::Relaxed),
