@@ -335,6 +335,9 @@ pub struct SuiteResult {
     /// `CUCUMBER_FILTER_TAGS` the suite inherited: set means not the full suite.
     pub tag_filter: Option<String>,
     pub report_dir: String,
+    /// The suite's own `Pace:` line: how many scenarios ran at once and how busy the CPUs were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,11 @@ use super::model::SuiteResult;
 use super::stats::millis;
 use crate::shared_args::StartedOperatorArgs;
 
-/// What `conformance run` prints once the control plane is up and the CRDs are installed.
-pub const SETUP_DONE_LINE: &str = "conformance: fake coderd at";
+/// What `conformance run` prints once the control plane is up and the CRDs are installed (the
+/// fake's release and URL follow).
+pub const SETUP_DONE_LINE: &str = "conformance: fake coderd ";
+/// The start of the summary line that says how the run used the machine.
+const PACE_LINE: &str = "Pace:";
 
 /// The suite's `--tags` default; inherited by the subprocess, so it is reported.
 const TAG_FILTER_ENV: &str = "CUCUMBER_FILTER_TAGS";
@@ -82,9 +85,13 @@ pub async fn measure(
         tokio_stream_lines(BufReader::new(stderr)),
     );
     let mut setup: Option<Duration> = None;
+    let mut pace = None;
     while let Some(line) = lines.next().await {
         if setup.is_none() && line.starts_with(SETUP_DONE_LINE) {
             setup = Some(started.elapsed());
+        }
+        if let Some(rest) = line.strip_prefix(PACE_LINE) {
+            pace = Some(rest.trim().to_owned());
         }
         log.write_all(line.as_bytes()).await?;
         log.write_all(b"\n").await?;
@@ -100,6 +107,7 @@ pub async fn measure(
             .ok()
             .filter(|t| !t.trim().is_empty()),
         report_dir: report_dir.display().to_string(),
+        pace,
     })
 }
 

@@ -358,6 +358,9 @@ pub fn render(report: &BenchReport) -> String {
                 .exit_code
                 .map_or_else(|| "none (killed)".to_owned(), |c| c.to_string())
         );
+        if let Some(pace) = &suite.pace {
+            let _ = writeln!(out, "  pace: {pace}");
+        }
     }
     out += "\nTargets\n";
     let rows: Vec<Vec<String>> = report
@@ -484,6 +487,7 @@ mod tests {
             without_setup_ms: Some(56_000),
             tag_filter: Some("@tutorial".to_owned()),
             report_dir: "r".to_owned(),
+            pace: Some("1 scenarios in 56 s, up to 1 at once".to_owned()),
         });
         report.targets = evaluate_targets(&report);
         let text = render(&report);
@@ -493,6 +497,7 @@ mod tests {
             "writes by kind: APPLY deployments 4",
             "50 % of key requests answered 429",
             "only scenarios matching @tutorial",
+            "  pace: 1 scenarios in 56 s, up to 1 at once",
             "all clients (operator, readiness simulator, bench): 600 (10.00/s)",
             "56.00 s",
             "  CPU seconds by process (SIGKILL to end of settle window)",
