@@ -108,7 +108,7 @@ Feature: Rate limiting by coderd
     # checks: R-RL-1
     And the provisioner becomes Ready
 
-  @R-RL-2 @slow @extended
+  @R-RL-2 @slow @serial @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
@@ -117,7 +117,7 @@ Feature: Rate limiting by coderd
 
   # A 429 on the new key's own lookup stops the pass like any other (R-RL-4): the kept key is
   # looked up again after the backoff, and no Deployment runs a key whose record is unknown.
-  @R-RL-2 @R-RL-4 @slow @extended
+  @R-RL-2 @R-RL-4 @slow @serial @extended
   Scenario: Rate-limited lookups of a new key are retried with a doubling backoff
     Given a Ready control plane with operator access
     And coderd answers every GET on "daemon-key" with status 429
@@ -129,7 +129,7 @@ Feature: Rate limiting by coderd
     # checks: R-RL-4
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
 
-  @R-RL-3 @slow @extended
+  @R-RL-3 @slow @serial @extended
   Scenario: A success starts the backoff over
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429
@@ -143,7 +143,7 @@ Feature: Rate limiting by coderd
 
   # A 500 fails the pass for another reason than 429, so the next 429 waits the first backoff
   # again. The 500 is answered once, ahead of the 429s that follow it.
-  @R-RL-2 @R-RL-3 @slow @extended
+  @R-RL-2 @R-RL-3 @slow @serial @extended
   Scenario: A failure other than 429 starts the backoff over
     Given a Ready control plane with operator access
     And coderd answers every POST on "provisionerkeys" with status 429

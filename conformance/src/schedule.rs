@@ -155,9 +155,13 @@ mod tests {
 /// wait for it and fail for a reason not theirs.
 pub const STARVING_DELAY_SECONDS: u64 = 10;
 
+/// A step that measures the spacing of the operator's own retries (R-RL-2, R-RL-3).
+const TIMED_RETRIES_STEP: &str = "spaced by a backoff doubling";
+
 /// The isolation lint: a scenario whose fault holds coderd's answers for
 /// [`STARVING_DELAY_SECONDS`] or longer runs `@serial`, alone, so that its delay can only cost
-/// its own verdict.
+/// its own verdict; so does one that times the operator's retries ([`TIMED_RETRIES_STEP`]),
+/// which other scenarios' passes queued before them on a shared operator would delay.
 pub fn isolation_problems(features: &[Feature]) -> Vec<String> {
     let mut problems = Vec::new();
     for feature in features {
@@ -183,6 +187,20 @@ pub fn isolation_problems(features: &[Feature]) -> Vec<String> {
                 .iter()
                 .filter_map(|s| delay_seconds(&s.value))
                 .max();
+            if !serial
+                && let Some(step) = scenario
+                    .steps
+                    .iter()
+                    .find(|s| s.value.contains(TIMED_RETRIES_STEP))
+            {
+                problems.push(format!(
+                    "{}:{} \"{}\" times the operator's retries (\"{}\") but is not @serial: a worker busy with other scenarios' passes would stretch them",
+                    feature.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    scenario.position.line,
+                    scenario.name,
+                    step.value
+                ));
+            }
             if let Some(seconds) = longest.filter(|s| *s >= STARVING_DELAY_SECONDS)
                 && !serial
             {
@@ -227,5 +245,9 @@ mod isolation_tests {
             "Feature: f\n  Scenario: s\n    When coderd delays its answers to every DELETE on \"provisionerkey\" by 4 seconds\n",
         );
         assert!(isolation_problems(&[short]).is_empty());
+        let timed = feature(
+            "Feature: f\n  Scenario: s\n    Then coderd sees 3 POST on \"provisionerkeys\" spaced by a backoff doubling from 2 seconds\n",
+        );
+        assert_eq!(isolation_problems(&[timed]).len(), 1);
     }
 }

@@ -97,7 +97,7 @@ pub struct RunArgs {
     /// Private environments of the `@serial` scenarios on the local tier (a control plane, fake
     /// coderds and an operator each), where they run one at a time beside the others; 0: they
     /// run alone in the shared environment, after the others.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub private_environments: usize,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
     #[arg(long, default_value_t = 0)]
