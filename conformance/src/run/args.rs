@@ -85,7 +85,8 @@ pub struct RunArgs {
     /// at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may run one
     /// worker as controller-runtime does by default (one worker keeps up with 16 scenarios at a
     /// time, not with 32: 14 scenarios then timed out before their first reconcile). 4 on
-    /// clusters that also run the operator, the fake coderd and provisioner pods.
+    /// clusters that also run the operator, the fake coderd and provisioner pods. 1 with
+    /// --control-plane, whose namespace every scenario shares (more is refused).
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
@@ -166,6 +167,9 @@ impl RunArgs {
         let reference =
             self.operator == OperatorMode::Reference && self.started.operator_cmd.is_none();
         let default = match self.cluster {
+            // Every scenario runs in the existing control plane's namespace, where the scenarios'
+            // CRs share names: one at a time.
+            _ if self.control_plane.is_some() => 1,
             ClusterTier::Local if reference => 32,
             ClusterTier::Local => 16,
             ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,

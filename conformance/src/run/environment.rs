@@ -110,11 +110,40 @@ async fn other_coderds(
     Ok((coderds, fakes))
 }
 
+/// Outside a pod: `None`. In a pod: a kubeconfig for its ServiceAccount, written (once per run)
+/// to a private file in the temporary folder; it names the mounted token's path, not the token.
+fn in_cluster_kubeconfig_file() -> anyhow::Result<Option<PathBuf>> {
+    let Some(yaml) = crate::cluster::kubeconfig::in_cluster_kubeconfig(
+        std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+        std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
+        Path::new(crate::cluster::kubeconfig::SERVICE_ACCOUNT_DIR),
+    ) else {
+        return Ok(None);
+    };
+    let path = std::env::temp_dir().join(format!(
+        "conformance-in-cluster-{}.kubeconfig",
+        std::process::id()
+    ));
+    crate::cluster::kubeconfig::write_private(&path, &yaml)?;
+    eprintln!(
+        "conformance: no kubeconfig; running in a pod, as its ServiceAccount ({})",
+        path.display()
+    );
+    Ok(Some(path))
+}
+
 pub(super) async fn prepare(
     args: &RunArgs,
     inputs: &crate::assets::Inputs,
     report_dir: &Path,
 ) -> anyhow::Result<Prepared> {
+    if args.control_plane.is_some() && args.concurrency() > 1 {
+        bail!(
+            "--concurrency {}: with --control-plane every scenario runs in that control plane's namespace, \
+             where their CoderProvisioners share names, so they run one at a time (--concurrency 1)",
+            args.concurrency()
+        );
+    }
     let mut started_cluster = None;
     let (client, kubeconfig, endpoint, kubectl, control_plane, profile, tier) = match args.cluster {
         ClusterTier::Kind | ClusterTier::K3s => {
@@ -183,9 +212,14 @@ pub(super) async fn prepare(
                 .clone()
                 .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
-                .ok_or_else(|| {
-                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)")
-                })?;
+                .filter(|path| args.kubeconfig.is_some() || path.exists());
+            let path = match path {
+                Some(path) => path,
+                // In a pod (`helm test`), with no kubeconfig: the pod's ServiceAccount.
+                None => in_cluster_kubeconfig_file()?.ok_or_else(|| {
+                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG), or to run in a pod")
+                })?,
+            };
             let config = match &args.context {
                 None => load_config(&path).await?,
                 Some(context) => {
