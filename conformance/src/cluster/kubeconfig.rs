@@ -174,6 +174,40 @@ mod tests {
     use super::*;
     use kube::config::Kubeconfig;
 
+    #[test]
+    fn in_a_pod_the_kubeconfig_names_the_mounted_token_and_ca() {
+        assert_eq!(
+            in_cluster_kubeconfig(None, Some("443"), Path::new("/sa")),
+            None
+        );
+        assert_eq!(
+            in_cluster_kubeconfig(Some(""), None, Path::new("/sa")),
+            None
+        );
+        let dir = tempfile::tempdir().expect("a folder");
+        std::fs::write(dir.path().join("namespace"), "coder-system\n").expect("namespace");
+        let yaml =
+            in_cluster_kubeconfig(Some("10.96.0.1"), Some("443"), dir.path()).expect("in a pod");
+        let config = Kubeconfig::from_yaml(&yaml).expect("a kubeconfig");
+        let cluster = config.clusters[0].cluster.as_ref().expect("a cluster");
+        assert_eq!(cluster.server.as_deref(), Some("https://10.96.0.1:443"));
+        assert_eq!(
+            cluster.certificate_authority.as_deref(),
+            Some(dir.path().join("ca.crt").to_str().expect("UTF-8"))
+        );
+        let user = config.auth_infos[0].auth_info.as_ref().expect("a user");
+        assert_eq!(
+            user.token_file.as_deref(),
+            Some(dir.path().join("token").to_str().expect("UTF-8"))
+        );
+        assert!(user.token.is_none(), "the token itself is not in the file");
+        let context = config.contexts[0].context.as_ref().expect("a context");
+        assert_eq!(context.namespace.as_deref(), Some("coder-system"));
+        let ipv6 =
+            in_cluster_kubeconfig(Some("fd00::1"), None, Path::new("/sa")).expect("in a pod");
+        assert!(ipv6.contains("https://[fd00::1]:443"), "{ipv6}");
+    }
+
     fn endpoint() -> ClusterEndpoint {
         ClusterEndpoint {
             server_url: "https://127.0.0.1:6443".into(),

@@ -412,19 +412,22 @@ pub(super) async fn prepare(
             ),
             None => (Operator::Installed, "installed"),
         },
-        // kind and k3s run the reference operator in the cluster, from config/manager; the suite
-        // restarts it by scaling its Deployment.
-        _ if started_cluster.is_some() => {
-            let repo = repo_root()
-                .canonicalize()
-                .context("locating the repository root (config/manager)")?;
-            (
-                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(
-                    &repo,
-                )?),
-                "in-cluster (config/manager)",
-            )
-        }
+        // kind and k3s run the reference operator in the cluster, installed with its Helm chart;
+        // the suite restarts it by scaling its Deployment.
+        _ if started_cluster.is_some() => (
+            Operator::InCluster(
+                crate::cluster::in_cluster::InClusterOperator::from_live(
+                    &client,
+                    &format!(
+                        "{}/{}",
+                        crate::cluster::kind::OPERATOR_NAMESPACE,
+                        crate::cluster::kind::HELM_RELEASE
+                    ),
+                )
+                .await?,
+            ),
+            "in-cluster (Helm chart config/helm/coder-provisioner-operator)",
+        ),
         (command, OperatorMode::Reference) => {
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),
