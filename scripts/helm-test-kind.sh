@@ -97,7 +97,9 @@ if "$helm" test "$release" -n "$namespace" --timeout "$timeout" --logs > "$work/
   kubectl scale deployment "$release" -n "$namespace" --replicas="$replicas" >/dev/null
   fail "helm test PASSED with the operator scaled to 0: the test does not test the operator"
 fi
-grep -E '^(Core|[0-9]+ scenarios)|failed|Phase' "$work/test-0.log" | head -n 12 || true
+# What failed (the scenario and its step), from the suite's own lines in the Pod's log.
+grep -E -B1 -A4 '✘|Step failed' "$work/test-0.log" | head -n 20 || true
+grep -E '^(Core|[0-9]+ scenarios)' "$work/test-0.log" || true
 echo "== helm test failed with the operator at 0, as it must ($((SECONDS - step)) s)"
 kubectl scale deployment "$release" -n "$namespace" --replicas="$replicas" >/dev/null
 kubectl rollout status deployment/"$release" -n "$namespace" --timeout=300s >/dev/null \
