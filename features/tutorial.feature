@@ -1,4 +1,4 @@
-@tutorial @fake-coderd
+@tutorial
 Feature: Deploy an External Provisioner, as the tutorial tells it
   The tutorial's kubectl commands run verbatim with a real kubectl and the admin kubeconfig,
   and their output is compared with the tutorial's "Expected output". The one substitution:

@@ -8,7 +8,11 @@
 #   2. the conformance suite against that stack: `conformance run --cluster <tier>`, reports in
 #      reports/ (junit.xml, cucumber.json, conformance-report.yaml).
 #
-# Usage: scripts/cluster-e2e.sh kind|k3s [--keep] [-- <extra `conformance run` arguments>]
+#   3. with --helm-test (kind): `helm test` of the chart on the suite's cluster (scripts/helm-test-kind.sh):
+#      it must pass with the operator running and fail with it scaled to 0.
+#
+# Usage: scripts/cluster-e2e.sh kind|k3s [--keep] [--helm-test] [-- <extra `conformance run` arguments>]
+#   --helm-test  (kind) then run scripts/helm-test-kind.sh on the suite's cluster, deleted after it
 #   --keep  leave the cluster running (a later kind run reuses it); delete kind clusters with
 #           kind delete cluster --name coder-conformance-tiers
 #           kind delete cluster --name coder-conformance
@@ -31,12 +35,14 @@ esac
 shift
 
 keep=0
+helm_test=0
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --keep) keep=1; shift ;;
+    --helm-test) helm_test=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "$tier-e2e: unknown argument $1 (usage: scripts/$tier-e2e.sh [--keep] [-- <conformance run arguments>])" >&2; exit 2 ;;
+    *) echo "$tier-e2e: unknown argument $1 (usage: scripts/$tier-e2e.sh [--keep] [--helm-test] [-- <conformance run arguments>])" >&2; exit 2 ;;
   esac
 done
 
@@ -85,13 +91,32 @@ echo "== $tier tier: images, cluster, operator, fake coderd, stub daemon (cargo 
 step=$SECONDS
 cargo test -p conformance --locked --test tiers "$tier" -- --ignored
 echo "== $tier tier test passed in $((SECONDS - step)) s"
+# The images' sizes (docs/tiers.md lists them): scripts/images.sh again, every image cached now.
+image_bins="${CONFORMANCE_IMAGE_BIN_DIR:-${CONFORMANCE_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/coder-provisioner-conformance/target-image}/image}"
+bash scripts/images.sh --bin-dir "$image_bins" >/dev/null || echo "$tier-e2e: scripts/images.sh could not print the images' sizes" >&2
 
 # The fake coderd's image on its own, through testcontainers (the path the k3s tier takes, which
 # has no image on hosts without a registry).
 echo "== fake coderd image in a container through testcontainers (cargo test --test tiers fake_coderd_image -- --ignored)"
 cargo test -p conformance --locked --test tiers fake_coderd_image -- --ignored
 
+if [[ $helm_test == 1 ]]; then
+  [[ $tier == kind ]] || { echo "$tier-e2e: --helm-test is for the kind tier" >&2; exit 2; }
+  if [[ $keep == 0 ]]; then
+    # The suite's cluster stays for helm test, and is deleted after it (and on any failure).
+    keep_args=(--keep-cluster)
+    trap 'kind delete cluster --name coder-conformance >/dev/null 2>&1 || true' EXIT
+  fi
+fi
+
 echo "== conformance suite on $tier (reports in reports/)"
 step=$SECONDS
 cargo run -p conformance --locked -- run --cluster "$tier" "${keep_args[@]}" --report-dir reports "${extra[@]}"
 echo "== conformance suite on $tier passed in $((SECONDS - step)) s (total $((SECONDS - started)) s)"
+
+if [[ $helm_test == 1 ]]; then
+  echo "== helm test of the chart on the suite's kind cluster (scripts/helm-test-kind.sh)"
+  step=$SECONDS
+  bash scripts/helm-test-kind.sh --cluster coder-conformance
+  echo "== helm test on kind done in $((SECONDS - step)) s (total $((SECONDS - started)) s)"
+fi

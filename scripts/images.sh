@@ -6,16 +6,19 @@
 #
 # Usage: scripts/images.sh [--tag TAG] [--bin-dir DIR] [--wait SECONDS] [--verify]
 #   --tag      image tag (default dev: the tag the suite loads into clusters)
-#   --bin-dir  folder holding coder-provisioner-operator, fake-coderd and coder-stub
-#              (default target/debug; `cargo build --workspace --bins` puts them there)
+#   --bin-dir  folder holding coder-provisioner-operator, fake-coderd and coder-stub (default
+#              target/debug; the tiers give the release build of Cargo.toml's [profile.image]:
+#              cargo build --workspace --bins --profile image → target/image)
 #   --wait     wait up to SECONDS for the binaries to appear (a build still running); default 0
 #   --verify   run each image once (`--help` must print a usage line) after building it
-# Env: IMAGES_BASE_IMAGE  runtime base (default: the local bookworm image of scripts/base-image.sh;
+# Env: IMAGES_BASE_IMAGE  runtime base (default: the small local base of scripts/small-base-image.sh,
+#                         glibc, libgcc and the CA bundle from Debian bookworm, no shell, 3.6 MB;
 #                         with internet, gcr.io/distroless/cc-debian12:nonroot is the upstream one)
 #
 # An image whose content key (binary, Dockerfile, base image) matches the existing image's label is
 # not rebuilt (its line says "cached"); every other step prints its elapsed time, and the last line
-# sums up. Debug information is stripped from the copies (not from the host's binaries).
+# sums up; then each image's size. Debug information is stripped from the copies (not from the
+# host's binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here="$PWD/scripts"
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
 done
 
 . "$here/progress.sh"
+mb() { awk -v bytes="$1" 'BEGIN { printf "%.1f", bytes / 1e6 }'; }
 fail() { printf 'images: %s\n' "$*" >&2; exit 1; }
 
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (run scripts/docker-engine.sh)"
@@ -52,7 +56,7 @@ while [ -n "$(find "$bin_dir" -maxdepth 1 \( -name coder-provisioner-operator -o
 done
 
 base="${IMAGES_BASE_IMAGE:-}"
-[ -n "$base" ] || base="$(bash "$here/base-image.sh")" || fail "the local base image could not be made (scripts/base-image.sh)"
+[ -n "$base" ] || base="$(bash "$here/small-base-image.sh")" || fail "the local base image could not be made (scripts/small-base-image.sh)"
 base_id="$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null)" \
   || fail "base image $base is not in the engine (pull it, or unset IMAGES_BASE_IMAGE to make a local one)"
 
@@ -98,3 +102,12 @@ build "coder-provisioner-operator:$tag" operator/Dockerfile.prebuilt "" coder-pr
 build "fake-coderd:$tag" fake-coderd/Dockerfile.prebuilt fake-coderd fake-coderd
 build "coder-stub:$tag" fake-coderd/Dockerfile.prebuilt coder-stub coder-stub
 log "${#binaries[@]} images ready in $((SECONDS - total_start)) s ($built built, $((${#binaries[@]} - built)) cached)"
+# Sizes (docs/tiers.md lists them): the image, its base, and the binary it adds.
+base_size="$(docker image inspect --format '{{.Size}}' "$base")"
+for pair in coder-provisioner-operator:coder-provisioner-operator fake-coderd:fake-coderd coder-stub:coder-stub; do
+  image="${pair%%:*}:$tag" binary="${pair##*:}"
+  size="$(docker image inspect --format '{{.Size}}' "$image")"
+  log "$(printf '  size %-34s %6s MB (base %s MB + binary %s MB)' "$image" \
+    "$(mb "$size")" "$(mb "$base_size")" \
+    "$(mb "$(stat -c %s "$ctx/$binary")")")"
+done

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Builds the suite's image, coder-provisioner-conformance (conformance/Dockerfile.prebuilt), from the
 # `conformance` binary built on the host and the pinned kubectl (scripts/k8s-binaries.sh), on the
-# local base image of scripts/base-image.sh: no registry. Progress on stderr; the image reference on
+# small local base of scripts/small-base-image.sh --shell: no registry. Progress on stderr; the image reference on
 # stdout. The image is not rebuilt when its content key (binary, kubectl, Dockerfile, base) matches.
 #
 # Usage: scripts/suite-image.sh [--tag TAG] [--binary PATH]
 #   --tag     image tag (default dev)
-#   --binary  the conformance binary (default target/debug/conformance)
-# Env: IMAGES_BASE_IMAGE  runtime base (default: the local bookworm image of scripts/base-image.sh)
+#   --binary  the conformance binary (default: the release build the tiers make, Cargo.toml's
+#             [profile.image] in $CONFORMANCE_IMAGE_TARGET_DIR, default
+#             ~/.cache/coder-provisioner-conformance/target-image/image/conformance)
+# Env: IMAGES_BASE_IMAGE  runtime base (default: the small local base with bash of
+#                         scripts/small-base-image.sh --shell: the tutorial's steps run `bash -c`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here="$PWD/scripts"
 
-tag=dev binary=target/debug/conformance
+tag=dev
+binary="${CONFORMANCE_IMAGE_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/coder-provisioner-conformance/target-image}/image/conformance"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag=$2; shift 2 ;;
@@ -22,13 +26,14 @@ while [ $# -gt 0 ]; do
 done
 
 . "$here/progress.sh"
+mb() { awk -v bytes="$1" 'BEGIN { printf "%.1f", bytes / 1e6 }'; }
 fail() { printf 'suite-image: %s\n' "$*" >&2; exit 1; }
 
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (run scripts/docker-engine.sh)"
-[ -x "$binary" ] || fail "no conformance binary at $binary (cargo build -p conformance)"
+[ -x "$binary" ] || fail "no conformance binary at $binary (cargo build --workspace --bins --profile image --target-dir $(dirname "$(dirname "$binary")"))"
 assets="$(bash "$here/k8s-binaries.sh")" || fail "kubectl could not be resolved (scripts/k8s-binaries.sh)"
 base="${IMAGES_BASE_IMAGE:-}"
-[ -n "$base" ] || base="$(bash "$here/base-image.sh")" || fail "the local base image could not be made (scripts/base-image.sh)"
+[ -n "$base" ] || base="$(bash "$here/small-base-image.sh" --shell)" || fail "the local base image could not be made (scripts/small-base-image.sh --shell)"
 base_id="$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null)" || fail "base image $base is not in the engine"
 
 image="coder-provisioner-conformance:$tag"
@@ -48,4 +53,8 @@ else
     || fail "docker build of $image failed"
   step_done "$(docker image inspect --format '{{.Size}}' "$image" | awk '{printf "%d MB", $1/1e6}')"
 fi
+log "$(printf '  size %-34s %6s MB (base %s MB + conformance %s MB + kubectl %s MB)' "$image" \
+  "$(mb "$(docker image inspect --format '{{.Size}}' "$image")")" \
+  "$(mb "$(docker image inspect --format '{{.Size}}' "$base")")" \
+  "$(mb "$(stat -c %s "$ctx/conformance")")" "$(mb "$(stat -c %s "$ctx/kubectl")")")"
 echo "$image"

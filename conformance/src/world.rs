@@ -317,6 +317,10 @@ pub struct ProvisionerWorld {
     pub namespace: String,
     /// Whether the suite created the namespace (and so deletes it after the scenario).
     pub owns_namespace: bool,
+    /// In a namespace the suite does not own (`--control-plane`): the uids of the
+    /// CoderProvisioners and Secrets already there when the scenario started, which it leaves
+    /// alone; it deletes the others after the scenario ([`Self::delete_created_objects`]).
+    preexisting: Option<std::collections::BTreeSet<String>>,
     pub coderd: Option<ScenarioCoderd>,
     /// Name of the CoderProvisioner the scenario works with.
     pub provisioner: String,
@@ -628,6 +632,7 @@ impl ProvisionerWorld {
             id,
             namespace,
             owns_namespace: false,
+            preexisting: None,
             coderd: None,
             provisioner: SAMPLE_PROVISIONER.to_owned(),
             remembered: BTreeMap::new(),
@@ -659,6 +664,8 @@ impl ProvisionerWorld {
         };
         if owns_namespace {
             world.create_namespace().await?;
+        } else {
+            world.preexisting = Some(world.namespace_object_uids().await?);
         }
         world.start_recorder();
         Ok(world)
@@ -757,6 +764,115 @@ impl ProvisionerWorld {
             .with_context(|| format!("creating namespace {}", self.namespace))?;
         self.owns_namespace = true;
         Ok(())
+    }
+
+    /// The uids of the CoderProvisioners and Secrets in the scenario's namespace.
+    async fn namespace_object_uids(&self) -> anyhow::Result<std::collections::BTreeSet<String>> {
+        let mut uids = std::collections::BTreeSet::new();
+        for cr in self
+            .provisioners()
+            .list(&Default::default())
+            .await
+            .context("listing CoderProvisioners")?
+        {
+            uids.extend(cr.metadata.uid);
+        }
+        let secrets: Api<Secret> = self.api();
+        for secret in secrets
+            .list_metadata(&Default::default())
+            .await
+            .context("listing Secrets")?
+        {
+            uids.extend(secret.metadata.uid);
+        }
+        Ok(uids)
+    }
+
+    /// In a namespace the suite does not own (`--control-plane`): deletes the CoderProvisioners
+    /// the scenario created (so that the operator deletes their keys) and the Secrets it created
+    /// (those without an owner: the operator's children go with their CR), then waits until those
+    /// CRs are gone, so that the next scenario can use their names. Nothing that was there when
+    /// the scenario started is touched.
+    pub async fn delete_created_objects(&mut self) -> anyhow::Result<()> {
+        let Some(preexisting) = self.preexisting.clone() else {
+            return Ok(());
+        };
+        let is_new = |meta: &ObjectMeta| {
+            meta.uid
+                .as_ref()
+                .is_some_and(|uid| !preexisting.contains(uid))
+        };
+        let provisioners = self.provisioners();
+        let mut created = Vec::new();
+        for cr in provisioners
+            .list(&Default::default())
+            .await
+            .context("listing CoderProvisioners")?
+        {
+            if is_new(&cr.metadata)
+                && let Some(name) = cr.metadata.name.clone()
+            {
+                match provisioners
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => created.push(name),
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => {
+                        return Err(error)
+                            .with_context(|| format!("deleting CoderProvisioner {name}"));
+                    }
+                }
+            }
+        }
+        let secrets: Api<Secret> = self.api();
+        for secret in secrets
+            .list_metadata(&Default::default())
+            .await
+            .context("listing Secrets")?
+        {
+            let owned = secret
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| !o.is_empty());
+            if is_new(&secret.metadata)
+                && !owned
+                && let Some(name) = secret.metadata.name.clone()
+            {
+                match secrets.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => {
+                        return Err(error).with_context(|| format!("deleting Secret {name}"));
+                    }
+                }
+            }
+        }
+        if created.is_empty() {
+            return Ok(());
+        }
+        wait::eventually(
+            &format!(
+                "the scenario's CoderProvisioners ({}) to be gone",
+                created.join(", ")
+            ),
+            self.timeouts(),
+            || async {
+                let mut left = Vec::new();
+                for name in &created {
+                    if provisioners.get_opt(name).await?.is_some() {
+                        left.push(name.as_str());
+                    }
+                }
+                Ok(if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{} still there", left.join(", ")))
+                })
+            },
+        )
+        .await
     }
 
     /// Deletes the scenario's namespace (if the suite created it) without waiting for it to go.

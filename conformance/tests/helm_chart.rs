@@ -523,3 +523,261 @@ fn the_values_schema_refuses_unknown_keys_and_bad_values() {
         );
     }
 }
+
+// ---- helm test (templates/tests/) ----
+
+const TEST_CODERD: &str = "http://fake-coderd.coder-fake.svc:3000";
+const TEST_CONTROL_PLANE: &str = "coder/codercontrolplane-sample";
+
+fn test_values(extra: &[&'static str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--set",
+        "test.enabled=true",
+        "--set",
+        &format!("test.coderdURL={TEST_CODERD}"),
+        "--set",
+        &format!("test.controlPlane={TEST_CONTROL_PLANE}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn template_owned(args: &[String]) -> Result<Vec<DynamicObject>, String> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    try_template(&args)
+}
+
+fn test_objects(objects: &[DynamicObject]) -> Vec<&DynamicObject> {
+    objects
+        .iter()
+        .filter(|o| {
+            o.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app.kubernetes.io/component"))
+                .is_some_and(|c| c == "test")
+        })
+        .collect()
+}
+
+fn container_args(pod: &DynamicObject) -> Vec<String> {
+    pod.data["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_test_hook_is_off_by_default() {
+    let rendered = template(&[]);
+    assert!(
+        test_objects(&rendered).is_empty(),
+        "test.enabled defaults to false: nothing of helm test is rendered"
+    );
+    assert!(
+        rendered.iter().all(|o| kind_name(o) != "Pod"),
+        "no Pod by default"
+    );
+}
+
+fn kind_name(object: &DynamicObject) -> &str {
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default()
+}
+
+/// The hook runs the suite's image against this release's operator and the given coderd and
+/// control plane, as test hooks (its RBAC first), deleted after a success.
+#[test]
+fn the_test_hook_runs_the_suite_against_the_release() {
+    let rendered = template_owned(&test_values(&[])).unwrap_or_else(|e| panic!("{e}"));
+    let hooks = test_objects(&rendered);
+    let kinds: BTreeSet<&str> = hooks.iter().map(|o| kind_name(o)).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Pod",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount"
+        ])
+    );
+    for hook in &hooks {
+        let annotations = hook.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations.get("helm.sh/hook").map(String::as_str),
+            Some("test"),
+            "{:?} is a test hook",
+            hook.metadata.name
+        );
+        assert_eq!(
+            annotations
+                .get("helm.sh/hook-delete-policy")
+                .map(String::as_str),
+            Some("before-hook-creation,hook-succeeded")
+        );
+        let weight = if kind_name(hook) == "Pod" { "0" } else { "-1" };
+        assert_eq!(
+            annotations.get("helm.sh/hook-weight").map(String::as_str),
+            Some(weight),
+            "the RBAC exists before the Pod"
+        );
+    }
+    let pod = one(&rendered, "Pod");
+    let service_account = hooks
+        .iter()
+        .find(|o| kind_name(o) == "ServiceAccount")
+        .expect("the suite's ServiceAccount");
+    assert_eq!(
+        pod.data["spec"]["serviceAccountName"].as_str(),
+        service_account.metadata.name.as_deref()
+    );
+    assert_eq!(pod.data["spec"]["restartPolicy"], "Never");
+    assert_eq!(
+        pod.data["spec"]["containers"][0]["image"],
+        "coder-provisioner-conformance:latest"
+    );
+    let args = container_args(pod);
+    assert_eq!(args[0], "run");
+    for expected in [
+        "--cluster=kubeconfig".to_owned(),
+        "--operator=installed".to_owned(),
+        format!("--operator-deployment={NAMESPACE}/{RELEASE}"),
+        format!("--coderd={TEST_CODERD}"),
+        format!("--control-plane={TEST_CONTROL_PLANE}"),
+        format!("--tags={DEFAULT_TEST_TAGS}"),
+        "--fail-fast".to_owned(),
+        "--concurrency=1".to_owned(),
+    ] {
+        assert!(args.contains(&expected), "{expected} in {args:?}");
+    }
+    // Scenario objects in the control plane's namespace; the operator's pods and logs in the
+    // release's.
+    let roles: Vec<&DynamicObject> = rendered.iter().filter(|o| kind_name(o) == "Role").collect();
+    let namespaces: BTreeSet<&str> = roles
+        .iter()
+        .filter_map(|r| r.metadata.namespace.as_deref())
+        .collect();
+    assert_eq!(namespaces, BTreeSet::from(["coder", NAMESPACE]));
+    let scenario_rules = rules(
+        &[roles
+            .iter()
+            .find(|r| r.metadata.namespace.as_deref() == Some("coder"))
+            .map(|r| (*r).clone())
+            .expect("a Role in the control plane's namespace")],
+        "Role",
+    );
+    assert!(
+        scenario_rules
+            .iter()
+            .any(|rule| rule["resources"] == ["coderprovisioners"]
+                && rule["verbs"].contains(&"create".to_owned())
+                && rule["verbs"].contains(&"delete".to_owned())),
+        "the suite creates and deletes CoderProvisioners there: {scenario_rules:?}"
+    );
+}
+
+/// The hook targets the Deployment that watches the control plane's namespace; a namespace no
+/// Deployment watches is refused at rendering.
+#[test]
+fn the_test_hook_targets_the_deployment_watching_the_control_planes_namespace() {
+    let rendered = template_owned(&test_values(&["--set", "watchNamespaces={team-a,coder}"]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let args = container_args(one(&rendered, "Pod"));
+    assert!(
+        args.contains(&format!(
+            "--operator-deployment={NAMESPACE}/{RELEASE}-coder"
+        )),
+        "{args:?}"
+    );
+    let error = template_owned(&test_values(&["--set", "watchNamespaces={team-a}"]))
+        .expect_err("no Deployment watches coder");
+    assert!(error.contains("no operator Deployment"), "{error}");
+}
+
+#[test]
+fn the_test_values_are_checked() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    for (values, culprit) in [
+        ("test:\n  enabled: true\n", "coderdURL"),
+        (
+            "test:\n  enabled: true\n  coderdURL: http://c:3000\n  controlPlane: just-a-name\n",
+            "controlPlane",
+        ),
+        ("test:\n  enabled: false\n  bogus: 1\n", "bogus"),
+        (
+            "test:\n  enabled: false\n  coderdURL: not a url\n",
+            "coderdURL",
+        ),
+    ] {
+        let file = dir.path().join("values.yaml");
+        std::fs::write(&file, values).expect("write the values");
+        let Err(error) = try_template(&["-f", file.to_str().expect("a UTF-8 path")]) else {
+            panic!("the chart accepted {values:?}");
+        };
+        assert!(
+            error.contains(culprit),
+            "the refusal of {values:?} names {culprit}:\n{error}"
+        );
+    }
+}
+
+/// values.yaml's test.tags.
+const DEFAULT_TEST_TAGS: &str = "@core and not @fake-coderd and not @fault-injection and not @operator-restart and not @serial and not @slow";
+
+/// The default smoke selection, as the suite reads it against a real coderd and an installed
+/// operator: the tutorial and Core scenarios only, none that needs the fake coderd or injects a
+/// fault, and at least one (the tutorial) that needs the operator to reconcile.
+#[test]
+fn the_default_test_tags_select_the_tutorial_and_nothing_that_needs_the_fake() {
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart().join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml parses");
+    assert_eq!(values["test"]["tags"], DEFAULT_TEST_TAGS);
+    let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .args([
+            "run",
+            "--list",
+            "--tags",
+            DEFAULT_TEST_TAGS,
+            "--coderd",
+            TEST_CODERD,
+            "--control-plane",
+            TEST_CONTROL_PLANE,
+            "--operator",
+            "installed",
+            "--operator-deployment",
+            "coder-system/coder-provisioner-operator",
+        ])
+        .output()
+        .expect("running conformance run --list");
+    assert!(output.status.success(), "{output:?}");
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let selected: Vec<&str> = listing
+        .lines()
+        .filter(|l| !l.contains("(skipped"))
+        .filter(|l| l.contains('['))
+        .collect();
+    assert!(
+        selected
+            .iter()
+            .any(|l| l.contains("The tutorial from its prerequisites to its clean-up")),
+        "the tutorial runs:\n{listing}"
+    );
+    for line in &selected {
+        assert!(line.contains("@core"), "{line}");
+        for tag in ["@fake-coderd", "@fault-injection", "@operator-restart"] {
+            assert!(!line.contains(tag), "{line}");
+        }
+    }
+}

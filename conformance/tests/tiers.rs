@@ -439,7 +439,9 @@ async fn suite_image_runs_a_scenario(cluster: &ProvisionedCluster) -> anyhow::Re
     // the script's progress reaches the terminal.
     let built = tokio::process::Command::new("bash")
         .arg(repo().join("scripts/suite-image.sh"))
-        .args(["--binary", env!("CARGO_BIN_EXE_conformance")])
+        // The release build the tier made with the other images' binaries.
+        .arg("--binary")
+        .arg(conformance::cluster::images::image_binaries_dir().join("conformance"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()?

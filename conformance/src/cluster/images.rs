@@ -175,14 +175,48 @@ pub fn images_script_args(repo: &Path, tag: &str, bin_dir: &Path) -> Vec<OsStrin
     ]
 }
 
-/// `cargo build --workspace --bins --message-format=json-render-diagnostics`: the whole
-/// workspace, so features unify as in `cargo build --workspace` and a later workspace build does
-/// not relink the binaries (which would change the images' content keys).
-pub fn cargo_build_binaries_args() -> Vec<String> {
+/// The cargo profile of the images' binaries (Cargo.toml `[profile.image]`: release, stripped).
+pub const IMAGE_PROFILE: &str = "image";
+/// Environment variable naming the target folder of the images' release build (default:
+/// [`image_target_dir`]'s cache folder).
+pub const IMAGE_TARGET_DIR_ENV: &str = "CONFORMANCE_IMAGE_TARGET_DIR";
+
+/// Where the images' binaries are built: [`IMAGE_TARGET_DIR_ENV`], else
+/// `~/.cache/coder-provisioner-conformance/target-image` (kept between CI runs, apart from the
+/// debug build's `target/`).
+pub fn image_target_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os(IMAGE_TARGET_DIR_ENV).filter(|d| !d.is_empty()) {
+        return dir.into();
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache
+        .join("coder-provisioner-conformance")
+        .join("target-image")
+}
+
+/// The folder holding the images' binaries after [`cargo_build_binaries_args`]: the operator,
+/// the fake coderd, the stub daemon and the suite (`conformance`, for scripts/suite-image.sh).
+pub fn image_binaries_dir() -> std::path::PathBuf {
+    image_target_dir().join(IMAGE_PROFILE)
+}
+
+/// `cargo build --workspace --bins --profile image --target-dir DIR --locked
+/// --message-format=json-render-diagnostics`: release builds of every binary (the suite's too),
+/// the whole workspace so that features unify as in `cargo build --workspace`.
+pub fn cargo_build_binaries_args(target_dir: &Path) -> Vec<String> {
     [
         "build",
         "--workspace",
         "--bins",
+        "--profile",
+        IMAGE_PROFILE,
+        "--target-dir",
+        &target_dir.to_string_lossy(),
+        "--locked",
         "--message-format=json-render-diagnostics",
     ]
     .map(str::to_owned)
@@ -232,12 +266,15 @@ pub async fn build_prebuilt(repo: &Path, images: &Images) -> anyhow::Result<()> 
     let bin_dir = match std::env::var_os(IMAGE_BIN_DIR_ENV) {
         Some(dir) => std::path::PathBuf::from(dir),
         None => {
+            let target_dir = image_target_dir();
             eprintln!(
-                "conformance: building the image binaries with cargo (operator, fake-coderd, coder-stub)"
+                "conformance: building the image binaries with cargo (profile {IMAGE_PROFILE}, target folder {})",
+                target_dir.display()
             );
+            let started = std::time::Instant::now();
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let output = tokio::process::Command::new(&cargo)
-                .args(cargo_build_binaries_args())
+                .args(cargo_build_binaries_args(&target_dir))
                 .current_dir(repo)
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -250,6 +287,10 @@ pub async fn build_prebuilt(repo: &Path, images: &Images) -> anyhow::Result<()> 
                     output.status
                 );
             }
+            eprintln!(
+                "conformance: image binaries built in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
             built_binaries_dir(&String::from_utf8_lossy(&output.stdout))?
         }
     };
@@ -543,11 +584,16 @@ mod tests {
     #[test]
     fn prebuilt_images_come_from_cargo_built_binaries_and_the_images_script() {
         assert_eq!(
-            cargo_build_binaries_args(),
+            cargo_build_binaries_args(Path::new("/cache/target-image")),
             [
                 "build",
                 "--workspace",
                 "--bins",
+                "--profile",
+                "image",
+                "--target-dir",
+                "/cache/target-image",
+                "--locked",
                 "--message-format=json-render-diagnostics"
             ]
         );

@@ -186,6 +186,7 @@ async fn install(
     let client = kubeconfig::client_from_file(kubeconfig_path).await?;
     let fake_coderd = install_stack(
         &client,
+        kubeconfig_path,
         &options.repo_root,
         &options.images,
         options.ready_timeout,

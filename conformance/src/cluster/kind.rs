@@ -1,8 +1,9 @@
 //! The kind tier: a throw-away kind cluster with the reference operator and the fake coderd
 //! running in it, and the parts every real cluster shares (k3s reuses them):
 //!
-//! - [`install_stack`] = [`install_operator`] (CRDs, RBAC, `config/manager` with the image set
-//!   to the loaded tag) + [`install_fake_coderd`] (`config/fake-coderd` plus a Secret with a
+//! - [`install_stack`] = [`install_operator_with_helm`] (CRDs, then the chart
+//!   `config/helm/coder-provisioner-operator` with the image set to the loaded tag) +
+//!   [`install_fake_coderd`] (`config/fake-coderd` plus a Secret with a
 //!   random admin token), each waiting until its Deployment is available.
 //! - [`InClusterFakeCoderd`]: how the suite reaches that fake. Control planes publish its
 //!   in-cluster Service URL; the suite itself talks to it through port-forwards to the pod
@@ -364,6 +365,7 @@ impl KindCluster {
             "install operator and fake coderd",
             install_stack(
                 &client,
+                &kubeconfig_path,
                 &options.repo_root,
                 &options.images,
                 options.ready_timeout,
@@ -550,21 +552,90 @@ pub fn kind_node_images(config_yaml: &str) -> anyhow::Result<Vec<String>> {
 
 // ---- installing the stack (any real cluster) ----
 
-/// Installs CRDs, RBAC, the operator and the fake coderd, waits until both Deployments are
-/// available, and opens the port-forwards to the fake.
+/// Installs the CRDs, the operator with its Helm chart ([`install_operator_with_helm`]) and the
+/// fake coderd, waits until both Deployments are available, and opens the port-forwards to the
+/// fake.
 pub async fn install_stack(
     client: &kube::Client,
+    kubeconfig: &Path,
     repo: &Path,
     images: &Images,
     ready_timeout: Duration,
 ) -> anyhow::Result<InClusterFakeCoderd> {
     let deadline = Instant::now() + ready_timeout;
-    install_operator(client, repo, &images.operator, deadline).await?;
+    install_operator_with_helm(client, kubeconfig, repo, &images.operator, deadline).await?;
     install_fake_coderd(client, repo, &images.fake_coderd, deadline).await
 }
 
-/// The reference operator: CRDs, RBAC and `config/manager` with its image set to `image`; waits
-/// until its Deployment is available.
+/// The chart the kind and k3s tiers install the operator with, its release and namespace: the
+/// objects are named as `config/` names them (`kubectl apply -k config/` stays the other
+/// documented way; conformance/tests/helm_chart.rs checks that both grant the same RBAC).
+pub const CHART_DIR: &str = "config/helm/coder-provisioner-operator";
+pub const HELM_RELEASE: &str = "coder-provisioner-operator";
+pub const OPERATOR_NAMESPACE: &str = "coder-system";
+/// Resolves the pinned helm (the per-user cache, or built from the Go module proxy).
+pub const HELM_BINARY_SCRIPT: &str = "scripts/helm-binary.sh";
+
+/// `helm upgrade --install` of the chart as [`HELM_RELEASE`] in [`OPERATOR_NAMESPACE`], its
+/// image set to `image`; the CRDs are applied by the suite before (`--skip-crds`: helm installs a
+/// chart's CRDs only once, and a reused cluster must get the current ones). `--take-ownership`
+/// adopts the objects of an earlier install from `config/manager` (a kept cluster).
+pub fn helm_install_args(kubeconfig: &Path, chart: &Path, image: &str) -> Vec<std::ffi::OsString> {
+    let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "upgrade".into(),
+        "--install".into(),
+        HELM_RELEASE.into(),
+        chart.into(),
+        "--namespace".into(),
+        OPERATOR_NAMESPACE.into(),
+        "--create-namespace".into(),
+        "--skip-crds".into(),
+        "--take-ownership".into(),
+        "--kubeconfig".into(),
+        kubeconfig.into(),
+    ];
+    for (key, value) in [
+        ("image.repository", repository),
+        ("image.tag", tag),
+        ("image.pullPolicy", "IfNotPresent"),
+    ] {
+        args.extend(["--set".into(), format!("{key}={value}").into()]);
+    }
+    args
+}
+
+/// The reference operator with its Helm chart: CRDs, then `helm upgrade --install`; waits until
+/// its Deployment is available.
+pub async fn install_operator_with_helm(
+    client: &kube::Client,
+    kubeconfig: &Path,
+    repo: &Path,
+    image: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    manifests::install_crds(client, &repo.join(CRD_DIR))
+        .await
+        .context("installing the CRDs")?;
+    let out =
+        images::run_captured_streaming_stderr(&Tool::new("bash", [repo.join(HELM_BINARY_SCRIPT)]))
+            .await
+            .context("resolving helm (scripts/helm-binary.sh)")?;
+    let helm = last_line(&out)
+        .context("scripts/helm-binary.sh printed no path")?
+        .to_owned();
+    images::run(Tool::new(
+        &helm,
+        helm_install_args(kubeconfig, &repo.join(CHART_DIR), image),
+    ))
+    .await
+    .context("installing the operator with its Helm chart")?;
+    wait_deployment_available(client, OPERATOR_NAMESPACE, HELM_RELEASE, deadline).await
+}
+
+/// The reference operator as `kubectl apply -k config/` installs it: CRDs, RBAC and
+/// `config/manager` with its image set to `image`; waits until its Deployment is available. (The
+/// tiers install it with the chart, [`install_operator_with_helm`].)
 pub async fn install_operator(
     client: &kube::Client,
     repo: &Path,

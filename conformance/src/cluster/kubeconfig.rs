@@ -111,6 +111,46 @@ pub async fn load_config(path: &Path) -> anyhow::Result<kube::Config> {
         .with_context(|| format!("loading kubeconfig {}", path.display()))
 }
 
+/// Where a pod's ServiceAccount credentials are mounted.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// A kubeconfig for the pod's own ServiceAccount (the suite run in a pod, as `helm test` runs it),
+/// or `None` outside a pod: the API server from `KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted CA,
+/// and the mounted token by its path (`tokenFile`, re-read by kube and kubectl as it rotates), so
+/// the file holds no secret. Pure: `host` and `port` are the environment's values.
+pub fn in_cluster_kubeconfig(
+    host: Option<&str>,
+    port: Option<&str>,
+    service_account_dir: &Path,
+) -> Option<String> {
+    let host = host.filter(|h| !h.is_empty())?;
+    let port = port.filter(|p| !p.is_empty()).unwrap_or("443");
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": format!("https://{host}:{port}"),
+            "certificate-authority": service_account_dir.join("ca.crt"),
+        }}],
+        "users": [{"name": "service-account", "user": {
+            "tokenFile": service_account_dir.join("token"),
+        }}],
+        "contexts": [{"name": "in-cluster", "context": {
+            "cluster": "in-cluster", "user": "service-account",
+            "namespace": std::fs::read_to_string(service_account_dir.join("namespace"))
+                .map(|n| n.trim().to_owned())
+                .unwrap_or_else(|_| "default".to_owned()),
+        }}],
+        "current-context": "in-cluster",
+    });
+    Some(serde_json::to_string_pretty(&config).expect("a kubeconfig serializes"))
+}
+
 /// A client for a kubeconfig file. Installs the ring TLS provider if none is installed yet.
 pub async fn client_from_file(path: &Path) -> anyhow::Result<kube::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -133,6 +173,40 @@ fn der_to_pem(label: &str, der: &[u8]) -> String {
 mod tests {
     use super::*;
     use kube::config::Kubeconfig;
+
+    #[test]
+    fn in_a_pod_the_kubeconfig_names_the_mounted_token_and_ca() {
+        assert_eq!(
+            in_cluster_kubeconfig(None, Some("443"), Path::new("/sa")),
+            None
+        );
+        assert_eq!(
+            in_cluster_kubeconfig(Some(""), None, Path::new("/sa")),
+            None
+        );
+        let dir = tempfile::tempdir().expect("a folder");
+        std::fs::write(dir.path().join("namespace"), "coder-system\n").expect("namespace");
+        let yaml =
+            in_cluster_kubeconfig(Some("10.96.0.1"), Some("443"), dir.path()).expect("in a pod");
+        let config = Kubeconfig::from_yaml(&yaml).expect("a kubeconfig");
+        let cluster = config.clusters[0].cluster.as_ref().expect("a cluster");
+        assert_eq!(cluster.server.as_deref(), Some("https://10.96.0.1:443"));
+        assert_eq!(
+            cluster.certificate_authority.as_deref(),
+            Some(dir.path().join("ca.crt").to_str().expect("UTF-8"))
+        );
+        let user = config.auth_infos[0].auth_info.as_ref().expect("a user");
+        assert_eq!(
+            user.token_file.as_deref(),
+            Some(dir.path().join("token").to_str().expect("UTF-8"))
+        );
+        assert!(user.token.is_none(), "the token itself is not in the file");
+        let context = config.contexts[0].context.as_ref().expect("a context");
+        assert_eq!(context.namespace.as_deref(), Some("coder-system"));
+        let ipv6 =
+            in_cluster_kubeconfig(Some("fd00::1"), None, Path::new("/sa")).expect("in a pod");
+        assert!(ipv6.contains("https://[fd00::1]:443"), "{ipv6}");
+    }
 
     fn endpoint() -> ClusterEndpoint {
         ClusterEndpoint {

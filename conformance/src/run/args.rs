@@ -88,7 +88,7 @@ pub struct RunArgs {
     /// run one worker as controller-runtime does by default (one worker keeps up with 16
     /// scenarios at a time, not with 32: 14 scenarios then timed out before their first
     /// reconcile). 4 on clusters that also run the operator, the fake coderd and provisioner
-    /// pods.
+    /// pods. 1 with --control-plane, whose namespace every scenario shares (more is refused).
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Start scenarios up to `--concurrency` however busy the CPUs are.
@@ -177,6 +177,9 @@ impl RunArgs {
         let reference =
             self.operator == OperatorMode::Reference && self.started.operator_cmd.is_none();
         let default = match self.cluster {
+            // Every scenario runs in the existing control plane's namespace, where the scenarios'
+            // CRs share names: one at a time.
+            _ if self.control_plane.is_some() => 1,
             ClusterTier::Local if reference => 32,
             ClusterTier::Local => 16,
             ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,

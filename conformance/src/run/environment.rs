@@ -132,12 +132,41 @@ impl Role {
     }
 }
 
+/// Outside a pod: `None`. In a pod: a kubeconfig for its ServiceAccount, written (once per run)
+/// to a private file in the temporary folder; it names the mounted token's path, not the token.
+fn in_cluster_kubeconfig_file() -> anyhow::Result<Option<PathBuf>> {
+    let Some(yaml) = crate::cluster::kubeconfig::in_cluster_kubeconfig(
+        std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+        std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
+        Path::new(crate::cluster::kubeconfig::SERVICE_ACCOUNT_DIR),
+    ) else {
+        return Ok(None);
+    };
+    let path = std::env::temp_dir().join(format!(
+        "conformance-in-cluster-{}.kubeconfig",
+        std::process::id()
+    ));
+    crate::cluster::kubeconfig::write_private(&path, &yaml)?;
+    eprintln!(
+        "conformance: no kubeconfig; running in a pod, as its ServiceAccount ({})",
+        path.display()
+    );
+    Ok(Some(path))
+}
+
 pub(super) async fn prepare(
     args: &RunArgs,
     inputs: &crate::assets::Inputs,
     report_dir: &Path,
     role: Role,
 ) -> anyhow::Result<Prepared> {
+    if args.control_plane.is_some() && args.concurrency() > 1 {
+        bail!(
+            "--concurrency {}: with --control-plane every scenario runs in that control plane's namespace, \
+             where their CoderProvisioners share names, so they run one at a time (--concurrency 1)",
+            args.concurrency()
+        );
+    }
     let private = role != Role::Shared;
     if private && args.cluster != ClusterTier::Local {
         bail!("a private environment is made on the local tier only");
@@ -218,9 +247,14 @@ pub(super) async fn prepare(
                 .clone()
                 .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
-                .ok_or_else(|| {
-                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG)")
-                })?;
+                .filter(|path| args.kubeconfig.is_some() || path.exists());
+            let path = match path {
+                Some(path) => path,
+                // In a pod (`helm test`), with no kubeconfig: the pod's ServiceAccount.
+                None => in_cluster_kubeconfig_file()?.ok_or_else(|| {
+                    anyhow!("--cluster kubeconfig needs --kubeconfig (or $KUBECONFIG), or to run in a pod")
+                })?,
+            };
             let config = match &args.context {
                 None => load_config(&path).await?,
                 Some(context) => {
@@ -414,19 +448,22 @@ pub(super) async fn prepare(
             ),
             None => (Operator::Installed, "installed"),
         },
-        // kind and k3s run the reference operator in the cluster, from config/manager; the suite
-        // restarts it by scaling its Deployment.
-        _ if started_cluster.is_some() => {
-            let repo = repo_root()
-                .canonicalize()
-                .context("locating the repository root (config/manager)")?;
-            (
-                Operator::InCluster(crate::cluster::in_cluster::InClusterOperator::from_manager(
-                    &repo,
-                )?),
-                "in-cluster (config/manager)",
-            )
-        }
+        // kind and k3s run the reference operator in the cluster, installed with its Helm chart;
+        // the suite restarts it by scaling its Deployment.
+        _ if started_cluster.is_some() => (
+            Operator::InCluster(
+                crate::cluster::in_cluster::InClusterOperator::from_live(
+                    &client,
+                    &format!(
+                        "{}/{}",
+                        crate::cluster::kind::OPERATOR_NAMESPACE,
+                        crate::cluster::kind::HELM_RELEASE
+                    ),
+                )
+                .await?,
+            ),
+            "in-cluster (Helm chart config/helm/coder-provisioner-operator)",
+        ),
         (command, OperatorMode::Reference) => {
             let (command, mode) = match command {
                 Some(line) => (OperatorCommand::from_shell(line)?, "command"),

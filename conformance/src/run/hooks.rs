@@ -100,6 +100,14 @@ pub(super) async fn after_scenario(
             world.namespace
         );
     }
+    // The existing control plane's namespace (--control-plane) stays: what the scenario created
+    // in it goes.
+    if let Err(error) = world.delete_created_objects().await {
+        findings.push(format!(
+            "the scenario's objects in namespace {} could not be cleaned up: {error:#}",
+            world.namespace
+        ));
+    }
     // A panic is how an after-hook fails its scenario in cucumber (reported as a failed hook).
     if !findings.is_empty() {
         panic!("after the scenario: {}", findings.join("; "));

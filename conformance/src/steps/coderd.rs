@@ -458,9 +458,72 @@ async fn recorded_key_present(world: &ProvisionerWorld) -> anyhow::Result<bool> 
         .get("provisionerKeyID")
         .cloned()
         .ok_or_else(|| anyhow!("no earlier step recorded the provisioner key (\"the provisioner status records its provisioner key\")"))?;
+    if world.env.coderd.admin.is_none() {
+        // A real coderd (--coderd): its key list, asked with the control plane's operator token.
+        return real_coderd_key_present(world, &key_id).await;
+    }
     let organization = world.scenario_coderd()?.organization.clone();
     let keys = world.admin()?.keys(&organization).await?;
     Ok(keys.iter().any(|k| k.id == key_id))
+}
+
+/// Whether a real coderd still lists the key `key_id` in the organization of the scenario's
+/// provisioner (`default` when its spec names none), asked as the existing control plane's
+/// operator (the token of its `status.operatorTokenSecretRef`).
+async fn real_coderd_key_present(world: &ProvisionerWorld, key_id: &str) -> anyhow::Result<bool> {
+    let existing = world
+        .env
+        .existing_control_plane
+        .as_ref()
+        .ok_or_else(|| anyhow!("no fake coderd and no existing control plane"))?;
+    let control_plane = world
+        .control_planes()
+        .get(&existing.name)
+        .await
+        .with_context(|| format!("reading the control plane {}", existing.name))?;
+    let reference = &control_plane.data["status"]["operatorTokenSecretRef"];
+    let (Some(secret), Some(data_key)) = (reference["name"].as_str(), reference["key"].as_str())
+    else {
+        bail!(
+            "control plane {} names no operator token Secret in its status",
+            existing.name
+        );
+    };
+    let secrets: kube::Api<Secret> = world.api();
+    let token = secrets
+        .get(secret)
+        .await
+        .with_context(|| format!("reading the operator token Secret {secret}"))?
+        .data
+        .and_then(|d| {
+            d.get(data_key)
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        })
+        .ok_or_else(|| anyhow!("Secret {secret} has no data key {data_key:?}"))?;
+    let organization = world
+        .remembered
+        .get("organizationName")
+        .cloned()
+        .unwrap_or_else(|| "default".to_owned());
+    let url = format!(
+        "{}/api/v2/organizations/{organization}/provisionerkeys",
+        world.env.coderd.runner_url
+    );
+    let response = reqwest::Client::new()
+        .get(&url)
+        .header("Coder-Session-Token", token.trim())
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        bail!("GET {url} answered {status}");
+    }
+    let keys: Vec<Value> = response
+        .json()
+        .await
+        .with_context(|| format!("the answer of GET {url}"))?;
+    Ok(keys.iter().any(|k| k["id"].as_str() == Some(key_id)))
 }
 
 #[then("the recorded provisioner key no longer exists in coderd")]

@@ -62,11 +62,29 @@ fn command_of(step: &Step) -> anyhow::Result<String> {
 /// its provisioner keys in the `default` organization as the sample does not name one.
 #[given("the tutorial's namespace \"coder\" with a Ready control plane with operator access")]
 async fn tutorial_namespace(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    if world.env.existing_control_plane.is_none() {
-        world.use_namespace("coder").await?;
+    match &world.env.existing_control_plane {
+        None => world.use_namespace("coder").await?,
+        // The tutorial's commands name the namespace and the control plane: an existing control
+        // plane (--control-plane) must be the tutorial's.
+        Some(existing)
+            if (existing.namespace.as_str(), existing.name.as_str())
+                != (TUTORIAL_NAMESPACE, TUTORIAL_CONTROL_PLANE) =>
+        {
+            bail!(
+                "the tutorial's commands name the control plane {TUTORIAL_NAMESPACE}/{TUTORIAL_CONTROL_PLANE}; \
+                 --control-plane {}/{} is another one (give the tutorial's, or leave @tutorial out of --tags)",
+                existing.namespace,
+                existing.name
+            )
+        }
+        Some(_) => {}
     }
     ready_control_plane(world, Some("default")).await
 }
+
+/// The namespace and control plane the tutorial's commands name.
+pub const TUTORIAL_NAMESPACE: &str = "coder";
+pub const TUTORIAL_CONTROL_PLANE: &str = "codercontrolplane-sample";
 
 #[given("I run:")]
 #[when("I run:")]

@@ -75,3 +75,37 @@ watched namespace because the operator watches one namespace per process. Render
 {{- end }}
 {{- toJson $deployments }}
 {{- end }}
+
+{{/*
+helm test: the control plane's namespace and name (test.controlPlane is NAMESPACE/NAME).
+*/}}
+{{- define "coder-provisioner-operator.test.controlPlaneNamespace" -}}
+{{- $parts := splitList "/" (required "test.controlPlane (NAMESPACE/NAME of a Ready CoderControlPlane) is required when test.enabled" .Values.test.controlPlane) }}
+{{- if ne (len $parts) 2 }}{{ fail "test.controlPlane must be NAMESPACE/NAME" }}{{ end }}
+{{- first $parts }}
+{{- end }}
+
+{{/*
+helm test: the name of the operator Deployment that reconciles the control plane's namespace
+(the one watching every namespace, or the one watching that namespace).
+*/}}
+{{- define "coder-provisioner-operator.test.deployment" -}}
+{{- $namespace := include "coder-provisioner-operator.test.controlPlaneNamespace" . }}
+{{- $found := "" }}
+{{- range include "coder-provisioner-operator.deployments" . | fromJsonArray }}
+{{- if and (not $found) (or (eq .namespace "") (eq .namespace $namespace)) }}
+{{- $found = .name }}
+{{- end }}
+{{- end }}
+{{- if not $found }}
+{{- fail (printf "test.controlPlane is in namespace %s, which no operator Deployment of this release watches (watchNamespaces)" $namespace) }}
+{{- end }}
+{{- $found }}
+{{- end }}
+
+{{/*
+helm test: name of the suite's ServiceAccount and RBAC objects.
+*/}}
+{{- define "coder-provisioner-operator.test.name" -}}
+{{- printf "%s-test" (include "coder-provisioner-operator.fullname" . | trunc 58 | trimSuffix "-") }}
+{{- end }}
