@@ -53,7 +53,7 @@ impl Pace {
             None => format!("pinned to {} by --pin-concurrency", self.limit),
         };
         format!(
-            "Pace:     {} scenarios in {wall:.0} s, up to {} at once ({limit}{lanes}); CPU {cpu:.0} s of {:.0} s on {cpus} cores ({:.0} % busy)",
+            "Pace:     {} scenarios in {wall:.0} s, up to {} at once ({limit}{lanes}); CPU used by the suite and the processes it started {cpu:.0} s of {:.0} s on {cpus} cores ({:.0} %)",
             self.scenarios,
             crate::world::peak_running(),
             wall * cpus as f64,
