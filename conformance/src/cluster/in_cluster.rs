@@ -1,12 +1,11 @@
 //! An operator that runs in the cluster as a Deployment: the reference operator as the kind and
-//! k3s tiers install it from `config/manager`, or a vendor's operator already installed and named
+//! k3s tiers install it with its Helm chart, or a vendor's operator already installed and named
 //! with `--operator installed --operator-deployment NAMESPACE/NAME`.
 //!
 //! The suite stops and starts it by scaling its Deployment (a real process restart: the pods are
 //! replaced), reads its pods' logs (diagnostics and the secret-leak check), and knows its identity
 //! (the Deployment's ServiceAccount).
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -15,10 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 use serde_json::{Value, json};
 
-use super::kind::{
-    MANAGER_DIR, POLL, deployment_ref, kind_of, label_selector, wait_deployment_available,
-};
-use crate::manifests;
+use super::kind::{POLL, label_selector, wait_deployment_available};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InClusterOperator {
@@ -32,17 +28,6 @@ pub struct InClusterOperator {
 }
 
 impl InClusterOperator {
-    /// Read from `config/manager` (the objects the kind tier applies).
-    pub fn from_manager(repo: &Path) -> anyhow::Result<Self> {
-        let objects = manifests::read_dir(&repo.join(MANAGER_DIR))?;
-        let deployment = objects
-            .iter()
-            .find(|o| kind_of(o) == "Deployment")
-            .context("config/manager holds no Deployment")?;
-        let (namespace, name) = deployment_ref(deployment).context("a Deployment")?;
-        Self::from_spec(namespace, name, &deployment.data["spec"])
-    }
-
     /// Read from the live Deployment `namespace/name` (an operator installed by its user).
     pub async fn from_live(client: &kube::Client, reference: &str) -> anyhow::Result<Self> {
         let Some((namespace, name)) = reference.split_once('/') else {
@@ -174,19 +159,6 @@ impl InClusterOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_in_cluster_operator_is_read_from_config_manager() {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let operator = InClusterOperator::from_manager(&repo).expect("config/manager");
-        assert_eq!(operator.namespace, "coder-system");
-        assert_eq!(operator.deployment, "coder-provisioner-operator");
-        assert_eq!(operator.service_account, "coder-provisioner-operator");
-        assert_eq!(
-            operator.selector,
-            "app.kubernetes.io/component=manager,app.kubernetes.io/name=coder-provisioner-operator"
-        );
-    }
 
     #[test]
     fn a_start_restores_the_deployments_own_replicas() {

@@ -633,30 +633,6 @@ pub async fn install_operator_with_helm(
     wait_deployment_available(client, OPERATOR_NAMESPACE, HELM_RELEASE, deadline).await
 }
 
-/// The reference operator as `kubectl apply -k config/` installs it: CRDs, RBAC and
-/// `config/manager` with its image set to `image`; waits until its Deployment is available. (The
-/// tiers install it with the chart, [`install_operator_with_helm`].)
-pub async fn install_operator(
-    client: &kube::Client,
-    repo: &Path,
-    image: &str,
-    deadline: Instant,
-) -> anyhow::Result<()> {
-    manifests::install_crds(client, &repo.join(CRD_DIR))
-        .await
-        .context("installing the CRDs")?;
-    let mut objects = manifests::read_dir(&repo.join(RBAC_DIR))?;
-    objects.extend(manager_objects(repo, image)?);
-    let deployments: Vec<(String, String)> = objects.iter().filter_map(deployment_ref).collect();
-    manifests::apply_objects(client, objects, &ApplyOptions::default())
-        .await
-        .context("installing the operator")?;
-    for (namespace, name) in &deployments {
-        wait_deployment_available(client, namespace, name, deadline).await?;
-    }
-    Ok(())
-}
-
 /// The fake coderd of `config/fake-coderd` (image `image`, which the cluster must be able to
 /// run) with a fresh random admin token; usable alone, next to an operator installed by a
 /// vendor. Waits until it is available and its admin API answers through the port-forward.
@@ -788,20 +764,6 @@ pub(crate) fn kind_of(object: &DynamicObject) -> &str {
         .as_ref()
         .map(|t| t.kind.as_str())
         .unwrap_or_default()
-}
-
-/// (namespace, name) of a Deployment.
-pub(crate) fn deployment_ref(object: &DynamicObject) -> Option<(String, String)> {
-    (kind_of(object) == "Deployment").then(|| {
-        (
-            object
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
-            object.metadata.name.clone().unwrap_or_default(),
-        )
-    })
 }
 
 /// All desired replicas are available, for the current generation.
