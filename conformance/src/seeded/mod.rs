@@ -40,6 +40,7 @@ use crate::fixture_guard::is_fixture_change;
 use crate::implementation::{REFERENCE_BINARY, REFERENCE_BINARY_ENV, reference_operator_binary};
 use crate::report::model::{ConformanceReport, Status};
 
+mod catches;
 mod stack;
 use stack::Stack;
 
@@ -595,6 +596,13 @@ pub struct SeededArgs {
     /// suite once on the same operator.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub unbroken_runs: u32,
+    /// Run each variant on every scenario of its rules at once, not first on the scenarios that
+    /// caught it in the last whole run (conformance/seeded/catches.tsv).
+    #[arg(long)]
+    pub every_scenario: bool,
+    /// Record the scenarios that caught each variant in conformance/seeded/catches.tsv.
+    #[arg(long)]
+    pub write_catches: bool,
     /// Multiplies every wait deadline of the suite (slow machines).
     #[arg(long)]
     pub timeout_scale: Option<f64>,
@@ -640,6 +648,9 @@ struct PlannedRun {
     tags: String,
     /// `run --name`: a stack's member re-run alone on the scenarios the stack failed.
     name: Option<String>,
+    /// `name` holds the scenarios that caught the variant last time ([`catches`]): when they do
+    /// not catch it now, it runs again on all its scenarios.
+    recorded_catches: bool,
     /// `run --fail-fast`: a seeded variant's run ends at its first failure, which mostly
     /// catches it; one that failed elsewhere first runs again in full ([`needs_full_run`]).
     fail_fast: bool,
@@ -1313,14 +1324,36 @@ async fn try_run_suite(
     Ok(outcome_of(&ConformanceReport::from_yaml(&text)?))
 }
 
-/// A run stopped at its first failure that did not catch its variant: the failure was on
-/// other rules, so only the whole selection can tell whether a later scenario catches it.
-fn needs_full_run(run: &PlannedRun, outcome: &RunOutcome) -> bool {
-    let (true, Some(variant)) = (run.fail_fast, &run.variant) else {
-        return false;
-    };
-    matches!(outcome, RunOutcome::Report { failed, aborted: None, .. } if !failed.is_empty())
-        && matches!(verdict(variant, outcome), Verdict::Missed { .. })
+/// The run to try after `run` when it did not catch its variant, and why: the scenarios that
+/// caught it last time did not, so all its scenarios run (still stopping at the first failure);
+/// or a run stopped at its first failure, which was on other rules, so only the whole selection
+/// can tell whether a later scenario catches it.
+fn next_attempt(run: &PlannedRun, outcome: &RunOutcome) -> Option<(PlannedRun, &'static str)> {
+    let variant = run.variant.as_ref()?;
+    let verdict = verdict(variant, outcome);
+    if run.recorded_catches && !matches!(verdict, Verdict::Caught(_)) {
+        let all = PlannedRun {
+            name: None,
+            recorded_catches: false,
+            ..run.clone()
+        };
+        return Some((
+            all,
+            "was not caught by the scenarios that caught it last time; running all its scenarios",
+        ));
+    }
+    let failed_elsewhere =
+        matches!(outcome, RunOutcome::Report { failed, aborted: None, .. } if !failed.is_empty());
+    (run.fail_fast && failed_elsewhere && matches!(verdict, Verdict::Missed { .. })).then(|| {
+        let full = PlannedRun {
+            fail_fast: false,
+            ..run.clone()
+        };
+        (
+            full,
+            "failed first on other rules; running all its scenarios",
+        )
+    })
 }
 
 /// `word` as one word of a `sh -c` line.
@@ -1491,6 +1524,32 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         expressions.dedup();
         expressions.join(" or ")
     };
+    let recorded = if args.every_scenario || !args.patches.is_empty() {
+        catches::Catches::new()
+    } else {
+        catches::recorded()
+    };
+    let recorded_for = |variant: &Variant| {
+        let caught_before = !variant.is_legal() && variant.breakage != Breakage::ControlPlaneWriter;
+        caught_before
+            .then(|| recorded.get(&variant.name))
+            .flatten()
+            .map(|names| Stack::name_regex(names.iter().map(String::as_str)))
+    };
+    // Where every variant has a record, the unbroken operator runs on the recorded scenarios;
+    // it runs again on any other scenario that catches a variant (see unbacked_catches).
+    let unbroken_names = seeded
+        .iter()
+        .all(|v| v.breakage == Breakage::ControlPlaneWriter || recorded_for(v).is_some())
+        .then(|| {
+            Stack::name_regex(
+                seeded
+                    .iter()
+                    .filter_map(|v| recorded.get(&v.name))
+                    .flatten()
+                    .map(String::as_str),
+            )
+        });
     let reports = out_dir.join("reports");
     let mut runs: Vec<PlannedRun> = (1..=unbroken_runs)
         .map(|round| PlannedRun {
@@ -1498,18 +1557,21 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             round,
             read_only: false,
             tags: union.clone(),
-            name: None,
+            name: unbroken_names.clone(),
+            recorded_catches: false,
             fail_fast: false,
             report_dir: reports.join(format!("unbroken-operator-{round}")),
         })
         .collect();
     for variant in &runnable {
+        let name = recorded_for(variant);
         let run = PlannedRun {
             variant: Some(variant.clone()),
             round: 1,
             read_only: false,
             tags: variant.tag_expression(),
-            name: None,
+            recorded_catches: name.is_some(),
+            name,
             fail_fast: !variant.is_legal() && variant.breakage != Breakage::ControlPlaneWriter,
             report_dir: reports.join(&variant.name),
         };
@@ -1518,6 +1580,8 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             runs.push(PlannedRun {
                 read_only: true,
                 fail_fast: false,
+                name: None,
+                recorded_catches: false,
                 report_dir: reports.join(format!("{}-read-only", variant.name)),
                 ..run
             });
@@ -1560,6 +1624,46 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         }
     }
     verdicts.extend(runner.members_alone(failed_stacks).await);
+    let mut results = results;
+    if unbroken_names.is_some() && unbroken_runs > 0 {
+        let unbacked = unbacked_catches(&verdicts, &results);
+        if !unbacked.is_empty() {
+            eprintln!(
+                "seeded-bugs: {} scenario(s) caught a variant outside the unbroken operator's run; it runs on them too",
+                unbacked.len()
+            );
+            let run = PlannedRun {
+                variant: None,
+                round: unbroken_runs + 1,
+                read_only: false,
+                tags: union.clone(),
+                name: Some(Stack::name_regex(unbacked.iter().map(String::as_str))),
+                recorded_catches: false,
+                fail_fast: false,
+                report_dir: reports.join("unbroken-operator-other-catches"),
+            };
+            results.extend(runner.build_and_run(&[], vec![run]).await);
+        }
+    }
+    if args.write_catches {
+        let caught: catches::Catches = verdicts
+            .iter()
+            .filter_map(|(variant, verdict)| match verdict {
+                Verdict::Caught(scenarios) if variant.origin.starts_with(PATCH_DIR) => Some((
+                    variant.name.clone(),
+                    scenarios.iter().map(|s| s.name.clone()).collect(),
+                )),
+                _ => None,
+            })
+            .collect();
+        let known: Vec<&str> = self::variants().iter().map(|v| v.name.as_str()).collect();
+        catches::write(&repo, &caught, &known)?;
+        eprintln!(
+            "seeded-bugs: recorded the catches of {} variant(s) in {}",
+            caught.len(),
+            catches::FILE
+        );
+    }
     let position = |name: &str| {
         variants
             .iter()
@@ -1682,12 +1786,26 @@ impl Runner<'_> {
                 .as_ref()
                 .and_then(|v| variants.iter().position(|known| known.name == v.name))
         };
+        // A variant's binary (about 70 MB) is removed after its last run: a hundred of them
+        // would fill the disk of a CI machine (`--only NAME` builds one again).
+        let runs_left: Vec<std::sync::atomic::AtomicUsize> = (0..variants.len())
+            .map(|index| {
+                let of_variant = runs
+                    .iter()
+                    .filter(|run| position(run) == Some(index))
+                    .count();
+                std::sync::atomic::AtomicUsize::new(of_variant)
+            })
+            .collect();
+        let runs_left = &runs_left;
         let total = runs.len();
         let mut finished = 0;
         let running = &std::sync::atomic::AtomicUsize::new(0);
         let suites = futures::stream::iter(runs)
             .map(|run| {
-                let built = position(&run).map(|index| prepared[index].clone());
+                let index = position(&run);
+                let built = index.map(|index| prepared[index].clone());
+                let binary = built.clone();
                 async move {
                     let ready = match built {
                         None => Ok(self.reference.clone()),
@@ -1704,32 +1822,33 @@ impl Runner<'_> {
                     let clock = Instant::now();
                     let outcome = match ready {
                         Ok(prepared) => {
-                            let outcome = run_suite(
-                                self.args,
-                                self.suite_bin,
-                                self.features,
-                                &run,
-                                &prepared,
-                            )
-                            .await;
-                            if needs_full_run(&run, &outcome) {
-                                eprintln!(
-                                    "seeded-bugs: {} failed first on other rules; running all its scenarios",
-                                    run.label()
-                                );
-                                let full = PlannedRun {
-                                    fail_fast: false,
-                                    ..run.clone()
-                                };
-                                run_suite(self.args, self.suite_bin, self.features, &full, &prepared)
-                                    .await
-                            } else {
-                                outcome
+                            let mut attempt = run.clone();
+                            loop {
+                                let outcome = run_suite(
+                                    self.args,
+                                    self.suite_bin,
+                                    self.features,
+                                    &attempt,
+                                    &prepared,
+                                )
+                                .await;
+                                match next_attempt(&attempt, &outcome) {
+                                    Some((next, why)) => {
+                                        eprintln!("seeded-bugs: {} {why}", run.label());
+                                        attempt = next;
+                                    }
+                                    None => break outcome,
+                                }
                             }
                         }
                         Err(why) => RunOutcome::Error(why),
                     };
                     running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    if let (Some(index), Some(binary)) = (index, binary)
+                        && runs_left[index].fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1
+                    {
+                        self.remove_variant_binary(binary).await;
+                    }
                     (run, outcome, clock.elapsed())
                 }
             })
@@ -1748,6 +1867,20 @@ impl Runner<'_> {
         let ((), mut results) = futures::join!(builds, suites);
         results.sort_by_key(|(run, _)| (position(run), run.round, run.read_only));
         results
+    }
+
+    /// Removes a variant's own operator binary (not the reference's, which variants that change
+    /// only manifests run).
+    async fn remove_variant_binary(&self, built: PreparedFuture) {
+        if let Ok(prepared) = built.await
+            && prepared.operator.starts_with(self.out_dir.join("variants"))
+            && let Err(error) = std::fs::remove_file(&prepared.operator)
+        {
+            eprintln!(
+                "seeded-bugs: could not remove {}: {error}",
+                prepared.operator.display()
+            );
+        }
     }
 
     /// Each member of each failed stack, alone on the scenarios its stack failed (all of the
@@ -1788,6 +1921,7 @@ impl Runner<'_> {
                     read_only: false,
                     tags: member.tag_expression(),
                     name: name.clone(),
+                    recorded_catches: false,
                     fail_fast: false,
                     report_dir: self
                         .out_dir
@@ -1829,6 +1963,31 @@ impl Runner<'_> {
         }
         verdicts
     }
+}
+
+/// The names of the scenarios that caught a variant but that no run of the unbroken operator
+/// passed (it ran on other scenarios): without its pass there, the catch proves nothing.
+fn unbacked_catches(
+    verdicts: &[(Variant, Verdict)],
+    results: &[(PlannedRun, RunOutcome)],
+) -> std::collections::BTreeSet<String> {
+    let backed: std::collections::BTreeSet<&str> = results
+        .iter()
+        .filter(|(run, _)| run.variant.is_none())
+        .flat_map(|(_, outcome)| match outcome {
+            RunOutcome::Report { passed, .. } => passed.iter().map(|s| s.name.as_str()).collect(),
+            RunOutcome::Error(_) => Vec::new(),
+        })
+        .collect();
+    verdicts
+        .iter()
+        .flat_map(|(_, verdict)| match verdict {
+            Verdict::Caught(scenarios) => scenarios.as_slice(),
+            _ => &[],
+        })
+        .filter(|s| !backed.contains(s.name.as_str()))
+        .map(|s| s.name.clone())
+        .collect()
 }
 
 /// Suite runs that start however busy the CPUs are.
