@@ -18,16 +18,25 @@ pub const FILE: &str = "conformance/seeded/catches.tsv";
 const RECORDED: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/seeded/catches.tsv"));
 
 const HEADER: &str = "\
-# The scenarios that caught each variant of conformance/seeded in the last whole run, written by
-# `conformance seeded-bugs --write-catches`: `variant<TAB>scenario name`. seeded-bugs runs a variant
-# on these first and on all its scenarios only when they no longer catch it.
+# The scenarios that caught each variant of conformance/seeded in the last whole run, and how long
+# its run took, written by `conformance seeded-bugs --write-catches`: `variant<TAB>seconds<TAB>scenario
+# name`. seeded-bugs runs a variant on these first (the longest runs start first) and on all its
+# scenarios only when they no longer catch it.
 ";
 
 /// At most this many scenarios are recorded per variant: one is enough to catch it.
 const PER_VARIANT: usize = 2;
 
-/// variant name → scenario names.
-pub type Catches = BTreeMap<String, Vec<String>>;
+/// What caught one variant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Catch {
+    /// Its run's wall time (the order in which variants start).
+    pub seconds: u64,
+    pub scenarios: Vec<String>,
+}
+
+/// variant name → its catch.
+pub type Catches = BTreeMap<String, Catch>;
 
 /// The recorded catches built into this binary.
 pub fn recorded() -> Catches {
@@ -40,40 +49,43 @@ pub fn parse(text: &str) -> Catches {
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
     {
-        if let Some((variant, scenario)) = line.split_once('\t') {
-            catches
-                .entry(variant.to_owned())
-                .or_default()
-                .push(scenario.to_owned());
-        }
+        let mut columns = line.splitn(3, '\t');
+        let (Some(variant), Some(seconds), Some(scenario)) =
+            (columns.next(), columns.next(), columns.next())
+        else {
+            continue;
+        };
+        let catch = catches.entry(variant.to_owned()).or_default();
+        catch.seconds = seconds.parse().unwrap_or_default();
+        catch.scenarios.push(scenario.to_owned());
     }
     catches
 }
 
 pub fn render(catches: &Catches) -> String {
     let mut text = HEADER.to_owned();
-    for (variant, scenarios) in catches {
-        for scenario in scenarios {
-            text.push_str(&format!("{variant}\t{scenario}\n"));
+    for (variant, catch) in catches {
+        for scenario in &catch.scenarios {
+            text.push_str(&format!("{variant}\t{}\t{scenario}\n", catch.seconds));
         }
     }
     text
 }
 
-/// Records this run's catches (`caught`: variant → the scenarios that caught it) in the file
-/// under `repo`, keeping the record of the variants this run did not catch or did not run, and
-/// dropping those of variants that no longer exist (`known`).
+/// Records this run's catches in the file under `repo`, keeping the record of the variants this
+/// run did not catch or did not run, and dropping those of variants that no longer exist
+/// (`known`).
 pub fn write(repo: &Path, caught: &Catches, known: &[&str]) -> anyhow::Result<()> {
     let path = repo.join(FILE);
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     let mut catches = parse(&old);
     catches.retain(|variant, _| known.contains(&variant.as_str()));
-    for (variant, scenarios) in caught {
-        let mut names = scenarios.clone();
-        names.sort();
-        names.dedup();
-        names.truncate(PER_VARIANT);
-        catches.insert(variant.clone(), names);
+    for (variant, catch) in caught {
+        let mut catch = catch.clone();
+        catch.scenarios.sort();
+        catch.scenarios.dedup();
+        catch.scenarios.truncate(PER_VARIANT);
+        catches.insert(variant.clone(), catch);
     }
     std::fs::write(&path, render(&catches)).with_context(|| format!("writing {}", path.display()))
 }
@@ -84,12 +96,13 @@ mod tests {
 
     #[test]
     fn a_rendered_record_reads_back() {
+        let catch = |seconds, names: &[&str]| Catch {
+            seconds,
+            scenarios: names.iter().map(|n| n.to_string()).collect(),
+        };
         let mut catches = Catches::new();
-        catches.insert(
-            "a-variant".into(),
-            vec!["One scenario".into(), "Two".into()],
-        );
-        catches.insert("b".into(), vec!["Three: with a colon".into()]);
+        catches.insert("a-variant".into(), catch(12, &["One scenario", "Two"]));
+        catches.insert("b".into(), catch(0, &["Three:\twith a tab"]));
         assert_eq!(parse(&render(&catches)), catches);
     }
 
@@ -114,7 +127,13 @@ mod tests {
                 regex::Regex::new(&format!("^{rows}$")).unwrap()
             })
             .collect();
-        for (variant, names) in recorded() {
+        for (
+            variant,
+            Catch {
+                scenarios: names, ..
+            },
+        ) in recorded()
+        {
             assert!(
                 variants.contains(&variant),
                 "{FILE} names {variant}, which is no built-in variant"

@@ -25,7 +25,7 @@
 //!
 //! A *legal* variant (`conformance/legal/`, `# permits:`) is the mirror: a change the contract
 //! permits, which must pass every scenario it runs. Legal variants run in [`stack`]s.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -584,8 +584,9 @@ pub struct SeededArgs {
     #[arg(long)]
     pub alone: bool,
     /// Suite runs at the same time, at most; each starts its own local control plane. Past
-    /// two, a run starts only while the CPUs have room (below 90 % busy).
-    #[arg(long, default_value_t = 5)]
+    /// two, a run starts only while the CPUs have room (below 90 % busy): most runs wait out
+    /// observation windows.
+    #[arg(long, default_value_t = 8)]
     pub jobs: usize,
     /// Scenarios at the same time within one suite run (the unbroken operator's runs, of every
     /// variant's scenarios, are the longest).
@@ -1505,8 +1506,9 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         features: &features,
         reference: &reference,
         out_dir: &out_dir,
+        took: Default::default(),
     };
-    let runnable: Vec<Variant> = stacks.iter().map(|s| s.combined.clone()).collect();
+    let mut runnable: Vec<Variant> = stacks.iter().map(|s| s.combined.clone()).collect();
 
     // The unbroken operator backs the catches: legal variants need no such run.
     let seeded: Vec<&Variant> = runnable.iter().filter(|v| !v.is_legal()).collect();
@@ -1534,7 +1536,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         caught_before
             .then(|| recorded.get(&variant.name))
             .flatten()
-            .map(|names| Stack::name_regex(names.iter().map(String::as_str)))
+            .map(|catch| Stack::name_regex(catch.scenarios.iter().map(String::as_str)))
     };
     // Where every variant has a record, the unbroken operator runs on the recorded scenarios;
     // it runs again on any other scenario that catches a variant (see unbacked_catches).
@@ -1546,10 +1548,19 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
                 seeded
                     .iter()
                     .filter_map(|v| recorded.get(&v.name))
-                    .flatten()
+                    .flat_map(|catch| &catch.scenarios)
                     .map(String::as_str),
             )
         });
+    // The longest runs first, so that they do not end the stage alone; a variant without a
+    // record first of all (it runs every scenario of its rules).
+    runnable.sort_by_key(|v| {
+        std::cmp::Reverse(
+            recorded
+                .get(&v.name)
+                .map_or(u64::MAX, |catch| catch.seconds),
+        )
+    });
     let reports = out_dir.join("reports");
     let mut runs: Vec<PlannedRun> = (1..=unbroken_runs)
         .map(|round| PlannedRun {
@@ -1646,12 +1657,16 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.write_catches {
+        let took = runner.took.lock().expect("not poisoned");
         let caught: catches::Catches = verdicts
             .iter()
             .filter_map(|(variant, verdict)| match verdict {
                 Verdict::Caught(scenarios) if variant.origin.starts_with(PATCH_DIR) => Some((
                     variant.name.clone(),
-                    scenarios.iter().map(|s| s.name.clone()).collect(),
+                    catches::Catch {
+                        seconds: took.get(&variant.name).copied().unwrap_or_default(),
+                        scenarios: scenarios.iter().map(|s| s.name.clone()).collect(),
+                    },
                 )),
                 _ => None,
             })
@@ -1740,6 +1755,8 @@ struct Runner<'a> {
     features: &'a Path,
     reference: &'a Prepared,
     out_dir: &'a Path,
+    /// Each variant's wall time, all its attempts together, in seconds.
+    took: std::sync::Mutex<BTreeMap<String, u64>>,
 }
 
 impl Runner<'_> {
@@ -1855,6 +1872,10 @@ impl Runner<'_> {
             .buffer_unordered(self.args.jobs.max(1))
             .map(|(run, outcome, took)| {
                 finished += 1;
+                if let (Some(variant), false) = (&run.variant, run.read_only) {
+                    let mut all = self.took.lock().expect("not poisoned");
+                    all.insert(variant.name.clone(), took.as_secs());
+                }
                 eprintln!(
                     "seeded-bugs: [{finished}/{total}] {} finished in {}s: {}",
                     run.label(),
