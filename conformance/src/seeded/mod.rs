@@ -653,7 +653,7 @@ struct PlannedRun {
     /// not catch it now, it runs again on all its scenarios.
     recorded_catches: bool,
     /// `run --fail-fast`: a seeded variant's run ends at its first failure, which mostly
-    /// catches it; one that failed elsewhere first runs again in full ([`needs_full_run`]).
+    /// catches it; one that failed elsewhere first runs again in full ([`next_attempt`]).
     fail_fast: bool,
     report_dir: PathBuf,
 }
@@ -1259,6 +1259,20 @@ async fn try_run_suite(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut command = tokio::process::Command::new(suite_bin);
+    if run.variant.is_some() {
+        // The variant builds, one after another, pace the stage: the variants' runs, which
+        // mostly wait out observation windows, yield the CPU to them. The unbroken operator's
+        // runs, whose passes back every catch, keep their priority.
+        // SAFETY: the closure runs between fork and exec and only calls nice(2), which is
+        // async-signal-safe; it allocates nothing and touches no locks.
+        unsafe {
+            command.pre_exec(|| {
+                // A hint: where the niceness cannot change, the run goes on as it is.
+                libc::nice(VARIANT_RUN_NICENESS);
+                Ok(())
+            });
+        }
+    }
     command.arg("run").args(["--cluster", "local"]);
     if !run.tags.is_empty() {
         command.args(["--tags", &run.tags]);
@@ -2011,6 +2025,9 @@ fn unbacked_catches(
         .collect()
 }
 
+/// The niceness of a variant's suite run and everything it starts (nice(2): 0 is the default).
+const VARIANT_RUN_NICENESS: libc::c_int = 5;
+
 /// Suite runs that start however busy the CPUs are.
 const RUNS_ALWAYS_STARTED: usize = 2;
 
@@ -2231,6 +2248,69 @@ mod tests {
             Verdict::Error(_) => "error",
         };
         assert_eq!(got, expected);
+    }
+
+    fn planned(variant: Variant, recorded_catches: bool) -> PlannedRun {
+        PlannedRun {
+            variant: Some(variant),
+            round: 1,
+            read_only: false,
+            tags: "@R-KEY-4".into(),
+            name: recorded_catches.then(|| "^(s2)$".into()),
+            recorded_catches,
+            fail_fast: true,
+            report_dir: PathBuf::from("r"),
+        }
+    }
+
+    /// A variant its recorded scenarios no longer catch runs on all its scenarios, still
+    /// stopping at the first failure; one stopped at a failure on other rules runs in full; a
+    /// catch ends it.
+    #[rstest]
+    #[case::recorded_and_caught(true, report(&[1], &[2], &[]), None)]
+    #[case::recorded_and_passed(true, report(&[1], &[], &[]), Some((None, true)))]
+    #[case::recorded_and_nothing_selected(true, report(&[], &[], &[]), Some((None, true)))]
+    #[case::recorded_and_failed_elsewhere(true, RunOutcome::Report { passed: vec![], failed: vec![elsewhere(2)], skipped: vec![], aborted: None }, Some((None, true)))]
+    #[case::all_and_caught(false, report(&[1], &[2], &[]), None)]
+    #[case::all_and_failed_elsewhere(false, RunOutcome::Report { passed: vec![], failed: vec![elsewhere(2)], skipped: vec![], aborted: None }, Some((None, false)))]
+    #[case::all_and_passed(false, report(&[1], &[], &[]), None)]
+    fn the_next_attempt(
+        #[case] recorded_catches: bool,
+        #[case] outcome: RunOutcome,
+        #[case] expected: Option<(Option<String>, bool)>,
+    ) {
+        let run = planned(breaking("R-KEY-4"), recorded_catches);
+        let next = next_attempt(&run, &outcome).map(|(next, _)| (next.name, next.fail_fast));
+        assert_eq!(next, expected);
+    }
+
+    /// A catch on a scenario no run of the unbroken operator passed needs that run.
+    #[test]
+    fn catches_outside_the_unbroken_operators_runs_are_unbacked() {
+        let unbroken = PlannedRun {
+            variant: None,
+            ..planned(breaking("R-KEY-4"), false)
+        };
+        let results = vec![(unbroken, report(&[1, 2], &[], &[]))];
+        let verdicts = vec![
+            (
+                breaking("R-KEY-4"),
+                Verdict::Caught(vec![scenario(2), scenario(3)]),
+            ),
+            (
+                breaking("R-KEY-4"),
+                Verdict::Missed {
+                    passed: 1,
+                    failed: vec![scenario(4)],
+                    skipped: 0,
+                },
+            ),
+        ];
+        let unbacked = unbacked_catches(&verdicts, &results);
+        assert_eq!(
+            unbacked.into_iter().collect::<Vec<_>>(),
+            vec!["s3".to_owned()]
+        );
     }
 
     /// Only the failures blamed on a rule the variant breaks catch it.
