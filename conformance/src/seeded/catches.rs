@@ -94,6 +94,8 @@ pub fn write(repo: &Path, caught: &Catches, known: &[&str]) -> anyhow::Result<()
 mod tests {
     use super::*;
 
+    const UPDATE: &str = "rename or remove its lines, or run `cargo run -p conformance -- seeded-bugs --write-catches`";
+
     #[test]
     fn a_rendered_record_reads_back() {
         let catch = |seconds, names: &[&str]| Catch {
@@ -136,12 +138,12 @@ mod tests {
         {
             assert!(
                 variants.contains(&variant),
-                "{FILE} names {variant}, which is no built-in variant"
+                "{FILE} names {variant}, which is no built-in variant: {UPDATE}"
             );
             for name in names {
                 assert!(
                     scenarios.iter().any(|s| s.is_match(&name)),
-                    "{FILE}: {variant} was caught by \"{name}\", which no feature has now"
+                    "{FILE}: {variant} was caught by \"{name}\", which no feature has now: {UPDATE}"
                 );
             }
         }

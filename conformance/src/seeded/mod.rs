@@ -1259,20 +1259,6 @@ async fn try_run_suite(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut command = tokio::process::Command::new(suite_bin);
-    if run.variant.is_some() {
-        // The variant builds, one after another, pace the stage: the variants' runs, which
-        // mostly wait out observation windows, yield the CPU to them. The unbroken operator's
-        // runs, whose passes back every catch, keep their priority.
-        // SAFETY: the closure runs between fork and exec and only calls nice(2), which is
-        // async-signal-safe; it allocates nothing and touches no locks.
-        unsafe {
-            command.pre_exec(|| {
-                // A hint: where the niceness cannot change, the run goes on as it is.
-                libc::nice(VARIANT_RUN_NICENESS);
-                Ok(())
-            });
-        }
-    }
     command.arg("run").args(["--cluster", "local"]);
     if !run.tags.is_empty() {
         command.args(["--tags", &run.tags]);
@@ -2024,9 +2010,6 @@ fn unbacked_catches(
         .map(|s| s.name.clone())
         .collect()
 }
-
-/// The niceness of a variant's suite run and everything it starts (nice(2): 0 is the default).
-const VARIANT_RUN_NICENESS: libc::c_int = 5;
 
 /// Suite runs that start however busy the CPUs are.
 const RUNS_ALWAYS_STARTED: usize = 2;
