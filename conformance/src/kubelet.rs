@@ -8,7 +8,7 @@
 //! stuck in `CreateContainerConfigError` would. The report must say readiness was simulated.
 //!
 //! It refuses to start on a cluster that has Nodes or lacks the marker ConfigMap written by
-//! [`LocalControlPlane`](crate::cluster::local::LocalControlPlane): on a real cluster the real
+//! [`LocalControlPlane`]: on a real cluster the real
 //! controllers own Deployment status.
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -67,8 +67,8 @@ fn busy() -> Option<f64> {
         .map(|b| f64::from(b.load(Ordering::Relaxed)) / 1000.0)
 }
 
-/// Waits while the CPUs are busier than [`BUSY`] and `running()` (at least `floor`, which always
-/// start: a saturated machine still makes progress) already run, for at most [`LONGEST_WAIT`].
+/// Waits while the CPUs are busier than `BUSY` and `running()` (at least `floor`, which always
+/// start: a saturated machine still makes progress) already run, for at most `LONGEST_WAIT`.
 pub async fn room_for_another(running: impl Fn() -> usize, floor: usize) {
     let started = tokio::time::Instant::now();
     let mut held = false;

@@ -160,7 +160,7 @@ const TIMED_RETRIES_STEP: &str = "spaced by a backoff doubling";
 
 /// The isolation lint: a scenario whose fault holds coderd's answers for
 /// [`STARVING_DELAY_SECONDS`] or longer runs `@serial`, alone, so that its delay can only cost
-/// its own verdict; so does one that times the operator's retries ([`TIMED_RETRIES_STEP`]),
+/// its own verdict; so does one that times the operator's retries (`TIMED_RETRIES_STEP`),
 /// which other scenarios' passes queued before them on a shared operator would delay.
 pub fn isolation_problems(features: &[Feature]) -> Vec<String> {
     let mut problems = Vec::new();

@@ -199,7 +199,7 @@ pub enum Gate {
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static PEAK_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// One scenario counted in [`RUNNING`] while it lives.
+/// One scenario counted in `RUNNING` while it lives.
 pub struct Running(());
 
 impl Running {

@@ -241,7 +241,7 @@ fn prompt(world: &ProvisionerWorld) -> Duration {
     world.timeouts().eventually / 3
 }
 
-/// The oracle for one settled CR, polled until it holds or [`prompt`] passes; a CR that stops
+/// The oracle for one settled CR, polled until it holds or `prompt` passes; a CR that stops
 /// being settled meanwhile (the operator is still at work) is not judged.
 pub async fn settled_findings(world: &ProvisionerWorld, name: &str) -> anyhow::Result<Vec<String>> {
     let deadline = tokio::time::Instant::now() + prompt(world);

@@ -24,7 +24,7 @@
 //! `--control-plane-access read-only` must pass every selected scenario.
 //!
 //! A *legal* variant (`conformance/legal/`, `# permits:`) is the mirror: a change the contract
-//! permits, which must pass every scenario it runs. Legal variants run in [`stack`]s.
+//! permits, which must pass every scenario it runs. Legal variants run in stacks (`stack`).
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -75,7 +75,7 @@ async fn apply_sample(
     Ok(())
 }
 
-/// The annotation the background writer of [`keep_annotating`] rewrites: its value is the
+/// The annotation the background writer of `keep_annotating` rewrites: its value is the
 /// number of writes before the current one (0, 1, 2, …).
 pub const WRITER_ANNOTATION: &str = "conformance.coder.com/writer";
 
