@@ -138,13 +138,7 @@ pub fn scenarios(features: &[gherkin::Feature]) -> Vec<TaggedScenario> {
     let mut out = Vec::new();
     for feature in features {
         let file = feature_file(feature);
-        let all = feature.scenarios.iter().map(|s| (None, s)).chain(
-            feature
-                .rules
-                .iter()
-                .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
-        );
-        for (rule, scenario) in all {
+        for (rule, scenario) in crate::features::scenarios_with_rules(feature) {
             out.push(TaggedScenario {
                 feature: file.clone(),
                 line: scenario.position.line,

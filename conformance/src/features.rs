@@ -8,6 +8,19 @@ use cucumber::gherkin;
 use crate::report::model::{self, FeatureFile};
 
 /// A scenario's tags with its feature's and rule's, as cucumber evaluates them.
+/// A feature's scenarios, each with the Rule it sits in: the feature's own first, then each
+/// Rule's.
+pub(crate) fn scenarios_with_rules(
+    feature: &gherkin::Feature,
+) -> impl Iterator<Item = (Option<&gherkin::Rule>, &gherkin::Scenario)> {
+    feature.scenarios.iter().map(|s| (None, s)).chain(
+        feature
+            .rules
+            .iter()
+            .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
+    )
+}
+
 pub(crate) fn all_tags(
     feature: &gherkin::Feature,
     rule: Option<&gherkin::Rule>,

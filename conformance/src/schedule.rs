@@ -165,22 +165,9 @@ const TIMED_RETRIES_STEP: &str = "spaced by a backoff doubling";
 pub fn isolation_problems(features: &[Feature]) -> Vec<String> {
     let mut problems = Vec::new();
     for feature in features {
-        let scenarios = feature
-            .scenarios
-            .iter()
-            .map(|s| (Vec::<String>::new(), s))
-            .chain(
-                feature
-                    .rules
-                    .iter()
-                    .flat_map(|r| r.scenarios.iter().map(move |s| (r.tags.clone(), s))),
-            );
-        for (rule_tags, scenario) in scenarios {
-            let serial = feature
-                .tags
+        for (rule, scenario) in crate::features::scenarios_with_rules(feature) {
+            let serial = crate::features::all_tags(feature, rule, scenario)
                 .iter()
-                .chain(&rule_tags)
-                .chain(&scenario.tags)
                 .any(|t| t == "serial");
             let longest = scenario
                 .steps

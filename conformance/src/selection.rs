@@ -92,13 +92,7 @@ impl Selection {
 pub(crate) fn list(features: &[gherkin::Feature], selection: &Selection) {
     for feature in features {
         let file = feature_file(feature);
-        let scenarios = feature.scenarios.iter().map(|s| (None, s)).chain(
-            feature
-                .rules
-                .iter()
-                .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
-        );
-        for (rule, scenario) in scenarios {
+        for (rule, scenario) in crate::features::scenarios_with_rules(feature) {
             let tags = all_tags(feature, rule, scenario);
             let tag_text = tags
                 .iter()

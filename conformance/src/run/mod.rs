@@ -376,13 +376,7 @@ fn is_serial(tags: &[String]) -> bool {
 fn selected_scenarios(features: &[gherkin::Feature], selection: &Selection) -> (usize, usize) {
     let (mut serial, mut selected) = (0, 0);
     for feature in features {
-        let scenarios = feature.scenarios.iter().map(|s| (None, s)).chain(
-            feature
-                .rules
-                .iter()
-                .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
-        );
-        for (rule, scenario) in scenarios {
+        for (rule, scenario) in crate::features::scenarios_with_rules(feature) {
             let tags = all_tags(feature, rule, scenario);
             if selection.skip_reason(&tags, &scenario.name).is_some() {
                 continue;
