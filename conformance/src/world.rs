@@ -328,6 +328,8 @@ pub struct ProvisionerWorld {
     pub remembered: BTreeMap<String, String>,
     /// Journal length at the start of the latest `When` step ("since the last action").
     pub action_mark: Option<usize>,
+    /// The scenario CR as the latest action found it (see [`ActionBaseline`]).
+    action_baseline: Option<ActionBaseline>,
     /// End of the observation window opened after the latest action (see
     /// [`ProvisionerWorld::observation_window`]).
     window_end: Option<tokio::time::Instant>,
@@ -516,8 +518,12 @@ impl SettleWatch {
             (Some(_), Some(_)) => world.journal().await?.len(),
             _ => 0,
         };
-        let status = cr.get("status").map(Value::to_string).unwrap_or_default();
-        let current = observed_current_generation(cr);
+        let status = status_text(cr);
+        let current = observed_current_generation(cr)
+            && world
+                .action_baseline
+                .as_ref()
+                .is_none_or(|before| before.answered_by(cr, &status, requests));
         let mut last = self
             .last
             .lock()
@@ -545,6 +551,31 @@ impl SettleWatch {
         }
         Ok(())
     }
+}
+
+/// The scenario CR and its coderd requests when an action began. An action that leaves the
+/// generation alone (a credential Secret fixed, a control plane's status changed) is answered by
+/// no `observedGeneration`: until the CR shows the operator acted since (a new generation, another
+/// status, a coderd request), an unchanged CR may only mean the operator has not come to it yet
+/// (one reconcile worker busy with other CRs), so [`SettleWatch`] does not count that time.
+struct ActionBaseline {
+    generation: Option<i64>,
+    status: String,
+    requests: usize,
+}
+
+impl ActionBaseline {
+    fn answered_by(&self, cr: &Value, status: &str, requests: usize) -> bool {
+        generation_of(cr) != self.generation || status != self.status || requests > self.requests
+    }
+}
+
+fn generation_of(cr: &Value) -> Option<i64> {
+    cr.pointer("/metadata/generation").and_then(Value::as_i64)
+}
+
+fn status_text(cr: &Value) -> String {
+    cr.get("status").map(Value::to_string).unwrap_or_default()
 }
 
 /// Whether the operator has observed the CR's current generation: in `status.observedGeneration`,
@@ -637,6 +668,7 @@ impl ProvisionerWorld {
             provisioner: SAMPLE_PROVISIONER.to_owned(),
             remembered: BTreeMap::new(),
             action_mark: None,
+            action_baseline: None,
             window_end: None,
             touched_global_coderd: false,
             operator_stopped: false,
@@ -1141,6 +1173,12 @@ impl ProvisionerWorld {
         if self.coderd.is_some() && self.env.coderd.admin.is_some() {
             self.action_mark = Some(self.journal().await?.len());
         }
+        let cr = self.provisioner_json().await?;
+        self.action_baseline = Some(ActionBaseline {
+            generation: cr.as_ref().and_then(generation_of),
+            status: cr.as_ref().map(status_text).unwrap_or_default(),
+            requests: self.action_mark.unwrap_or(0),
+        });
         Ok(())
     }
 
@@ -1501,8 +1539,38 @@ impl ProvisionerWorld {
 #[cfg(test)]
 mod tests {
     use super::{
-        expects_prompt_outcome, names_organization, observed_current_generation, waiting_for_pods,
+        ActionBaseline, expects_prompt_outcome, names_organization, observed_current_generation,
+        status_text, waiting_for_pods,
     };
+
+    #[test]
+    fn an_unchanged_cr_after_an_action_that_kept_its_generation_is_not_yet_answered() {
+        let cr = |generation: i64, reason: &str| {
+            serde_json::json!({"metadata": {"generation": generation}, "status": {"conditions": [
+                {"type": "CredentialsReady", "status": "False", "reason": reason}]}})
+        };
+        let before = cr(3, "CredentialDestinationMissing");
+        let baseline = ActionBaseline {
+            generation: Some(3),
+            status: status_text(&before),
+            requests: 7,
+        };
+        let answered =
+            |cr: &serde_json::Value, requests| baseline.answered_by(cr, &status_text(cr), requests);
+        assert!(
+            !answered(&before, 7),
+            "a Secret fixed, the operator not come to it yet"
+        );
+        assert!(
+            answered(&cr(4, "CredentialDestinationMissing"), 7),
+            "a spec change"
+        );
+        assert!(
+            answered(&cr(3, "CredentialLabelMissing"), 7),
+            "a pass wrote status"
+        );
+        assert!(answered(&before, 8), "a pass asked coderd");
+    }
 
     #[test]
     fn pods_still_starting_are_not_a_settled_operator() {

@@ -226,12 +226,13 @@ pub const BUILT_IN_LEGAL: &[(&str, &str)] = built_in!["legal":
     // are skipped for it with that reason.
     "key-id-by-listing",
     // D-13, timings inside the rules' bounds: requeues, Retry-After, the request timeout, the
-    // not-owned re-check, no periodic resync, entitlements asked every pass, one worker beside a
-    // hanging coderd.
+    // not-owned re-check, credential Secrets re-checked instead of watched, no periodic resync,
+    // entitlements asked every pass, one worker beside a hanging coderd.
     "requeue-timings-within-bounds",
     "retry-after-ignored",
     "coderd-timeout-10s",
     "not-owned-recheck-55s",
+    "credential-recheck-by-requeue-20s",
     "no-periodic-resync",
     "entitlements-asked-every-pass",
     "hanging-coderd-starves-others",
