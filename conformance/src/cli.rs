@@ -65,8 +65,9 @@ mod tests {
 
     #[rstest]
     #[case(&[], 32)]
-    #[case(&["--cluster", "kind"], 4)]
+    #[case(&["--cluster", "kind"], 16)]
     #[case(&["--cluster", "kubeconfig"], 4)]
+    #[case(&["--cluster", "k3s"], 4)]
     #[case(&["--operator-cmd", "./bin/manager"], 16)]
     #[case(&["--concurrency", "2"], 2)]
     #[case(&["--cluster", "kind", "--concurrency", "0"], 1)]
@@ -79,5 +80,17 @@ mod tests {
             panic!("not the run command");
         };
         assert_eq!(run.concurrency(), expected);
+    }
+
+    #[rstest]
+    #[case(&[], 3)]
+    #[case(&["--cluster", "kind"], 2)]
+    #[case(&["--cluster", "kind", "--private-environments", "0"], 0)]
+    fn private_environments_default_by_tier(#[case] args: &[&str], #[case] expected: usize) {
+        let argv = ["conformance", "run"].iter().chain(args).copied();
+        let Command::Run(run) = Cli::try_parse_from(argv).expect("arguments").command else {
+            panic!("not the run command");
+        };
+        assert_eq!(run.private_environments(), expected);
     }
 }

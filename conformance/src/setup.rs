@@ -94,6 +94,7 @@ pub fn timeouts(timeouts: &Timeouts, scale: Option<f64>) -> SetupTimeouts {
     SetupTimeouts {
         eventually_ms: ms(timeouts.eventually),
         hold_window_ms: ms(timeouts.hold_window),
+        hold_window_measured: None,
         interval_ms: ms(timeouts.interval),
         reach_and_hold: timeouts.reach_and_hold,
         hold_observations: timeouts.hold_observations,

@@ -92,6 +92,103 @@ impl Timeouts {
     }
 }
 
+/// Reactions measured before a real cluster's observation window follows them.
+pub const MIN_REACTIONS: usize = 10;
+/// The window per second of the operator's 90th-percentile reaction. On the local tier the
+/// window (8 s) is 17 times that percentile (0.47 s over 95 reactions, 2026-12-06, 2 cores, 16
+/// scenarios at a time), so a real cluster whose operator answers as fast gets the same window.
+pub const REACTION_FACTOR: f64 = 16.0;
+
+/// Issue 39: how long a "stays"/"no"/"exactly" observation watches after an action. Constant on
+/// the local tier. On a real cluster it follows the operator's reactions this run measured (from
+/// an action to the first condition that answers it, in scenarios D-10 holds to a prompt outcome):
+/// [`REACTION_FACTOR`] times their 90th percentile, never shorter than the local tier's window nor
+/// longer than the tier's own, which holds until [`MIN_REACTIONS`] are measured. A slow cluster
+/// keeps the long window; a window never shrinks below what the local tier watches.
+#[derive(Debug)]
+pub struct ObservationWindow {
+    floor: Duration,
+    ceiling: Duration,
+    /// `None`: the window is constant (the local tier).
+    reactions: Option<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl ObservationWindow {
+    pub fn constant(window: Duration) -> Self {
+        Self {
+            floor: window,
+            ceiling: window,
+            reactions: None,
+        }
+    }
+
+    /// Between `floor` (the local tier's window) and `ceiling` (the tier's).
+    pub fn measured(floor: Duration, ceiling: Duration) -> Self {
+        Self {
+            floor: floor.min(ceiling),
+            ceiling,
+            reactions: Some(Default::default()),
+        }
+    }
+
+    pub fn record(&self, reaction: Duration) {
+        if let Some(reactions) = &self.reactions {
+            reactions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(reaction);
+        }
+    }
+
+    /// The window for an observation starting now.
+    pub fn current(&self) -> Duration {
+        match self.percentile_90() {
+            Some(p90) => p90.mul_f64(REACTION_FACTOR).clamp(self.floor, self.ceiling),
+            None => self.ceiling,
+        }
+    }
+
+    /// The reactions' 90th percentile once [`MIN_REACTIONS`] are measured.
+    fn percentile_90(&self) -> Option<Duration> {
+        let mut reactions = self
+            .reactions
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if reactions.len() < MIN_REACTIONS {
+            return None;
+        }
+        reactions.sort();
+        Some(reactions[(reactions.len() * 9).div_ceil(10) - 1])
+    }
+
+    /// For the summary and the report: how the window was sized; `None` when constant.
+    pub fn describe(&self) -> Option<String> {
+        let count = self
+            .reactions
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        let seconds = |d: Duration| format!("{:.1} s", d.as_secs_f64());
+        Some(match self.percentile_90() {
+            Some(p90) => format!(
+                "{} at the end: {REACTION_FACTOR} × the 90th percentile ({}) of the operator's {count} measured reactions, within {}–{} ({} until {MIN_REACTIONS} were measured)",
+                seconds(self.current()),
+                seconds(p90),
+                seconds(self.floor),
+                seconds(self.ceiling),
+                seconds(self.ceiling),
+            ),
+            None => format!(
+                "{} throughout: {count} of the {MIN_REACTIONS} operator reactions it takes to size it were measured",
+                seconds(self.ceiling)
+            ),
+        })
+    }
+}
+
 /// A probe error that ends an [`eventually`] wait at once: the awaited state can no longer come
 /// (say, the operator under test exited), so waiting out the deadline would only hide why.
 #[derive(Debug)]
@@ -213,6 +310,39 @@ mod tests {
             hold_observations: 3,
             scale: 1.0,
         }
+    }
+
+    #[rstest]
+    #[case::too_few_measured(vec![0.1; MIN_REACTIONS - 1], 20.0)]
+    #[case::as_fast_as_the_local_tier(vec![0.4; MIN_REACTIONS], 8.0)]
+    #[case::follows_the_90th_percentile(vec![0.8; MIN_REACTIONS], 12.8)]
+    #[case::one_slow_reaction_in_ten_is_not_the_percentile(
+        [vec![0.8; MIN_REACTIONS - 1], vec![30.0]].concat(), 12.8)]
+    #[case::two_are(
+        [vec![0.8; MIN_REACTIONS - 2], vec![30.0, 30.0]].concat(), 20.0)]
+    fn a_measured_window_follows_the_operators_reactions_within_its_bounds(
+        #[case] reactions: Vec<f64>,
+        #[case] window: f64,
+    ) {
+        let measured = ObservationWindow::measured(Duration::from_secs(8), Duration::from_secs(20));
+        for reaction in reactions {
+            measured.record(Duration::from_secs_f64(reaction));
+        }
+        assert!(
+            (measured.current().as_secs_f64() - window).abs() < 1e-6,
+            "{:?}",
+            measured.describe()
+        );
+    }
+
+    #[test]
+    fn a_constant_window_ignores_reactions() {
+        let constant = ObservationWindow::constant(Duration::from_secs(8));
+        for _ in 0..MIN_REACTIONS {
+            constant.record(Duration::from_secs(60));
+        }
+        assert_eq!(constant.current(), Duration::from_secs(8));
+        assert_eq!(constant.describe(), None);
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct Environment {
     /// (the stub daemon on clusters with kubelets, contract D-8); `None` leaves it unset.
     pub daemon_image: Option<String>,
     pub timeouts: Timeouts,
+    /// How long an observation after an action watches (constant, or measured on a real
+    /// cluster; see [`wait::ObservationWindow`]).
+    pub observation_window: wait::ObservationWindow,
     /// Folder holding `config/` (samples, RBAC) of the suite.
     pub repo_root: PathBuf,
     pub report_dir: PathBuf,
@@ -330,6 +333,9 @@ pub struct ProvisionerWorld {
     pub action_mark: Option<usize>,
     /// The scenario CR as the latest action found it (see [`ActionBaseline`]).
     action_baseline: Option<ActionBaseline>,
+    /// When the latest action began, until a condition answered it
+    /// ([`ProvisionerWorld::condition_answered`]).
+    action_started: Option<tokio::time::Instant>,
     /// End of the observation window opened after the latest action (see
     /// [`ProvisionerWorld::observation_window`]).
     window_end: Option<tokio::time::Instant>,
@@ -669,6 +675,7 @@ impl ProvisionerWorld {
             remembered: BTreeMap::new(),
             action_mark: None,
             action_baseline: None,
+            action_started: None,
             window_end: None,
             touched_global_coderd: false,
             operator_stopped: false,
@@ -1169,6 +1176,7 @@ impl ProvisionerWorld {
     /// Records the journal position at the start of an action (`When` step) and ends the
     /// observation window of the action before.
     pub async fn mark_action(&mut self) -> anyhow::Result<()> {
+        self.action_started = Some(tokio::time::Instant::now());
         self.window_end = None;
         if self.coderd.is_some() && self.env.coderd.admin.is_some() {
             self.action_mark = Some(self.journal().await?.len());
@@ -1182,8 +1190,20 @@ impl ProvisionerWorld {
         Ok(())
     }
 
+    /// A condition the scenario awaited was seen: the time since the latest action, when this is
+    /// the first answer to it in a scenario D-10 holds to a prompt outcome, is one reaction of
+    /// the operator for [`wait::ObservationWindow`] (`DeploymentReady` waits for pods instead).
+    pub fn condition_answered(&mut self, kind: &str) {
+        if let Some(started) = self.action_started.take()
+            && self.prompt_outcome
+            && kind != "DeploymentReady"
+        {
+            self.env.observation_window.record(started.elapsed());
+        }
+    }
+
     /// What is left of the observation window after the latest action; the first step that
-    /// watches one opens it for the tier's `hold_window`. The steps after it, until the next
+    /// watches one opens it for the tier's window ([`wait::ObservationWindow`]). The steps after it, until the next
     /// action, watch up to the same end instead of a window each: what they look for leaves a
     /// lasting trace (a journal entry, an object, a finalizer, a moved resourceVersion or digest),
     /// so a later step still sees what happened since the window opened.
@@ -1191,7 +1211,7 @@ impl ProvisionerWorld {
         let now = tokio::time::Instant::now();
         let end = *self
             .window_end
-            .get_or_insert(now + self.env.timeouts.hold_window);
+            .get_or_insert_with(|| now + self.env.observation_window.current());
         end.saturating_duration_since(now)
     }
 

@@ -360,6 +360,7 @@ fn sample_report() -> ConformanceReport {
             timeouts: SetupTimeouts {
                 eventually_ms: 30_000,
                 hold_window_ms: 8_000,
+                hold_window_measured: None,
                 interval_ms: 200,
                 reach_and_hold: 2,
                 hold_observations: 3,

@@ -896,6 +896,13 @@ fn setup_section(out: &mut String, report: &ConformanceReport) {
     if let Some(scale) = timeouts.timeout_scale {
         let _ = write!(timing, ", timeout scale {scale}");
     }
+    if let Some(measured) = &timeouts.hold_window_measured {
+        let _ = write!(
+            timing,
+            "; the hold window was measured: {}",
+            escape(measured)
+        );
+    }
     facts(
         out,
         &[

@@ -127,6 +127,10 @@ pub struct ManifestSet {
 pub struct SetupTimeouts {
     pub eventually_ms: u64,
     pub hold_window_ms: u64,
+    /// On a real cluster, how the observation window followed the operator's measured reactions
+    /// (`hold_window_ms` is then its upper bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_window_measured: Option<String>,
     pub interval_ms: u64,
     pub reach_and_hold: u32,
     pub hold_observations: u32,
@@ -751,6 +755,7 @@ pub(crate) mod tests {
             timeouts: SetupTimeouts {
                 eventually_ms: 30_000,
                 hold_window_ms: 8_000,
+                hold_window_measured: None,
                 interval_ms: 200,
                 reach_and_hold: 2,
                 hold_observations: 3,

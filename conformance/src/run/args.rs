@@ -80,25 +80,30 @@ pub struct RunArgs {
     #[arg(long, env = "CONFORMANCE_FAIL_FAST")]
     pub fail_fast: bool,
     /// Scenarios run at the same time, at most (`@serial` ones run alone in their environment,
-    /// beside the others on the local tier). A scenario starts only while the CPUs have room
+    /// beside the others on the local and kind tiers). A scenario starts only while the CPUs have room
     /// (below 90 % busy, or fewer than 4 running), unless `--pin-concurrency`. Default limit
     /// on the local tier (no kubelets; a scenario mostly waits out its observation window): 32
     /// for the reference operator, which runs 32 reconcile workers (on 2 cores its whole run
     /// took 183 s at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may
     /// run one worker as controller-runtime does by default (one worker keeps up with 16
     /// scenarios at a time, not with 32: 14 scenarios then timed out before their first
-    /// reconcile). 4 on clusters that also run the operator, the fake coderd and provisioner
-    /// pods. 1 with --control-plane, whose namespace every scenario shares (more is refused).
+    /// reconcile). 16 on kind, whose cluster shares the machine's CPUs with the suite (on 2
+    /// cores the suite took 805 s at 8 with its `@serial` scenarios alone, 375 s at 16 with two
+    /// private environments). 4 on other clusters, which also run the operator, the fake coderd
+    /// and provisioner pods. 1 with --control-plane, whose namespace every scenario shares (more
+    /// is refused).
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Start scenarios up to `--concurrency` however busy the CPUs are.
     #[arg(long)]
     pub pin_concurrency: bool,
-    /// Private environments of the `@serial` scenarios on the local tier (a control plane, fake
-    /// coderds and an operator each), where they run one at a time beside the others; 0: they
-    /// run alone in the shared environment, after the others.
-    #[arg(long, default_value_t = 3)]
-    pub private_environments: usize,
+    /// Private environments of the `@serial` scenarios, where they run one at a time beside the
+    /// others: on the local tier a control plane, fake coderds and an operator each; on kind a
+    /// kind cluster each, with the chart's operator and the fake coderd. 0: they run alone in the
+    /// shared environment, after the others. Default 3 on the local tier, 2 on kind (on 2 cores,
+    /// three more kind clusters slowed every scenario: 570 s instead of 375 s).
+    #[arg(long)]
+    pub private_environments: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
     #[arg(long, default_value_t = 0)]
     pub retry: usize,
@@ -182,8 +187,19 @@ impl RunArgs {
             _ if self.control_plane.is_some() => 1,
             ClusterTier::Local if reference => 32,
             ClusterTier::Local => 16,
-            ClusterTier::Kubeconfig | ClusterTier::Kind | ClusterTier::K3s => 4,
+            ClusterTier::Kind => 16,
+            ClusterTier::Kubeconfig | ClusterTier::K3s => 4,
         };
         self.concurrency.unwrap_or(default).max(1)
+    }
+
+    /// `--private-environments`, or the tier's default (see the flag).
+    pub fn private_environments(&self) -> usize {
+        self.private_environments
+            .unwrap_or(if self.cluster == ClusterTier::Kind {
+                2
+            } else {
+                3
+            })
     }
 }

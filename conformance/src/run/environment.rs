@@ -17,7 +17,7 @@ use crate::cluster::local::{LocalControlPlane, LocalOptions};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
 use crate::paths::{KIND_LOGS_DIR, OPERATOR_LOG_FILE, repo_root};
 use crate::report::model;
-use crate::wait::{TimeoutProfile, Timeouts};
+use crate::wait::{ObservationWindow, TimeoutProfile, Timeouts};
 use crate::world::{Coderd, Environment, ExistingControlPlane, Operator};
 
 /// The fake coderd's default organization for a run: neither of the names coderd gives it.
@@ -168,8 +168,8 @@ pub(super) async fn prepare(
         );
     }
     let private = role != Role::Shared;
-    if private && args.cluster != ClusterTier::Local {
-        bail!("a private environment is made on the local tier only");
+    if private && !matches!(args.cluster, ClusterTier::Local | ClusterTier::Kind) {
+        bail!("a private environment is made on the local and kind tiers only");
     }
     // The private environment's lines would repeat the shared one's.
     macro_rules! announce {
@@ -186,7 +186,7 @@ pub(super) async fn prepare(
             let repo = repo_root().canonicalize().context(
                 "locating the repository root (the kind and k3s tiers build images from it)",
             )?;
-            let started = provision_cluster(args, &repo, report_dir).await?;
+            let started = provision_cluster(args, &repo, report_dir, role).await?;
             let cluster = started.provisioned();
             let config = load_config(&cluster.kubeconfig).await?;
             let endpoint = ClusterEndpoint::from_config(&config);
@@ -282,6 +282,15 @@ pub(super) async fn prepare(
     };
     let timeouts =
         Timeouts::for_profile(profile).adjusted(args.timeout_scale, args.wait_timeout)?;
+    let observation_window = match profile {
+        TimeoutProfile::Local => ObservationWindow::constant(timeouts.hold_window),
+        TimeoutProfile::RealCluster => ObservationWindow::measured(
+            Timeouts::for_profile(TimeoutProfile::Local)
+                .adjusted(args.timeout_scale, None)?
+                .hold_window,
+            timeouts.hold_window,
+        ),
+    };
 
     let crd_set = if args.operator != OperatorMode::Installed || args.started.crds.is_some() {
         let crds = crate::manifests::install_crds(&client, &inputs.crds)
@@ -530,6 +539,7 @@ pub(super) async fn prepare(
         existing_control_plane,
         daemon_image,
         timeouts,
+        observation_window,
         repo_root: inputs.bundle.root().to_path_buf(),
         report_dir: report_dir.to_path_buf(),
         keep_on_failure: args.keep_on_failure,
@@ -567,19 +577,34 @@ pub(super) async fn prepare(
 }
 
 /// Creates the kind cluster or k3s container with the images, the operator and the fake coderd.
+/// A private environment on kind is a kind cluster of its own, with the images the shared one
+/// built, deleted at the end of the run even with `--keep-cluster`.
 async fn provision_cluster(
     args: &RunArgs,
     repo: &Path,
     report_dir: &Path,
+    role: Role,
 ) -> anyhow::Result<StartedCluster> {
     Ok(match args.cluster {
         ClusterTier::Kind => {
+            let defaults = KindOptions::new(repo);
+            let options = match role.private_number() {
+                None => KindOptions {
+                    keep: args.keep_cluster,
+                    logs_dir: Some(report_dir.join(KIND_LOGS_DIR)),
+                    ..defaults
+                },
+                Some(number) => KindOptions {
+                    name: format!("{}-private-{number}", defaults.name),
+                    build_images: false,
+                    logs_dir: Some(report_dir.join(format!("{KIND_LOGS_DIR}-private-{number}"))),
+                    ..defaults
+                },
+            };
             let options = KindOptions {
-                keep: args.keep_cluster,
                 node_image: args.node_image.clone(),
                 image_build: Some(args.image_build),
-                logs_dir: Some(report_dir.join(KIND_LOGS_DIR)),
-                ..KindOptions::new(repo)
+                ..options
             };
             StartedCluster::Kind(Box::new(KindCluster::provision(options).await?))
         }

@@ -83,7 +83,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let started_at = jiff::Timestamp::now();
     let clock = Instant::now();
     let (serial, selected) = selected_scenarios(&features, &selection);
-    let private_count = match serial.min(args.private_environments) {
+    let private_count = match serial.min(args.private_environments()) {
         _ if !wants_private_environments(&args) => 0,
         // With nothing but @serial scenarios, one private environment beside an idle shared one
         // only costs its start.
@@ -94,7 +94,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     install_environment(prepared.environment.clone())?;
     let pool = if private_count > 0 {
         eprintln!(
-            "conformance: the {serial} @serial scenario(s) run one at a time in {private_count} private environment(s) beside the others (a control plane, fake coderds and operator each, the operator in a sandbox), made while the first scenarios run"
+            "conformance: the {serial} @serial scenario(s) run one at a time in {private_count} private environment(s) beside the others ({}), made while the first scenarios run",
+            if args.cluster == ClusterTier::Kind {
+                "a kind cluster each, with the chart's operator and the fake coderd"
+            } else {
+                "a control plane, fake coderds and operator each, the operator in a sandbox"
+            }
         );
         Some(install_private_environments(args.concurrency())?)
     } else {
@@ -265,6 +270,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         cluster.export_logs(&report_dir.join(KIND_LOGS_DIR));
     }
+    let window_sized = prepared.environment.observation_window.describe();
     teardown(&prepared.environment, prepared.owned).await;
     let private_made = private_made
         .into_inner()
@@ -305,7 +311,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .to_owned(),
             simulated: prepared.simulated,
         },
-        setup: Some(prepared.setup),
+        setup: Some(model::Setup {
+            timeouts: model::SetupTimeouts {
+                hold_window_measured: window_sized.clone(),
+                ..prepared.setup.timeouts
+            },
+            ..prepared.setup
+        }),
         aborted: aborted.clone(),
         started_at: started_at
             .round(jiff::Unit::Second)
@@ -347,6 +359,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         limit: args.concurrency(),
         held: adaptive.then(crate::load::held),
         private: (private_ready > 0).then_some((serial, private_ready)),
+        window: window_sized,
     };
     print_summary(&report, &report_dir, &pace);
 
@@ -397,9 +410,10 @@ fn selected_scenarios(features: &[gherkin::Feature], selection: &Selection) -> (
 }
 
 /// Whether the `@serial` scenarios may get private environments: on the local tier, with an
-/// operator the suite starts (it starts one more in each) and the fake coderd.
+/// operator the suite starts (it starts one more in each) and the fake coderd; on kind, where
+/// each is a kind cluster of its own with the chart's operator and the fake coderd.
 fn wants_private_environments(args: &RunArgs) -> bool {
-    args.cluster == ClusterTier::Local
+    matches!(args.cluster, ClusterTier::Local | ClusterTier::Kind)
         && args.operator == OperatorMode::Reference
         && args.coderd.is_none()
 }

@@ -12,6 +12,9 @@ pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path, pace:
         println!("{line}");
     }
     println!("{}", pace.line());
+    if let Some(window) = &pace.window {
+        println!("Window:   observations after an action watched {window}");
+    }
     println!(
         "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}, {HTML_REPORT_FILE}",
         report_dir.display()
@@ -30,6 +33,8 @@ pub(super) struct Pace {
     pub held: Option<(u64, std::time::Duration)>,
     /// The `@serial` scenarios and the private environments they ran in, if any.
     pub private: Option<(usize, usize)>,
+    /// How a measured observation window was sized (real clusters); `None` when constant.
+    pub window: Option<String>,
 }
 
 impl Pace {

@@ -423,7 +423,7 @@ async fn key_requests(world: &ProvisionerWorld) -> anyhow::Result<Vec<fake_coder
 /// A settled CR stays quiet for a window at the end of the scenario: no key request (R-KEY-4),
 /// no status write (R-ST-7), no new key value (R-SEC-5).
 async fn quiet_findings(world: &ProvisionerWorld, names: &[String]) -> anyhow::Result<Vec<String>> {
-    let window = world.timeouts().hold_window / 4;
+    let window = world.env.observation_window.current() / 4;
     let before = snapshot(world, names).await?;
     let requests_before = key_requests(world).await?.len();
     tokio::time::sleep(window).await;

@@ -515,6 +515,7 @@ async fn expect_condition(
     let found = world
         .provisioner_promptly(&what, |cr| condition_observation(cr, kind, status, reason))
         .await?;
+    world.condition_answered(kind);
     if let Some(message) = str_at(&found, "/message") {
         world
             .remembered
