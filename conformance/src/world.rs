@@ -584,6 +584,16 @@ fn status_text(cr: &Value) -> String {
     cr.get("status").map(Value::to_string).unwrap_or_default()
 }
 
+/// An API error worth one more try of the suite's own write: the server busy or timing out, a
+/// conflict, or no answer at all; never a refusal of what was sent.
+fn transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500 || matches!(status.code, 409 | 429),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 /// Whether the operator has observed the CR's current generation: in `status.observedGeneration`,
 /// or, for a pass stopped at a gate before the Deployment (which R-ST-4 lets leave that field
 /// behind), in the `observedGeneration` every condition that pass set carries (R-ST-4).
@@ -1044,14 +1054,29 @@ impl ProvisionerWorld {
             "stringData": {"token": token},
         });
         let api: Api<Secret> = self.api();
-        let written = api
-            .patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .with_context(|| format!("writing the token Secret {name}"))?;
+        // The fixture's own write: an API server that is briefly overloaded (CI runs several
+        // control planes on 2 cores) is asked again, and the cause is named if it still fails
+        // (cucumber prints a step's error without its causes).
+        let mut attempt = 1;
+        let written = loop {
+            match api
+                .patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&secret),
+                )
+                .await
+            {
+                Ok(written) => break written,
+                Err(error) if attempt < 3 && transient(&error) => {
+                    tokio::time::sleep(std::time::Duration::from_secs(attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => {
+                    bail!("writing the token Secret {name} (attempt {attempt}): {error}")
+                }
+            }
+        };
         self.suite_wrote_secret(&written);
         Ok(())
     }
