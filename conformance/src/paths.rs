@@ -12,6 +12,17 @@ pub const OPERATOR_LOG_FILE: &str = "operator.log";
 /// Folder (in the report folder) for `kind export logs` when the kind tier fails.
 pub const KIND_LOGS_DIR: &str = "kind-logs";
 
+/// The suite's folder in the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`):
+/// `coder-provisioner-conformance`, kept between CI runs.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("coder-provisioner-conformance")
+}
+
 /// The repository root (holding `config/`), next to this crate.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

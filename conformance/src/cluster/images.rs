@@ -188,14 +188,7 @@ pub fn image_target_dir() -> std::path::PathBuf {
     if let Some(dir) = std::env::var_os(IMAGE_TARGET_DIR_ENV).filter(|d| !d.is_empty()) {
         return dir.into();
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache
-        .join("coder-provisioner-conformance")
-        .join("target-image")
+    crate::paths::cache_dir().join("target-image")
 }
 
 /// The folder holding the images' binaries after [`cargo_build_binaries_args`]: the operator,

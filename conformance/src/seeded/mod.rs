@@ -40,6 +40,7 @@ use crate::fixture_guard::is_fixture_change;
 use crate::implementation::{REFERENCE_BINARY, REFERENCE_BINARY_ENV, reference_operator_binary};
 use crate::report::model::{ConformanceReport, Status};
 
+mod binary_cache;
 mod catches;
 mod stack;
 use stack::Stack;
@@ -605,6 +606,10 @@ pub struct SeededArgs {
     /// Record the scenarios that caught each variant in conformance/seeded/catches.tsv.
     #[arg(long)]
     pub write_catches: bool,
+    /// Build every variant, even one whose binary was built before from the same sources,
+    /// toolchain and patch (kept in ~/.cache/coder-provisioner-conformance/seeded-operators).
+    #[arg(long)]
+    pub rebuild: bool,
     /// Multiplies every wait deadline of the suite (slow machines).
     #[arg(long)]
     pub timeout_scale: Option<f64>,
@@ -628,6 +633,8 @@ pub struct SeededArgs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Prepared {
     operator: PathBuf,
+    /// The operator's binary was built before from the same inputs ([`binary_cache`]).
+    cached: bool,
     /// The patched `config/rbac`, when the patch changed it.
     rbac: Option<PathBuf>,
     /// The patched `config/crd`, when the patch changed it.
@@ -913,14 +920,25 @@ struct Scratch {
     dir: PathBuf,
     /// The workspace's target directory, shared with the copy.
     target_dir: PathBuf,
+    /// Variants' binaries built before from the same inputs; `None` with `--rebuild`.
+    binary_cache: Option<binary_cache::BinaryCache>,
 }
 
+/// How a variant is built beside a plain `cargo build`: without debug information or symbols
+/// (38 MB instead of 69, a little less to link; panics still print their message). Only the
+/// variant's own crate is affected: the dependencies are built without them already.
+const VARIANT_BUILD_SETTINGS: [(&str, &str); 2] = [
+    ("CARGO_PROFILE_DEV_DEBUG", "0"),
+    ("CARGO_PROFILE_DEV_STRIP", "symbols"),
+];
+
 impl Scratch {
-    async fn create(repo: &Path, dir: &Path) -> anyhow::Result<Self> {
+    async fn create(repo: &Path, dir: &Path, keep_binaries: bool) -> anyhow::Result<Self> {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut inputs = binary_cache::BuildInputs::default();
         for relative in workspace_files(repo).await? {
             let (from, to) = (repo.join(&relative), dir.join(&relative));
             if !from.is_file() {
@@ -928,6 +946,11 @@ impl Scratch {
             }
             if let Some(parent) = to.parent() {
                 std::fs::create_dir_all(parent)?;
+            }
+            if binary_cache::is_build_input(&relative) {
+                let contents =
+                    std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+                inputs.add(&relative, &contents);
             }
             std::fs::copy(&from, &to)
                 .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -960,9 +983,19 @@ impl Scratch {
             Some(dir) => std::path::absolute(PathBuf::from(dir))?,
             None => repo.join("target"),
         };
+        let binary_cache = match keep_binaries {
+            true => Some(binary_cache::BinaryCache::new(
+                crate::paths::cache_dir().join("seeded-operators"),
+                inputs,
+                &toolchain().await?,
+                &format!("{VARIANT_BUILD_SETTINGS:?} {:?}", rust_flags()),
+            )),
+            false => None,
+        };
         let scratch = Self {
             dir: dir.to_path_buf(),
             target_dir,
+            binary_cache,
         };
         scratch.git(&["init", "-q"]).await?;
         scratch.git(&["add", "-A"]).await?;
@@ -1053,6 +1086,7 @@ impl Scratch {
             // A legal variant that changes only how the reference operator is started.
             return Ok(Prepared {
                 operator: reference.to_path_buf(),
+                cached: false,
                 rbac: None,
                 crds: None,
             });
@@ -1093,21 +1127,33 @@ impl Scratch {
         let builds = changed
             .iter()
             .any(|path| !path.starts_with("config/") && !path.starts_with("features/"));
-        let operator = if builds {
+        let (operator, cached) = if builds {
             self.build(variant, dir).await?
         } else {
-            reference.to_path_buf()
+            (reference.to_path_buf(), false)
         };
         Ok(Prepared {
             operator,
+            cached,
             rbac,
             crds,
         })
     }
 
-    /// `cargo build` of the operator in the copy; the binary is copied into `dir`.
-    async fn build(&self, variant: &Variant, dir: &Path) -> anyhow::Result<PathBuf> {
-        let output = crate::implementation::workspace_cargo(
+    /// `cargo build` of the operator in the copy, unless the cache has its binary; the binary
+    /// is put into `dir`, and whether it came from the cache.
+    async fn build(&self, variant: &Variant, dir: &Path) -> anyhow::Result<(PathBuf, bool)> {
+        let copy = dir.join(REFERENCE_BINARY);
+        let key = self
+            .binary_cache
+            .as_ref()
+            .map(|cache| cache.key(&variant.patch));
+        if let (Some(cache), Some(key)) = (&self.binary_cache, &key)
+            && cache.fetch(key, &copy)
+        {
+            return Ok((copy, true));
+        }
+        let mut command = crate::implementation::workspace_cargo(
             &self.dir,
             &[
                 "build",
@@ -1118,11 +1164,15 @@ impl Scratch {
                 "--message-format=json-render-diagnostics",
                 "--locked",
             ],
-        )
-        .env("CARGO_TARGET_DIR", &self.target_dir)
-        .output()
-        .await
-        .context("running cargo")?;
+        );
+        for (name, value) in VARIANT_BUILD_SETTINGS {
+            command.env(name, value);
+        }
+        let output = command
+            .env("CARGO_TARGET_DIR", &self.target_dir)
+            .output()
+            .await
+            .context("running cargo")?;
         // The compiler's messages, rendered by cargo.
         let log_path = dir.join("build.log");
         std::fs::write(&log_path, &output.stderr)
@@ -1147,11 +1197,45 @@ impl Scratch {
             VARIANT_BINARY,
         )
         .ok_or_else(|| anyhow!("cargo reported no {VARIANT_BINARY} executable"))?;
-        let copy = dir.join(REFERENCE_BINARY);
         std::fs::copy(&built, &copy)
             .with_context(|| format!("copying {} to {}", built.display(), copy.display()))?;
-        Ok(copy)
+        if let (Some(cache), Some(key)) = (&self.binary_cache, &key)
+            && let Err(error) = cache.store(key, &copy)
+        {
+            eprintln!(
+                "seeded-bugs: could not keep {}'s binary: {error:#}",
+                variant.name
+            );
+        }
+        Ok((copy, false))
     }
+}
+
+/// `rustc -vV`: the toolchain that builds the variants (part of their binaries' cache key).
+async fn toolchain() -> anyhow::Result<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let output = tokio::process::Command::new(&rustc)
+        .arg("-vV")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running rustc -vV")?;
+    if !output.status.success() {
+        bail!("rustc -vV failed ({})", output.status);
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The compiler flags cargo takes from the environment (they change what a build makes).
+fn rust_flags() -> Vec<(String, String)> {
+    [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+    ]
+    .into_iter()
+    .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
+    .collect()
 }
 
 /// Replaces the first occurrence of each `(from, to)` in the file at `path`; fails when one is
@@ -1466,6 +1550,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     };
     let reference = Prepared {
         operator: reference_operator.clone(),
+        cached: false,
         rbac: None,
         crds: None,
     };
@@ -1473,7 +1558,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         "seeded-bugs: copying the workspace into {}",
         out_dir.join("tree").display()
     );
-    let scratch = Scratch::create(&repo, &out_dir.join("tree")).await?;
+    let scratch = Scratch::create(&repo, &out_dir.join("tree"), !args.rebuild).await?;
     let stacks = if !args.alone && variants.iter().all(Variant::is_legal) {
         scratch.stacks(&variants).await?
     } else {
@@ -1508,6 +1593,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         reference: &reference,
         out_dir: &out_dir,
         took: Default::default(),
+        cached_builds: Default::default(),
     };
     let mut runnable: Vec<Variant> = stacks.iter().map(|s| s.combined.clone()).collect();
 
@@ -1733,6 +1819,15 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
             (None, RunOutcome::Error(_)) => {}
         }
     }
+    if let Some(cache) = &scratch.binary_cache {
+        let cached = runner
+            .cached_builds
+            .load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "variant binaries: {cached} taken from the cache (--rebuild builds every one); {} unused ones removed from it",
+            cache.prune()
+        );
+    }
     println!(
         "took {}s; reports in {}",
         started.elapsed().as_secs(),
@@ -1758,6 +1853,8 @@ struct Runner<'a> {
     out_dir: &'a Path,
     /// Each variant's wall time, all its attempts together, in seconds.
     took: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Variants whose binary came from the cache.
+    cached_builds: std::sync::atomic::AtomicUsize,
 }
 
 impl Runner<'_> {
@@ -1787,15 +1884,25 @@ impl Runner<'_> {
                     .scratch
                     .prepare(variant, &self.reference.operator, &dir)
                     .await;
-                eprintln!(
-                    "seeded-bugs: built {} in {}s{}",
-                    variant.name,
-                    clock.elapsed().as_secs(),
-                    match &result {
-                        Ok(_) => String::new(),
-                        Err(why) => format!(": ERROR {why}"),
+                match &result {
+                    Ok(prepared) if prepared.cached => {
+                        self.cached_builds
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        eprintln!(
+                            "seeded-bugs: {}'s binary from the cache (built before from the same sources, toolchain and patch)",
+                            variant.name
+                        );
                     }
-                );
+                    _ => eprintln!(
+                        "seeded-bugs: built {} in {}s{}",
+                        variant.name,
+                        clock.elapsed().as_secs(),
+                        match &result {
+                            Ok(_) => String::new(),
+                            Err(why) => format!(": ERROR {why}"),
+                        }
+                    ),
+                }
                 let _receiver_gone = tx.send(result);
             }
         };
