@@ -49,8 +49,22 @@ async fn wait_until_closed(addr: SocketAddr) -> Result<(), Error> {
 /// registers through an async lock that only its own server thread holds, and only while it
 /// matches and answers one request (our matchers and responders take nothing but the world's
 /// short lock), so this waits briefly and needs no runtime.
+///
+/// `unconstrained`: that lock is tokio's, which answers "not now, poll again" while the calling
+/// tokio task has spent its cooperative budget; a task that has, blocking here, never yields
+/// to tokio to get it back, so `block_on` polled it at full speed for ever (a whole suite run
+/// hung at the fake coderd's start, one core busy).
 fn mount(server: &MockServer, mock: Mock) {
-    futures::executor::block_on(server.register(mock));
+    futures::executor::block_on(tokio::task::unconstrained(server.register(mock)));
+}
+
+/// Stops a server: wiremock's `Drop` checks its expectations through the same lock, blocking
+/// as [`mount`] does, so it runs unconstrained too (polled once, in place: the drop is
+/// synchronous, and an executor here would nest in the one the drop starts).
+fn stop(server: MockServer) {
+    let dropped =
+        futures::FutureExt::now_or_never(tokio::task::unconstrained(async move { drop(server) }));
+    debug_assert!(dropped.is_some(), "a drop ends within its one poll");
 }
 
 /// The coderd listener: a wiremock `MockServer` that can be closed and reopened, always on the
@@ -138,7 +152,7 @@ impl CoderdListener {
             let Some(running) = self.server().take() else {
                 return Ok(());
             };
-            drop(running);
+            stop(running);
             wait_until_closed(self.addr).await?;
         } else {
             if self.server().is_some() {
@@ -149,5 +163,49 @@ impl CoderdListener {
         }
         tracing::info!(unreachable, addr = %self.addr, "coderd listener reachability changed");
         Ok(())
+    }
+}
+
+impl Drop for CoderdListener {
+    fn drop(&mut self) {
+        if let Some(server) = self.server().take() {
+            stop(server);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tokio task that has spent its cooperative budget (here: 200 ready semaphore permits
+    /// without yielding) still mounts a mock and stops the server; before, both blocked for
+    /// ever.
+    #[test]
+    fn mounting_and_stopping_from_a_task_that_spent_its_budget_end() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let server = MockServer::builder().start().await;
+                let permits = tokio::sync::Semaphore::new(1_000);
+                for _ in 0..200 {
+                    let _spent = futures::FutureExt::now_or_never(permits.acquire());
+                }
+                mount(
+                    &server,
+                    Mock::given(wiremock::matchers::any())
+                        .respond_with(wiremock::ResponseTemplate::new(200)),
+                );
+                stop(server);
+            });
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("mount and stop returned");
     }
 }
