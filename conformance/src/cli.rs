@@ -83,7 +83,7 @@ mod tests {
     }
 
     #[rstest]
-    #[case(&[], 3)]
+    #[case(&[], 5)]
     #[case(&["--cluster", "kind"], 2)]
     #[case(&["--cluster", "kind", "--private-environments", "0"], 0)]
     fn private_environments_default_by_tier(#[case] args: &[&str], #[case] expected: usize) {
