@@ -988,7 +988,7 @@ impl Scratch {
                 crate::paths::cache_dir().join("seeded-operators"),
                 inputs,
                 &toolchain().await?,
-                &format!("{VARIANT_BUILD_SETTINGS:?} {:?}", rust_flags()),
+                &format!("{VARIANT_BUILD_SETTINGS:?} {:?}", build_environment()),
             )),
             false => None,
         };
@@ -1226,16 +1226,25 @@ async fn toolchain() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// The compiler flags cargo takes from the environment (they change what a build makes).
-fn rust_flags() -> Vec<(String, String)> {
-    [
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-    ]
-    .into_iter()
-    .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
-    .collect()
+/// The settings cargo and rustc take from this process's environment (compiler flags, profile
+/// and build settings): they change what a build makes. Sorted, so that the key does not
+/// depend on the environment's order.
+fn build_environment() -> Vec<(String, String)> {
+    let mut settings: Vec<(String, String)> = std::env::vars()
+        .filter(|(name, _)| {
+            [
+                "RUSTFLAGS",
+                "CARGO_ENCODED_RUSTFLAGS",
+                "RUSTC_WRAPPER",
+                "RUSTC_BOOTSTRAP",
+            ]
+            .contains(&name.as_str())
+                || name.starts_with("CARGO_PROFILE_")
+                || name.starts_with("CARGO_BUILD_")
+        })
+        .collect();
+    settings.sort();
+    settings
 }
 
 /// Replaces the first occurrence of each `(from, to)` in the file at `path`; fails when one is
