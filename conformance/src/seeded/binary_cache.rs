@@ -25,16 +25,20 @@ pub fn is_build_input(relative: &Path) -> bool {
             .is_some_and(|path| path.starts_with("rust-toolchain"))
 }
 
+/// Feeds `part` with its length first, so that no two sequences of parts digest alike.
+fn feed(digest: &mut Sha256, part: &[u8]) {
+    digest.update((part.len() as u64).to_le_bytes());
+    digest.update(part);
+}
+
 /// The digest of a workspace's build inputs, fed file by file.
 #[derive(Clone, Default)]
 pub struct BuildInputs(Sha256);
 
 impl BuildInputs {
     pub fn add(&mut self, relative: &Path, contents: &[u8]) {
-        for part in [relative.to_string_lossy().as_bytes(), contents] {
-            self.0.update((part.len() as u64).to_le_bytes());
-            self.0.update(part);
-        }
+        feed(&mut self.0, relative.to_string_lossy().as_bytes());
+        feed(&mut self.0, contents);
     }
 }
 
@@ -51,8 +55,7 @@ impl BinaryCache {
     pub fn new(dir: PathBuf, inputs: BuildInputs, toolchain: &str, settings: &str) -> Self {
         let mut base = inputs.0;
         for part in [KEY_VERSION, toolchain, settings] {
-            base.update((part.len() as u64).to_le_bytes());
-            base.update(part.as_bytes());
+            feed(&mut base, part.as_bytes());
         }
         Self { dir, base }
     }
