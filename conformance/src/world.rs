@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context as _, anyhow, bail};
@@ -104,57 +105,87 @@ pub struct Environment {
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
-/// The private environments of the `@serial` scenarios (local tier), when the run makes them.
+/// The private environments of the `@serial` scenarios, when the run makes them.
 static PRIVATE_ENVIRONMENTS: OnceLock<PrivateEnvironments> = OnceLock::new();
-/// With private environments, the scenarios of the shared one at a time: cucumber's own limit
-/// is raised by the number of `@serial` scenarios, which wait for a private environment in a
-/// slot of their own.
-static SHARED_SLOTS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+/// With private environments, where the other scenarios run (see [`Places`]).
+static PLACES: OnceLock<Places> = OnceLock::new();
 
 /// Private environments free for a `@serial` scenario: one permit per free environment, added
-/// as each is ready. Closed when none could be made: the `@serial` scenarios then run alone in
-/// the shared environment.
+/// as each is ready. Closed when none could be made (the `@serial` scenarios then run alone in
+/// the shared environment), and once every `@serial` scenario has started: each private
+/// environment then becomes a place for the other scenarios when its last one ends.
 pub struct PrivateEnvironments {
-    free: std::sync::Mutex<Vec<Arc<Environment>>>,
+    lanes: std::sync::Mutex<Lanes>,
     available: Arc<tokio::sync::Semaphore>,
+    /// `@serial` scenarios not started yet.
+    serial_left: std::sync::atomic::AtomicUsize,
+    /// The other scenarios' places a private environment joins once it is open.
+    places: &'static Places,
+    /// Scenarios a private environment holds at a time once open.
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct Lanes {
+    free: Vec<Arc<Environment>>,
+    /// No `@serial` scenario is left to start.
+    open: bool,
 }
 
 impl PrivateEnvironments {
-    /// A private environment is ready for the `@serial` scenarios.
-    pub fn add(&self, environment: Arc<Environment>) {
-        self.free
+    fn lanes(&self) -> std::sync::MutexGuard<'_, Lanes> {
+        self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(environment);
-        self.available.add_permits(1);
+    }
+
+    /// A private environment is ready: for the `@serial` scenarios, or for the others when no
+    /// `@serial` one is left to start.
+    pub fn add(&self, environment: Arc<Environment>) {
+        let mut lanes = self.lanes();
+        if lanes.open {
+            self.places.add(environment, self.capacity);
+        } else {
+            lanes.free.push(environment);
+            self.available.add_permits(1);
+        }
     }
 
     /// No (more) private environment will come.
     pub fn close_if_empty(&self) {
-        if self.available.available_permits() == 0
-            && self
-                .free
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_empty()
-        {
+        if self.available.available_permits() == 0 && self.lanes().free.is_empty() {
             self.available.close();
         }
     }
 
-    /// A free private environment, or `None` once none will come.
+    /// A free private environment, or `None` once none will come (a retried `@serial`
+    /// scenario after the last one started then runs alone in the shared environment).
     async fn take(&'static self) -> Option<Borrowed> {
         let permit = Arc::clone(&self.available).acquire_owned().await.ok()?;
-        let environment = self
-            .free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()?;
+        let environment = self.lanes().free.pop()?;
+        let left = self
+            .serial_left
+            .fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1))
+            .map_or(0, |before| before - 1);
+        if left == 0 {
+            self.open();
+        }
         Some(Borrowed {
             pool: self,
             environment: Some(environment),
             _permit: permit,
         })
+    }
+
+    /// The last `@serial` scenario has started: the free private environments become places
+    /// for the other scenarios now, the busy ones when their scenario ends.
+    fn open(&self) {
+        let mut lanes = self.lanes();
+        lanes.open = true;
+        for environment in lanes.free.drain(..) {
+            self.places.add(environment, self.capacity);
+        }
+        self.available.close();
     }
 }
 
@@ -167,13 +198,125 @@ pub struct Borrowed {
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
-        // Back in the list before the permit (a field, dropped after this) is released.
+        // Given back before the permit (a field, dropped after this) is released.
         if let Some(environment) = self.environment.take() {
-            self.pool
-                .free
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(environment);
+            self.pool.add_back(environment);
+        }
+    }
+}
+
+impl PrivateEnvironments {
+    fn add_back(&self, environment: Arc<Environment>) {
+        let mut lanes = self.lanes();
+        if lanes.open {
+            self.places.add(environment, self.capacity);
+        } else {
+            lanes.free.push(environment);
+        }
+    }
+}
+
+/// Where the scenarios that share an environment run: the shared one, `--concurrency` at a
+/// time, and each private environment once its `@serial` scenarios are done, a few at a time
+/// with its own operator. An operator with one reconcile worker (controller-runtime's
+/// default) is then not the pace of the whole run, and its load in the shared environment is
+/// never more than `--concurrency` scenarios.
+pub struct Places {
+    /// One permit per free seat, all places together.
+    seats: Arc<tokio::sync::Semaphore>,
+    places: std::sync::Mutex<Vec<Place>>,
+    /// Scenarios that ran in a private environment after its `@serial` ones.
+    moved: std::sync::atomic::AtomicUsize,
+}
+
+struct Place {
+    environment: Arc<Environment>,
+    capacity: usize,
+    running: usize,
+}
+
+impl Places {
+    fn new(shared: Arc<Environment>, capacity: usize) -> Self {
+        Self {
+            seats: Arc::new(tokio::sync::Semaphore::new(capacity)),
+            places: std::sync::Mutex::new(vec![Place {
+                environment: shared,
+                capacity,
+                running: 0,
+            }]),
+            moved: Default::default(),
+        }
+    }
+
+    fn places(&self) -> std::sync::MutexGuard<'_, Vec<Place>> {
+        self.places
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn add(&self, environment: Arc<Environment>, capacity: usize) {
+        self.places().push(Place {
+            environment,
+            capacity,
+            running: 0,
+        });
+        self.seats.add_permits(capacity);
+    }
+
+    /// A seat in the place with the most free seats (the shared environment on a tie).
+    async fn take(&'static self) -> anyhow::Result<Seat> {
+        let permit = Arc::clone(&self.seats).acquire_owned().await?;
+        let mut places = self.places();
+        let seats: Vec<_> = places.iter().map(|p| (p.capacity, p.running)).collect();
+        let place = roomiest(&seats)
+            .and_then(|index| places.get_mut(index))
+            .ok_or_else(|| anyhow!("a free seat in no environment"))?;
+        place.running += 1;
+        if place.environment.private.is_some() {
+            self.moved.fetch_add(1, SeqCst);
+        }
+        Ok(Seat {
+            places: self,
+            environment: Arc::clone(&place.environment),
+            _permit: permit,
+        })
+    }
+
+    /// Scenarios that ran in a private environment after its `@serial` ones.
+    pub fn moved(&self) -> usize {
+        self.moved.load(SeqCst)
+    }
+}
+
+/// The place (by index, from `(capacity, running)`) with the most free seats, the first one on a
+/// tie (the shared environment); `None` when every place is full.
+fn roomiest(places: &[(usize, usize)]) -> Option<usize> {
+    places
+        .iter()
+        .enumerate()
+        .rev()
+        .max_by_key(|(_, (capacity, running))| capacity.saturating_sub(*running))
+        .filter(|(_, (capacity, running))| running < capacity)
+        .map(|(index, _)| index)
+}
+
+/// A scenario's seat in one of the [`Places`], given back when dropped.
+pub struct Seat {
+    places: &'static Places,
+    environment: Arc<Environment>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        // Counted free before the permit (a field, dropped after this) is released.
+        if let Some(place) = self
+            .places
+            .places()
+            .iter_mut()
+            .find(|place| Arc::ptr_eq(&place.environment, &self.environment))
+        {
+            place.running -= 1;
         }
     }
 }
@@ -188,7 +331,7 @@ pub enum Gate {
     Shared {
         _running: Running,
         _lane: tokio::sync::OwnedRwLockReadGuard<()>,
-        _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        _seat: Option<Seat>,
     },
     /// Alone in the shared environment, or in a private one (given back after the lane guard).
     Alone(
@@ -207,7 +350,6 @@ pub struct Running(());
 
 impl Running {
     fn start() -> Self {
-        use std::sync::atomic::Ordering::SeqCst;
         let now = RUNNING.fetch_add(1, SeqCst) + 1;
         PEAK_RUNNING.fetch_max(now, SeqCst);
         Running(())
@@ -216,18 +358,18 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        RUNNING.fetch_sub(1, SeqCst);
     }
 }
 
 /// The scenarios past their gate now.
 pub fn running() -> usize {
-    RUNNING.load(std::sync::atomic::Ordering::SeqCst)
+    RUNNING.load(SeqCst)
 }
 
 /// The most scenarios that ran at once so far.
 pub fn peak_running() -> usize {
-    PEAK_RUNNING.load(std::sync::atomic::Ordering::SeqCst)
+    PEAK_RUNNING.load(SeqCst)
 }
 
 impl Gate {
@@ -235,15 +377,20 @@ impl Gate {
     /// when the run has one.
     pub async fn enter(world: &mut ProvisionerWorld, serial: bool) -> anyhow::Result<Gate> {
         if !serial {
-            let slot = match SHARED_SLOTS.get() {
-                Some(slots) => Some(Arc::clone(slots).acquire_owned().await?),
+            let seat = match PLACES.get() {
+                Some(places) => Some(places.take().await?),
                 None => None,
             };
+            if let Some(seat) = &seat
+                && !Arc::ptr_eq(&seat.environment, &world.env)
+            {
+                world.move_to(Arc::clone(&seat.environment)).await?;
+            }
             let lane = Arc::clone(&world.env.lane).read_owned().await;
             return Ok(Gate::Shared {
                 _running: Running::start(),
                 _lane: lane,
-                _slot: slot,
+                _seat: seat,
             });
         }
         let borrowed = match PRIVATE_ENVIRONMENTS.get() {
@@ -265,23 +412,38 @@ pub fn install_environment(environment: Arc<Environment>) -> anyhow::Result<()> 
         .map_err(|_| anyhow!("the conformance environment was already initialised in this process"))
 }
 
-/// Makes the (still empty) list of private environments of the `@serial` scenarios, and limits
-/// the shared environment to `shared_slots` scenarios at a time.
+/// Makes the (still empty) list of the private environments of the `@serial` scenarios, the
+/// `serial` of them, and limits the shared environment to `shared_seats` scenarios at a time;
+/// a private environment holds `private_seats` of the others once no `@serial` one is left.
 pub fn install_private_environments(
-    shared_slots: usize,
+    serial: usize,
+    shared_seats: usize,
+    private_seats: usize,
 ) -> anyhow::Result<&'static PrivateEnvironments> {
-    SHARED_SLOTS
-        .set(Arc::new(tokio::sync::Semaphore::new(shared_slots)))
-        .map_err(|_| anyhow!("the shared slots were already initialised in this process"))?;
+    let places = Places::new(environment()?, shared_seats);
+    PLACES
+        .set(places)
+        .map_err(|_| anyhow!("the scenarios' places were already initialised in this process"))?;
+    let places = PLACES
+        .get()
+        .ok_or_else(|| anyhow!("the scenarios' places are not initialised"))?;
     PRIVATE_ENVIRONMENTS
         .set(PrivateEnvironments {
-            free: Default::default(),
+            lanes: Default::default(),
             available: Arc::new(tokio::sync::Semaphore::new(0)),
+            serial_left: serial.into(),
+            places,
+            capacity: private_seats,
         })
         .map_err(|_| anyhow!("the private environments were already initialised"))?;
     PRIVATE_ENVIRONMENTS
         .get()
         .ok_or_else(|| anyhow!("the private environments are not initialised"))
+}
+
+/// Scenarios that ran in a private environment after its `@serial` ones.
+pub fn moved_to_private_environments() -> usize {
+    PLACES.get().map_or(0, Places::moved)
 }
 
 pub fn environment() -> anyhow::Result<Arc<Environment>> {
@@ -1585,8 +1747,22 @@ impl ProvisionerWorld {
 mod tests {
     use super::{
         ActionBaseline, expects_prompt_outcome, names_organization, observed_current_generation,
-        status_text, waiting_for_pods,
+        roomiest, status_text, waiting_for_pods,
     };
+
+    #[test]
+    fn a_scenario_takes_the_place_with_the_most_free_seats() {
+        // (capacity, running): the shared environment first, then the private ones.
+        assert_eq!(roomiest(&[(16, 0)]), Some(0));
+        assert_eq!(roomiest(&[(16, 14), (3, 1), (3, 0)]), Some(2));
+        assert_eq!(
+            roomiest(&[(16, 13), (3, 0)]),
+            Some(0),
+            "a tie goes to the shared one"
+        );
+        assert_eq!(roomiest(&[(16, 16), (3, 2)]), Some(1));
+        assert_eq!(roomiest(&[(16, 16), (3, 3)]), None);
+    }
 
     #[test]
     fn an_unchanged_cr_after_an_action_that_kept_its_generation_is_not_yet_answered() {

@@ -100,9 +100,11 @@ pub struct RunArgs {
     /// Private environments of the `@serial` scenarios, where they run one at a time beside the
     /// others: on the local tier a control plane, fake coderds and an operator each; on kind a
     /// kind cluster each, with the chart's operator and the fake coderd. 0: they run alone in the
-    /// shared environment, after the others. Default 5 on the local tier (their 13 scenarios
-    /// hold about 300 s of work: with 3 the last lane ended the run), 2 on kind (on 2 cores,
-    /// three more kind clusters slowed every scenario: 570 s instead of 375 s).
+    /// shared environment, after the others. Once no `@serial` scenario is left to start, each
+    /// takes a share of the others (`--concurrency` / (N + 1) at a time, with its own operator,
+    /// so that one reconcile worker does not pace the whole run). Default 5 on the local tier
+    /// (their 13 scenarios hold about 300 s of work: with 3 the last lane ended the run), 2 on
+    /// kind (on 2 cores, three more kind clusters slowed every scenario: 570 s instead of 375 s).
     #[arg(long)]
     pub private_environments: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.

@@ -92,6 +92,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
     install_environment(prepared.environment.clone())?;
+    // Once its @serial scenarios are done, a private environment takes a share of the others.
+    let private_seats = args.concurrency().div_ceil(private_count + 1);
     let pool = if private_count > 0 {
         eprintln!(
             "conformance: the {serial} @serial scenario(s) run one at a time in {private_count} private environment(s) beside the others ({}), made while the first scenarios run",
@@ -101,7 +103,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 "a control plane, fake coderds and operator each, the operator in a sandbox"
             }
         );
-        Some(install_private_environments(args.concurrency())?)
+        Some(install_private_environments(
+            serial,
+            args.concurrency(),
+            private_seats,
+        )?)
     } else {
         None
     };
@@ -189,8 +195,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             },
         )
         // With private environments the @serial scenarios wait for one in a slot of their own,
-        // beside the shared environment's `--concurrency` (see `Gate`).
-        .max_concurrent_scenarios(args.concurrency() + if private_lanes { serial } else { 0 })
+        // beside the shared environment's `--concurrency`, and the private environments' seats
+        // once their @serial scenarios are done (see `Gate`).
+        .max_concurrent_scenarios(
+            args.concurrency()
+                + if private_lanes {
+                    serial + private_count * private_seats
+                } else {
+                    0
+                },
+        )
         .which_scenario(move |feature, rule, scenario| {
             if !private_lanes && is_serial(&all_tags(feature, rule, scenario)) {
                 ScenarioType::Serial
@@ -358,7 +372,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         wall: clock.elapsed(),
         limit: args.concurrency(),
         held: adaptive.then(crate::load::held),
-        private: (private_ready > 0).then_some((serial, private_ready)),
+        private: (private_ready > 0).then_some(summary::PrivateLanes {
+            serial,
+            environments: private_ready,
+            others: crate::world::moved_to_private_environments(),
+        }),
         window: window_sized,
     };
     print_summary(&report, &report_dir, &pace);

@@ -31,8 +31,8 @@ pub(super) struct Pace {
     /// With the concurrency adapting to the CPUs: how many starts waited for room, how long in
     /// all; `None` when `--pin-concurrency` pinned it.
     pub held: Option<(u64, std::time::Duration)>,
-    /// The `@serial` scenarios and the private environments they ran in, if any.
-    pub private: Option<(usize, usize)>,
+    /// The private environments, if any.
+    pub private: Option<PrivateLanes>,
     /// How a measured observation window was sized (real clusters); `None` when constant.
     pub window: Option<String>,
 }
@@ -43,8 +43,12 @@ impl Pace {
         let cpu = cpu_seconds();
         let wall = self.wall.as_secs_f64();
         let lanes = match self.private {
-            Some((serial, environments)) => format!(
-                "; the {serial} @serial ones one at a time in {environments} private environment(s) beside them"
+            Some(PrivateLanes {
+                serial,
+                environments,
+                others,
+            }) => format!(
+                "; the {serial} @serial ones one at a time in {environments} private environment(s) beside them, and {others} others there once those were done"
             ),
             None => "; any @serial ones alone".to_owned(),
         };
@@ -65,6 +69,14 @@ impl Pace {
             100.0 * cpu / (wall * cpus as f64).max(f64::EPSILON)
         )
     }
+}
+
+/// The `@serial` scenarios, the private environments they ran in, and the other scenarios
+/// that ran there once they were done.
+pub(super) struct PrivateLanes {
+    pub serial: usize,
+    pub environments: usize,
+    pub others: usize,
 }
 
 /// User and system CPU seconds of this process and its waited-for children.
