@@ -142,12 +142,21 @@ impl PrivateEnvironments {
     /// A private environment is ready: for the `@serial` scenarios, or for the others when no
     /// `@serial` one is left to start.
     pub fn add(&self, environment: Arc<Environment>) {
+        if self.keep(environment) {
+            self.available.add_permits(1);
+        }
+    }
+
+    /// Keeps a free private environment for the `@serial` scenarios (true), or makes it a place
+    /// for the others when none is left to start.
+    fn keep(&self, environment: Arc<Environment>) -> bool {
         let mut lanes = self.lanes();
         if lanes.open {
             self.places.add(environment, self.capacity);
+            false
         } else {
             lanes.free.push(environment);
-            self.available.add_permits(1);
+            true
         }
     }
 
@@ -200,18 +209,7 @@ impl Drop for Borrowed {
     fn drop(&mut self) {
         // Given back before the permit (a field, dropped after this) is released.
         if let Some(environment) = self.environment.take() {
-            self.pool.add_back(environment);
-        }
-    }
-}
-
-impl PrivateEnvironments {
-    fn add_back(&self, environment: Arc<Environment>) {
-        let mut lanes = self.lanes();
-        if lanes.open {
-            self.places.add(environment, self.capacity);
-        } else {
-            lanes.free.push(environment);
+            self.pool.keep(environment);
         }
     }
 }

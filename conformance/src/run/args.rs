@@ -81,7 +81,7 @@ pub struct RunArgs {
     pub fail_fast: bool,
     /// Scenarios run at the same time, at most (`@serial` ones run alone in their environment,
     /// beside the others on the local and kind tiers). A scenario starts only while the CPUs have room
-    /// (below 90 % busy, or fewer than 4 running), unless `--pin-concurrency`. Default limit
+    /// (below 97 % busy over 5 s, or fewer than 4 running), unless `--pin-concurrency`. Default limit
     /// on the local tier (no kubelets; a scenario mostly waits out its observation window): 32
     /// for the reference operator, which runs 32 reconcile workers (on 2 cores its whole run
     /// took 183 s at 16, 140 s at 32, 135 s at 48), and 16 for any other operator, which may

@@ -220,8 +220,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             async move {
                 let serial = is_serial(&tags);
                 if adaptive && !serial {
-                    crate::load::room_for_another(crate::world::running, SCENARIOS_ALWAYS_STARTED)
-                        .await;
+                    crate::load::room_for_another(
+                        crate::world::running,
+                        SCENARIOS_ALWAYS_STARTED,
+                        crate::load::SCENARIO_START_LIMIT,
+                    )
+                    .await;
                 }
                 let gate = Gate::enter(world, serial).await;
                 // A failed hook is a panic in cucumber's eyes (reported as a failed hook).

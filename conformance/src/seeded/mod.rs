@@ -586,7 +586,7 @@ pub struct SeededArgs {
     #[arg(long)]
     pub alone: bool,
     /// Suite runs at the same time, at most; each starts its own local control plane. Past
-    /// two, a run starts only while the CPUs have room (below 90 % busy): most runs wait out
+    /// two, a run starts only while the CPUs have room (below 90 % busy over 5 s): most runs wait out
     /// observation windows.
     #[arg(long, default_value_t = 8)]
     pub jobs: usize,
@@ -1950,6 +1950,7 @@ impl Runner<'_> {
                     crate::load::room_for_another(
                         || running.load(std::sync::atomic::Ordering::SeqCst),
                         RUNS_ALWAYS_STARTED,
+                        crate::load::RUN_START_LIMIT,
                     )
                     .await;
                     running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
