@@ -257,18 +257,36 @@ async fn inject_case_fault(
     Ok(())
 }
 
-/// How long a case may take to settle: each faulted request adds a retry, after a backoff the
-/// contract leaves to the implementation (R-KEY-18's controller backoff, R-RL-2's 1–3 s doubling),
-/// so a faulted case gets three times the tier's deadline.
+/// How long a case may take to settle: each faulted request adds a retry. Other faults are
+/// retried after the controller's backoff, which the contract leaves to the implementation
+/// (R-KEY-18): three times the tier's deadline. 429s are retried after R-RL-2's backoff, which
+/// doubles with each 429 in a row: at least the longest waits it allows, then the tier's deadline.
 fn settle_timeouts(world: &ProvisionerWorld, fault: Option<CaseFault>) -> wait::Timeouts {
     let usual = *world.timeouts();
-    match fault {
-        None => usual,
-        Some(_) => wait::Timeouts {
-            eventually: usual.eventually * 3,
-            ..usual
-        },
+    let Some(fault) = fault else {
+        return usual;
+    };
+    let backoff = match fault.answer {
+        FaultAnswer::Status(429) => longest_rate_limit_backoff(fault.routes().count()),
+        _ => std::time::Duration::ZERO,
+    };
+    wait::Timeouts {
+        eventually: (usual.eventually * 3).max(usual.eventually + backoff.mul_f64(usual.scale)),
+        ..usual
     }
+}
+
+/// R-RL-2's longest waits after `in_a_row` 429s in a row: 3 s, then 6 s, then doubling with
+/// +20 % jitter, never above 2 minutes (a case faults each route once: five in a row at most).
+fn longest_rate_limit_backoff(in_a_row: usize) -> std::time::Duration {
+    let seconds: f64 = (0..in_a_row)
+        .map(|n| match n {
+            0 => 3.0,
+            1 => 6.0,
+            n => (f64::from(1u32 << (n + 1)) * 1.2).min(120.0),
+        })
+        .sum();
+    std::time::Duration::from_secs_f64(seconds)
 }
 
 /// The rules that set the limits of the fields a refusal names: D-4 the key name's and the
@@ -714,5 +732,21 @@ mod tests {
         assert_eq!(super::limits_of(&refusal("spec.key.secretName")), "R-CRD-6");
         assert_eq!(super::limits_of(&refusal("spec.key.secretKey")), "R-CRD-6");
         assert_eq!(super::limits_of("denied by a webhook"), "D-4, R-CRD-6");
+    }
+
+    /// A one-worker operator at R-RL-2's longest waits took 62–76 s of backoff for a case's five
+    /// 429s, and failed the old flat deadline (3 × 30 s) once its own latency was added.
+    #[test]
+    fn a_case_waits_out_the_longest_backoff_r_rl_2_allows() {
+        let seconds = |n| super::longest_rate_limit_backoff(n).as_secs_f64();
+        assert_eq!(seconds(0), 0.0);
+        assert_eq!(seconds(1), 3.0);
+        assert_eq!(seconds(2), 9.0);
+        assert!((seconds(5) - 76.2).abs() < 1e-9, "{}", seconds(5));
+        assert!(
+            (seconds(9) - (76.2 + 76.8 + 120.0 * 3.0)).abs() < 1e-9,
+            "{}",
+            seconds(9)
+        );
     }
 }
