@@ -734,8 +734,8 @@ mod tests {
         assert_eq!(super::limits_of("denied by a webhook"), "D-4, R-CRD-6");
     }
 
-    /// A one-worker operator at R-RL-2's longest waits took 62–76 s of backoff for a case's five
-    /// 429s, and failed the old flat deadline (3 × 30 s) once its own latency was added.
+    /// R-RL-2 allows up to 76.2 s of backoff for a case's five 429s in a row: a legal one-worker
+    /// operator failed the old flat deadline (3 × 30 s) once its own queue's latency was added.
     #[test]
     fn a_case_waits_out_the_longest_backoff_r_rl_2_allows() {
         let seconds = |n| super::longest_rate_limit_backoff(n).as_secs_f64();
