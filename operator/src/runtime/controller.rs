@@ -236,7 +236,15 @@ pub async fn run(
                 )
             })
     };
-    let config = controller::Config::default().concurrency(settings.max_concurrent_reconciles);
+    // kube-runtime's runner, at its concurrency limit, parks the triggers that come due in a
+    // set and starts them in no particular order: under a steady stream of triggers one CR can
+    // wait behind newer ones for as long as they keep coming (35 s seen with one worker). So the
+    // runner starts every pass at once, and passes wait in line for one of the
+    // `max_concurrent_reconciles` permits of a fair semaphore: first due, first run.
+    let config = controller::Config::default();
+    let workers = Arc::new(tokio::sync::Semaphore::new(usize::from(
+        settings.max_concurrent_reconciles,
+    )));
     let controller = Controller::for_stream(triggers, store.clone()).with_config(config);
     let ready_store = store.clone();
     let store_at_stop = store.clone();
@@ -297,8 +305,12 @@ pub async fn run(
     // the runner is abandoned anyway, so taking its wake-up does no harm.)
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let (unready_stop_tx, unready_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let workers_at_stop = workers.clone();
     tokio::spawn(async move {
         shutdown.await;
+        // The passes still in line give up (the next leader's first list starts them again);
+        // the running ones finish.
+        workers_at_stop.close();
         if store_at_stop.wait_until_ready().now_or_never().is_none() {
             let _ = unready_stop_tx.send(());
         }
@@ -351,7 +363,19 @@ pub async fn run(
         )
         .reconcile_on(woken_for_a_coderd_slot)
         .graceful_shutdown_on(shutdown_rx.map(|_| ()))
-        .run(reconcile, error_policy, context)
+        .run(
+            move |cr, ctx| {
+                let workers = workers.clone();
+                async move {
+                    match workers.acquire_owned().await {
+                        Ok(_worker) => reconcile(cr, ctx).await,
+                        Err(_stopping) => Ok(controller::Action::await_change()),
+                    }
+                }
+            },
+            error_policy,
+            context,
+        )
         .for_each(|outcome| async move {
             match outcome {
                 Ok((object, action)) => tracing::debug!(%object, ?action, "reconciled"),
