@@ -66,6 +66,21 @@ impl Timeouts {
         }
     }
 
+    /// The deadlines after a fault the operator met for `failing_for` is cleared. D-10 lets that
+    /// outcome wait for the operator's error backoff, whose length the contract leaves to the
+    /// implementation (R-KEY-18: "controller backoff"). A backoff that doubles from the fault's
+    /// start (controller-runtime's, kube-runtime's), with up to R-RL-2's ±20 % jitter, next tries
+    /// within 1.5 times the time spent failing plus 1.2 first delays after the clear: its n-th delay
+    /// is at most 1.2·2ⁿ·b while the ones before it add up to at least 0.8·(2ⁿ−1)·b. The tier's
+    /// deadline stays on top, for the pass itself.
+    pub fn after_fault(&self, failing_for: Duration) -> Self {
+        let backoff = failing_for.mul_f64(1.5) + FIRST_ERROR_DELAY.mul_f64(1.2 * self.scale);
+        Timeouts {
+            eventually: self.eventually + backoff,
+            ..*self
+        }
+    }
+
     /// Applies the user's `--timeout-scale` (multiplies deadlines and windows) and
     /// `--wait-timeout` (replaces the "eventually" deadline).
     pub fn adjusted(
@@ -91,6 +106,10 @@ impl Timeouts {
         Ok(adjusted)
     }
 }
+
+/// The longest first delay of an error backoff [`Timeouts::after_fault`] allows for (5 s,
+/// the reference operator's; client-go's workqueue rate limiter starts at 5 ms).
+const FIRST_ERROR_DELAY: Duration = Duration::from_secs(5);
 
 /// Reactions measured before a real cluster's observation window follows them.
 pub const MIN_REACTIONS: usize = 10;
@@ -310,6 +329,35 @@ mod tests {
             hold_observations: 3,
             scale: 1.0,
         }
+    }
+
+    /// The doubling backoff the allowance is sized for, at its worst: every delay 20 % short
+    /// until the fault is cleared, then the next one 20 % long.
+    #[rstest]
+    #[case::failing_briefly(3.0)]
+    #[case::failing_for_a_minute(60.0)]
+    #[case::failing_for_ten_minutes(600.0)]
+    fn after_a_fault_the_deadline_covers_a_doubling_backoffs_next_attempt(
+        #[case] failing_for: f64,
+    ) {
+        let tier = Timeouts::for_profile(TimeoutProfile::Local);
+        let first = FIRST_ERROR_DELAY.as_secs_f64();
+        let (mut last_attempt, mut delay) = (0.0, first);
+        while last_attempt + 0.8 * delay <= failing_for {
+            last_attempt += 0.8 * delay;
+            delay *= 2.0;
+        }
+        let next_attempt_after_clear = last_attempt + 1.2 * delay - failing_for;
+        let after = tier.after_fault(Duration::from_secs_f64(failing_for));
+        assert!(
+            after.eventually.as_secs_f64()
+                >= tier.eventually.as_secs_f64() + next_attempt_after_clear,
+            "{after:?} against a next attempt {next_attempt_after_clear} s after the clear"
+        );
+        assert_eq!(
+            after.hold_window, tier.hold_window,
+            "only the deadline grows"
+        );
     }
 
     #[rstest]

@@ -499,6 +499,12 @@ pub struct ProvisionerWorld {
     /// End of the observation window opened after the latest action (see
     /// [`ProvisionerWorld::observation_window`]).
     window_end: Option<tokio::time::Instant>,
+    /// When the fault in place was injected (a refusing quota, a coderd fault, an unreachable
+    /// coderd); `None` while there is none.
+    fault_injected: Option<tokio::time::Instant>,
+    /// Once a fault is cleared, the deadlines that allow for the operator's error backoff
+    /// ([`Timeouts::after_fault`]), until the next action.
+    after_fault: Option<Timeouts>,
     /// Set by steps that change the fake coderd's global switches, restored after the scenario.
     pub touched_global_coderd: bool,
     /// Set while a step has stopped the operator; the after-hook starts it again.
@@ -847,6 +853,8 @@ impl ProvisionerWorld {
             action_baseline: None,
             action_started: None,
             window_end: None,
+            fault_injected: None,
+            after_fault: None,
             touched_global_coderd: false,
             operator_stopped: false,
             held: Vec::new(),
@@ -884,8 +892,23 @@ impl ProvisionerWorld {
         self.env.client.clone()
     }
 
+    /// The tier's deadlines, or after a cleared fault the longer ones of [`Timeouts::after_fault`].
     pub fn timeouts(&self) -> &Timeouts {
-        &self.env.timeouts
+        self.after_fault.as_ref().unwrap_or(&self.env.timeouts)
+    }
+
+    /// A fault the operator will meet is in place from now (the first one counts, until cleared).
+    pub fn fault_injected(&mut self) {
+        self.fault_injected
+            .get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// The faults are gone: the steps until the next action allow for the error backoff the
+    /// operator may have reached while they were in place. Call after [`Self::mark_action`].
+    pub fn fault_cleared(&mut self) {
+        if let Some(since) = self.fault_injected.take() {
+            self.after_fault = Some(self.env.timeouts.after_fault(since.elapsed()));
+        }
     }
 
     /// Moves the scenario into `namespace` (the tutorial needs `coder`), creating it.
@@ -1363,6 +1386,7 @@ impl ProvisionerWorld {
     pub async fn mark_action(&mut self) -> anyhow::Result<()> {
         self.action_started = Some(tokio::time::Instant::now());
         self.window_end = None;
+        self.after_fault = None;
         if self.coderd.is_some() && self.env.coderd.admin.is_some() {
             self.action_mark = Some(self.journal().await?.len());
         }

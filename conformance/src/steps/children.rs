@@ -1362,6 +1362,7 @@ async fn credential_secret_changed(
 /// Forbidden whatever the operator's own RBAC, which forces the retries the PR is about.
 #[given(expr = "the namespace refuses new {word}")]
 async fn refuse_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Result<()> {
+    world.fault_injected();
     let (name, resource) = refusing_quota(&kind)?;
     let hard = BTreeMap::from([(resource.to_owned(), json!("0"))]);
     let quota = json!({
@@ -1416,6 +1417,7 @@ async fn accept_new(world: &mut ProvisionerWorld, kind: String) -> anyhow::Resul
     api.delete(&name, &DeleteParams::default())
         .await
         .context("deleting the ResourceQuota")?;
+    world.fault_cleared();
     Ok(())
 }
 

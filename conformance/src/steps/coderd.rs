@@ -675,6 +675,7 @@ async fn inject_scenario_fault(
     fault: FaultSpec,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
+    world.fault_injected();
     let fault = scenario_scoped(world, fault.sticky())?;
     world.admin()?.inject_fault(fault).await
 }
@@ -725,6 +726,7 @@ async fn coderd_fault_once(
     status: u16,
 ) -> anyhow::Result<()> {
     world.mark_action().await?;
+    world.fault_injected();
     let fault = scenario_scoped(
         world,
         FaultSpec::status(&method, route_template(&alias)?, status),
@@ -768,7 +770,9 @@ async fn coderd_delay(
 #[when("coderd answers normally again")]
 async fn coderd_normal(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
-    clear_scenario_faults(world).await
+    clear_scenario_faults(world).await?;
+    world.fault_cleared();
+    Ok(())
 }
 
 /// Removes the faults of the scenario's session token (after-hook and "answers normally").
@@ -789,6 +793,7 @@ pub async fn clear_scenario_faults(world: &ProvisionerWorld) -> anyhow::Result<(
 async fn coderd_unreachable(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
     world.touched_global_coderd = true;
+    world.fault_injected();
     world.admin()?.set_unreachable(true).await?;
     Ok(())
 }
@@ -797,6 +802,7 @@ async fn coderd_unreachable(world: &mut ProvisionerWorld) -> anyhow::Result<()> 
 async fn coderd_reachable(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.admin()?.set_unreachable(false).await?;
     world.mark_action().await?;
+    world.fault_cleared();
     Ok(())
 }
 
