@@ -368,7 +368,8 @@ pub async fn run(
                 let workers = workers.clone();
                 async move {
                     match workers.acquire_owned().await {
-                        Ok(_worker) => reconcile(cr, ctx).await,
+                        // Boxed: in line, a pass holds a pointer, not the pass's whole state.
+                        Ok(_worker) => Box::pin(reconcile(cr, ctx)).await,
                         Err(_stopping) => Ok(controller::Action::await_change()),
                     }
                 }
