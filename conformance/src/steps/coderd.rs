@@ -674,9 +674,17 @@ async fn inject_scenario_fault(
     world: &mut ProvisionerWorld,
     fault: FaultSpec,
 ) -> anyhow::Result<()> {
+    inject_scenario_fault_once(world, fault.sticky()).await
+}
+
+/// [`inject_scenario_fault`] for `fault` as given (a one-shot fault meets one request).
+async fn inject_scenario_fault_once(
+    world: &mut ProvisionerWorld,
+    fault: FaultSpec,
+) -> anyhow::Result<()> {
     world.mark_action().await?;
     world.fault_injected();
-    let fault = scenario_scoped(world, fault.sticky())?;
+    let fault = scenario_scoped(world, fault)?;
     world.admin()?.inject_fault(fault).await
 }
 
@@ -725,13 +733,8 @@ async fn coderd_fault_once(
     alias: String,
     status: u16,
 ) -> anyhow::Result<()> {
-    world.mark_action().await?;
-    world.fault_injected();
-    let fault = scenario_scoped(
-        world,
-        FaultSpec::status(&method, route_template(&alias)?, status),
-    )?;
-    world.admin()?.inject_fault(fault).await
+    let fault = FaultSpec::status(&method, route_template(&alias)?, status);
+    inject_scenario_fault_once(world, fault).await
 }
 
 /// coderd before PR #13629 wrote a second JSON object after an organization's 404 into the same
