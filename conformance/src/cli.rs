@@ -63,6 +63,14 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
+    fn run_args(args: &[&str]) -> RunArgs {
+        let argv = ["conformance", "run"].iter().chain(args).copied();
+        let Command::Run(run) = Cli::try_parse_from(argv).expect("arguments").command else {
+            panic!("not the run command");
+        };
+        *run
+    }
+
     #[rstest]
     #[case(&[], 32)]
     #[case(&["--cluster", "kind"], 16)]
@@ -75,11 +83,23 @@ mod tests {
         #[case] args: &[&str],
         #[case] expected: usize,
     ) {
-        let argv = ["conformance", "run"].iter().chain(args).copied();
-        let Command::Run(run) = Cli::try_parse_from(argv).expect("arguments").command else {
-            panic!("not the run command");
-        };
+        let run = run_args(args);
         assert_eq!(run.concurrency(), expected);
+    }
+
+    /// A one-worker operator keeps its 16 in the shared environment, and each private
+    /// environment, with an operator of its own, takes the machine's share as the reference's do.
+    #[rstest]
+    #[case(&[], 6)]
+    #[case(&["--operator-cmd", "./bin/manager"], 6)]
+    #[case(&["--operator-cmd", "./bin/manager", "--concurrency", "4"], 1)]
+    #[case(&["--cluster", "kind"], 3)]
+    fn private_environments_take_the_machines_share_with_five(
+        #[case] args: &[&str],
+        #[case] expected: usize,
+    ) {
+        let run = run_args(args);
+        assert_eq!(run.private_seats(5), expected);
     }
 
     #[rstest]
@@ -87,10 +107,7 @@ mod tests {
     #[case(&["--cluster", "kind"], 2)]
     #[case(&["--cluster", "kind", "--private-environments", "0"], 0)]
     fn private_environments_default_by_tier(#[case] args: &[&str], #[case] expected: usize) {
-        let argv = ["conformance", "run"].iter().chain(args).copied();
-        let Command::Run(run) = Cli::try_parse_from(argv).expect("arguments").command else {
-            panic!("not the run command");
-        };
+        let run = run_args(args);
         assert_eq!(run.private_environments(), expected);
     }
 }

@@ -101,8 +101,10 @@ pub struct RunArgs {
     /// others: on the local tier a control plane, fake coderds and an operator each; on kind a
     /// kind cluster each, with the chart's operator and the fake coderd. 0: they run alone in the
     /// shared environment, after the others. Once no `@serial` scenario is left to start, each
-    /// takes a share of the others (`--concurrency` / (N + 1) at a time, with its own operator,
-    /// so that one reconcile worker does not pace the whole run). Default 5 on the local tier
+    /// takes a share of the others with its own operator, so that one reconcile worker does not
+    /// pace the whole run: `--concurrency` / (N + 1) at a time, or without the flag the reference's
+    /// default / (N + 1) (6 on the local tier) and never more than the shared environment's limit
+    /// (a one-worker operator's run took 147 s instead of 173 s with 6 instead of 3). Default 5 on the local tier
     /// (their 13 scenarios hold about 300 s of work: with 3 the last lane ended the run), 2 on
     /// kind (on 2 cores, three more kind clusters slowed every scenario: 570 s instead of 375 s).
     #[arg(long)]
@@ -184,12 +186,29 @@ impl RunArgs {
     pub fn concurrency(&self) -> usize {
         let reference =
             self.operator == OperatorMode::Reference && self.started.operator_cmd.is_none();
+        match self.cluster {
+            ClusterTier::Local if !reference && self.concurrency.is_none() => 16,
+            _ => self.machine_concurrency(),
+        }
+    }
+
+    /// Scenarios each of `private_count` private environments takes once its `@serial` ones are
+    /// done: its share of what the machine holds, never more than one operator is given in the
+    /// shared environment.
+    pub fn private_seats(&self, private_count: usize) -> usize {
+        self.machine_concurrency()
+            .div_ceil(private_count + 1)
+            .min(self.concurrency())
+    }
+
+    /// `--concurrency`, or what the tier's machine holds whichever operator runs (the
+    /// reference's default).
+    fn machine_concurrency(&self) -> usize {
         let default = match self.cluster {
             // Every scenario runs in the existing control plane's namespace, where the scenarios'
             // CRs share names: one at a time.
             _ if self.control_plane.is_some() => 1,
-            ClusterTier::Local if reference => 32,
-            ClusterTier::Local => 16,
+            ClusterTier::Local => 32,
             ClusterTier::Kind => 16,
             ClusterTier::Kubeconfig | ClusterTier::K3s => 4,
         };

@@ -93,7 +93,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
     install_environment(prepared.environment.clone())?;
     // Once its @serial scenarios are done, a private environment takes a share of the others.
-    let private_seats = args.concurrency().div_ceil(private_count + 1);
+    let private_seats = args.private_seats(private_count);
     let pool = if private_count > 0 {
         eprintln!(
             "conformance: the {serial} @serial scenario(s) run one at a time in {private_count} private environment(s) beside the others ({}), made while the first scenarios run",
