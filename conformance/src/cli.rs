@@ -104,7 +104,7 @@ mod tests {
 
     #[rstest]
     #[case(&[], 5)]
-    #[case(&["--cluster", "kind"], 2)]
+    #[case(&["--cluster", "kind"], 1)]
     #[case(&["--cluster", "kind", "--private-environments", "0"], 0)]
     fn private_environments_default_by_tier(#[case] args: &[&str], #[case] expected: usize) {
         let run = run_args(args);

@@ -105,8 +105,9 @@ pub struct RunArgs {
     /// pace the whole run: `--concurrency` / (N + 1) at a time, or without the flag the reference's
     /// default / (N + 1) (6 on the local tier) and never more than the shared environment's limit
     /// (a one-worker operator's run took 147 s instead of 173 s with 6 instead of 3). Default 5 on the local tier
-    /// (their 13 scenarios hold about 300 s of work: with 3 the last lane ended the run), 2 on
-    /// kind (on 2 cores, three more kind clusters slowed every scenario: 570 s instead of 375 s).
+    /// (their 13 scenarios hold about 300 s of work: with 3 the last lane ended the run), 1 on
+    /// kind (its 7 hold about 270 s there; on 2 cores the suite took 376 s with one, 394–404 s
+    /// with two and 570 s with three: a kind cluster's own work slows every scenario).
     #[arg(long)]
     pub private_environments: Option<usize>,
     /// Retries for a failing scenario; one that passes on a retry is reported Flaky.
@@ -219,7 +220,7 @@ impl RunArgs {
     pub fn private_environments(&self) -> usize {
         self.private_environments
             .unwrap_or(if self.cluster == ClusterTier::Kind {
-                2
+                1
             } else {
                 5
             })
