@@ -674,11 +674,11 @@ async fn inject_scenario_fault(
     world: &mut ProvisionerWorld,
     fault: FaultSpec,
 ) -> anyhow::Result<()> {
-    inject_scenario_fault_once(world, fault.sticky()).await
+    inject_scenario_fault_as_given(world, fault.sticky()).await
 }
 
 /// [`inject_scenario_fault`] for `fault` as given (a one-shot fault meets one request).
-async fn inject_scenario_fault_once(
+async fn inject_scenario_fault_as_given(
     world: &mut ProvisionerWorld,
     fault: FaultSpec,
 ) -> anyhow::Result<()> {
@@ -734,7 +734,7 @@ async fn coderd_fault_once(
     status: u16,
 ) -> anyhow::Result<()> {
     let fault = FaultSpec::status(&method, route_template(&alias)?, status);
-    inject_scenario_fault_once(world, fault).await
+    inject_scenario_fault_as_given(world, fault).await
 }
 
 /// coderd before PR #13629 wrote a second JSON object after an organization's 404 into the same
