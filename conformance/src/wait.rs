@@ -233,6 +233,31 @@ impl std::fmt::Display for Hopeless {
 
 impl std::error::Error for Hopeless {}
 
+/// How long an observed value has stood unchanged (pure: the caller says when it looked).
+#[derive(Debug)]
+pub struct Steady<V> {
+    last: Option<(V, Instant)>,
+}
+
+impl<V> Default for Steady<V> {
+    fn default() -> Self {
+        Steady { last: None }
+    }
+}
+
+impl<V: PartialEq> Steady<V> {
+    /// Records `value` as seen at `now`; returns how long it has stood since it was first seen.
+    pub fn observe(&mut self, value: V, now: Instant) -> Duration {
+        match &self.last {
+            Some((last, since)) if *last == value => now.saturating_duration_since(*since),
+            _ => {
+                self.last = Some((value, now));
+                Duration::ZERO
+            }
+        }
+    }
+}
+
 /// Counts consecutive passing observations (pure, so it is unit-tested without time).
 #[derive(Debug, Default)]
 pub struct Streak {
@@ -412,6 +437,18 @@ mod tests {
             .unwrap();
         assert_eq!(slow.stated(15).eventually, Duration::from_secs(30));
         assert_eq!(slow.stated(15).interval, slow.interval);
+    }
+
+    #[test]
+    fn a_steady_value_counts_from_when_it_was_first_seen() {
+        let start = Instant::now();
+        let at = |seconds| start + Duration::from_secs(seconds);
+        let mut steady = Steady::default();
+        assert_eq!(steady.observe("a", at(0)), Duration::ZERO);
+        assert_eq!(steady.observe("a", at(3)), Duration::from_secs(3));
+        assert_eq!(steady.observe("b", at(4)), Duration::ZERO, "a change starts over");
+        assert_eq!(steady.observe("b", at(9)), Duration::from_secs(5));
+        assert_eq!(steady.observe("a", at(10)), Duration::ZERO, "so does a change back");
     }
 
     #[rstest]

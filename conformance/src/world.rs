@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use cucumber::World;
@@ -102,6 +103,8 @@ pub struct Environment {
     /// How long a failed generated case may spend looking for a smaller failing case (zero:
     /// not at all).
     pub shrink_budget: std::time::Duration,
+    /// Whether the suite plays the kubelet (D-8): a runnable pod template is ready at once.
+    pub readiness_simulated: bool,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();
@@ -650,14 +653,14 @@ pub fn settles_at_end(tags: &[String]) -> bool {
         .any(|t| t == "rate-limit" || t == "leader-election")
 }
 
-/// D-10: notices that the operator settled without the state a step awaits: the CR's status
-/// the same, its current generation observed, no new coderd request and the same shortfall
-/// observed (a child object's wrong value) for a third of the tier's deadline. Only in scenarios
-/// whose outcome must show promptly ([`expects_prompt_outcome`]); elsewhere it never fires.
+/// D-10: notices that the operator settled without the state a step awaits: after it reacted to
+/// the action, the CR's status the same, no new coderd request and the same shortfall observed
+/// (a child object's wrong value) for a third of the tier's deadline. Only in scenarios whose
+/// outcome must show promptly ([`expects_prompt_outcome`]); elsewhere it never fires.
 pub struct SettleWatch {
-    window: Option<std::time::Duration>,
-    /// The status, journal length and shortfall last seen, and since when.
-    last: std::sync::Mutex<(String, usize, String, tokio::time::Instant)>,
+    window: Option<Duration>,
+    /// How long the status, journal length and shortfall have stood.
+    steady: std::sync::Mutex<wait::Steady<(String, usize, String)>>,
 }
 
 impl SettleWatch {
@@ -666,12 +669,7 @@ impl SettleWatch {
             window: world
                 .prompt_outcome
                 .then(|| world.timeouts().eventually / 3),
-            last: std::sync::Mutex::new((
-                String::new(),
-                0,
-                String::new(),
-                tokio::time::Instant::now(),
-            )),
+            steady: Default::default(),
         }
     }
 
@@ -686,37 +684,35 @@ impl SettleWatch {
         let Some(window) = self.window else {
             return Ok(());
         };
-        let requests = match (&world.env.coderd.admin, &world.coderd) {
-            (Some(_), Some(_)) => world.journal().await?.len(),
-            _ => 0,
-        };
+        let requests = world.scenario_request_count().await?;
         let status = status_text(cr);
-        let current = observed_current_generation(cr)
-            && world
-                .action_baseline
-                .as_ref()
-                .is_none_or(|before| before.answered_by(cr, &status, requests));
-        let mut last = self
-            .last
+        let baseline = world.action_baseline.as_ref();
+        // An operator that observes no generation (an implementation's choice on a pass a gate
+        // stopped, or a fault of its own) has settled too once it reacted and then stood still.
+        let current = if observed_current_generation(cr) {
+            baseline.is_none_or(|before| before.answered_by(cr, &status, requests))
+        } else {
+            baseline.map_or(!status.is_empty(), |before| {
+                before.reacted(&status, requests)
+            })
+        };
+        // Pods that are still starting are the cluster's to finish, not the operator's; the
+        // local tier's simulated kubelet readies a runnable template within a second, so there
+        // pods that have not come by the end of the window never come.
+        let pods_to_come = waiting_for_pods(cr) && !world.env.readiness_simulated;
+        let mut steady = self
+            .steady
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Pods that are still starting are the cluster's to finish, not the operator's.
-        if last.0 != status
-            || last.1 != requests
-            || last.2 != why
-            || !current
-            || waiting_for_pods(cr)
-        {
-            *last = (
-                status,
-                requests,
-                why.to_owned(),
-                tokio::time::Instant::now(),
-            );
-        }
-        if current && last.3.elapsed() >= window {
+        let stood = if current && !pods_to_come {
+            steady.observe((status, requests, why.to_owned()), tokio::time::Instant::now())
+        } else {
+            *steady = wait::Steady::default();
+            Duration::ZERO
+        };
+        if stood >= window {
             return Err(wait::Hopeless(format!(
-                "the operator settled without it ({:.0} s with the same status, the current generation observed and no coderd request; D-10): {why}",
+                "the operator settled without it ({:.0} s with the same status and no coderd request after it reacted; D-10): {why}",
                 window.as_secs_f64()
             ))
             .into());
@@ -738,7 +734,12 @@ struct ActionBaseline {
 
 impl ActionBaseline {
     fn answered_by(&self, cr: &Value, status: &str, requests: usize) -> bool {
-        generation_of(cr) != self.generation || status != self.status || requests > self.requests
+        generation_of(cr) != self.generation || self.reacted(status, requests)
+    }
+
+    /// Whether the operator did something since the action: another status, a coderd request.
+    fn reacted(&self, status: &str, requests: usize) -> bool {
+        status != self.status || requests > self.requests
     }
 }
 
@@ -962,7 +963,15 @@ impl ProvisionerWorld {
         self.recorder = Some(crate::invariants::recorder::Recorder::start(
             self.client(),
             &self.namespace,
+            self.settle_window(),
         ));
+    }
+
+    /// D-15: a CR is settled once its status (and the scenario's coderd requests) stood
+    /// unchanged for the tier's window after the operator's last reaction; the rules about what
+    /// status shows for a spec judge only such states.
+    pub fn settle_window(&self) -> std::time::Duration {
+        self.env.observation_window.current()
     }
 
     /// Remembers a Secret the suite just wrote, with the field managers of that write.
@@ -1550,6 +1559,82 @@ impl ProvisionerWorld {
     ) -> anyhow::Result<T> {
         self.provisioner_named_within(name, what, self.timeouts(), check)
             .await
+    }
+
+    /// Polls the CR `name` until `check` accepts it in a settled state (D-15): its generation
+    /// and status, and the scenario's coderd requests, unchanged for [`Self::settle_window`].
+    /// The deadline is `timeouts`' plus that window.
+    pub async fn provisioner_settles(
+        &self,
+        name: &str,
+        what: &str,
+        timeouts: &Timeouts,
+        check: impl Fn(&Value) -> Observation<()>,
+    ) -> anyhow::Result<()> {
+        let window = self.settle_window();
+        let timeouts = Timeouts {
+            eventually: timeouts.eventually + window,
+            reach_and_hold: 1,
+            ..*timeouts
+        };
+        let steady = std::sync::Mutex::new(wait::Steady::default());
+        let (check, steady) = (&check, &steady);
+        wait::eventually(what, &timeouts, || async move {
+            if let Some(exit) = self.operator_exit().await {
+                return Err(wait::Hopeless(format!("the operator exited ({exit})")).into());
+            }
+            let Some(cr) = self.provisioner_json_named(name).await? else {
+                return Ok(Err(format!("CoderProvisioner {name} does not exist")));
+            };
+            let fingerprint = crate::invariants::oracle::state_fingerprint(&cr);
+            let (requests, quiet_for) = self.scenario_requests_quiet().await?;
+            let seen_here = steady
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .observe((fingerprint.clone(), requests), tokio::time::Instant::now());
+            // The watch may have seen this status stand since before the wait began.
+            let watched = self
+                .recorder
+                .as_ref()
+                .and_then(|r| r.stood(name, &fingerprint))
+                .map_or(Duration::ZERO, |status| status.min(quiet_for));
+            let stood = seen_here.max(watched);
+            if let Err(why) = check(&cr) {
+                return Ok(Err(why));
+            }
+            Ok(if stood >= window {
+                Ok(())
+            } else {
+                Err(format!(
+                    "its status and the coderd requests stood {:.1} s of the {:.0} s that make a settled state (D-15)",
+                    stood.as_secs_f64(),
+                    window.as_secs_f64()
+                ))
+            })
+        })
+        .await
+    }
+
+    /// How many of coderd's requests are the scenario's so far (0 without an admin API).
+    async fn scenario_request_count(&self) -> anyhow::Result<usize> {
+        Ok(self.scenario_requests_quiet().await?.0)
+    }
+
+    /// The scenario's coderd requests so far, and how long ago coderd answered the last one
+    /// (forever without an admin API or a request).
+    async fn scenario_requests_quiet(&self) -> anyhow::Result<(usize, Duration)> {
+        let (Some(_), Some(_)) = (&self.env.coderd.admin, &self.coderd) else {
+            return Ok((0, Duration::MAX));
+        };
+        let journal = self.journal().await?;
+        let last = journal
+            .iter()
+            .filter_map(|entry| entry.at.parse::<jiff::Timestamp>().ok())
+            .max();
+        let quiet_for = last.map_or(Duration::MAX, |at| {
+            Duration::try_from(jiff::Timestamp::now().duration_since(at)).unwrap_or_default()
+        });
+        Ok((journal.len(), quiet_for))
     }
 
     /// [`Self::provisioner_named_eventually`] with the scenario's own deadline.

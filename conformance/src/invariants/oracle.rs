@@ -1,9 +1,13 @@
 //! The contract oracle: what a settled CoderProvisioner and its children must look like, derived
 //! from the contract's text and the CR's own spec, never from the reference operator's code.
 //!
-//! Pure functions over JSON objects, so every rule they encode is unit-tested on fixtures:
-//! * [`observation_findings`] hold in *every* observation of a CR (R-ST-2, R-ST-5) and, once the
-//!   CR is [`settled`], between its status and its spec (R-KEY-6, R-SEC-6, R-ST-8);
+//! Pure functions over JSON objects, so every rule they encode is unit-tested on fixtures. They
+//! judge *settled* states only (D-15: a status that stood unchanged for the tier's window after
+//! the operator's last reaction; the callers decide what stood), since between two settled states
+//! an implementation may write any intermediate status (D-13):
+//! * [`settled_state_findings`] hold between a settled CR's readiness fields (R-ST-2, R-ST-5)
+//!   and, when its key is [`ready_for_its_spec`], between its status and its spec (R-KEY-6,
+//!   R-SEC-6, R-ST-8);
 //! * [`world_findings`] hold at the end of a scenario for a settled CR, between the CR, its
 //!   control plane, its children and coderd's keys (R-KEY-3/5/6, R-SEC-2/3/4, R-RES-1/3/4,
 //!   R-RBAC-1/2/3, R-POD-1…16).
@@ -54,10 +58,13 @@ fn condition_status<'a>(cr: &'a Value, kind: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-/// A CR whose last pass went all the way: the key and its Secret are ready, no gate is False
-/// (DeploymentReady only reports pod readiness, so it may be False with 0 replicas), and the
-/// status observes the current generation. Only such a CR is held to its spec.
-pub fn settled(cr: &Value) -> bool {
+/// A status that says the key is in place for the current spec: the key and its Secret are
+/// ready, no gate is False (DeploymentReady only reports pod readiness, so it may be False with
+/// 0 replicas), and the status observes the current generation (it describes this spec, not an
+/// earlier one). Only such a status, once settled, is held to its spec (R-KEY-6: "after a
+/// successful create"). It says nothing of time: a status may show this shape for a moment
+/// between two writes of one pass.
+pub fn ready_for_its_spec(cr: &Value) -> bool {
     let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
     let observed = cr
         .pointer("/status/observedGeneration")
@@ -71,6 +78,16 @@ pub fn settled(cr: &Value) -> bool {
             .all(|kind| condition_status(cr, kind) != Some("False"))
 }
 
+/// What a settled state keeps unchanged (D-15): the spec it answers (its generation) and its
+/// status.
+pub fn state_fingerprint(cr: &Value) -> String {
+    format!(
+        "{} {}",
+        cr.pointer("/metadata/generation").unwrap_or(&Value::Null),
+        cr.get("status").unwrap_or(&Value::Null)
+    )
+}
+
 /// Whether the CR shows `ProvisionerKeyReady=False` with reason `RateLimited` (R-RL-1).
 pub fn shows_rate_limited(cr: &Value) -> bool {
     condition(cr, "ProvisionerKeyReady").is_some_and(|c| {
@@ -79,26 +96,26 @@ pub fn shows_rate_limited(cr: &Value) -> bool {
     })
 }
 
-/// The rules an unsettled CR's status contradicts, among those a settled one shows: the key not
-/// ready (R-KEY-20), its Secret not ready (R-SEC-7), the generation not observed (R-ST-4). Only
-/// for a CR that should have settled (a valid spec, a healthy coderd); another gate's `False`
-/// names no rule here.
+/// The rule an unsettled CR's status contradicts first, in D-1's gate order (a later stage's
+/// shortfall follows from an earlier one's, so only the root is blamed): its key Secret not
+/// ready (R-SEC-7, the ownership gate comes before the key), its key not ready (R-KEY-20), the
+/// generation not observed (R-ST-4). Only for a CR that should have settled (a valid spec, a
+/// healthy coderd); another gate's `False` names no rule here.
 pub fn unsettled_rules(cr: &Value) -> Vec<&'static str> {
     let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
     let observed = cr
         .pointer("/status/observedGeneration")
         .and_then(Value::as_i64);
-    let mut rules = Vec::new();
-    if condition_status(cr, "ProvisionerKeyReady") != Some("True") {
-        rules.push("R-KEY-20");
-    }
-    if condition_status(cr, "ProvisionerKeySecretReady") != Some("True") {
-        rules.push("R-SEC-7");
-    }
-    if generation.is_none() || observed != generation {
-        rules.push("R-ST-4");
-    }
-    rules
+    let root = if condition_status(cr, "ProvisionerKeySecretReady") != Some("True") {
+        "R-SEC-7"
+    } else if condition_status(cr, "ProvisionerKeyReady") != Some("True") {
+        "R-KEY-20"
+    } else if generation.is_none() || observed != generation {
+        "R-ST-4"
+    } else {
+        return Vec::new();
+    };
+    vec![root]
 }
 
 /// FNV-1a 32 over `bytes`, as 8 lowercase hex digits (R-ST-8).
@@ -187,9 +204,9 @@ impl Expected {
     }
 }
 
-/// Checks that hold in every observation of a CR: readiness is reported consistently (R-ST-2,
-/// R-ST-5) and, once the CR is [`settled`], its status records what its spec asks for.
-pub fn observation_findings(cr: &Value) -> Vec<String> {
+/// Checks of a settled CR's status (D-15): readiness is reported consistently (R-ST-2, R-ST-5)
+/// and, when its key is [`ready_for_its_spec`], its status records what its spec asks for.
+pub fn settled_state_findings(cr: &Value) -> Vec<String> {
     let mut found = Vec::new();
     let Some(status) = cr.get("status").filter(|s| s.is_object()) else {
         return found;
@@ -215,7 +232,7 @@ pub fn observation_findings(cr: &Value) -> Vec<String> {
             ));
         }
     }
-    if settled(cr) {
+    if ready_for_its_spec(cr) {
         found.extend(settled_status_findings(cr, &Expected::of(cr)));
     }
     found

@@ -547,6 +547,7 @@ pub(super) async fn prepare(
             .as_ref()
             .map(LocalControlPlane::audit_log_path),
         shrink_budget: Duration::from_secs(args.shrink_seconds).mul_f64(timeouts.scale),
+        readiness_simulated: simulator.is_some(),
     });
     Ok(Prepared {
         environment,

@@ -15,9 +15,11 @@ pub(super) async fn after_scenario(
     world: Option<&mut ProvisionerWorld>,
 ) {
     let Some(world) = world else { return };
-    // Before anything is cleaned up: the scenario's secrets and its CRs are still there.
-    let mut findings = crate::scenario_checks::leaks::findings(world).await;
-    findings.extend(crate::scenario_checks::end_of_scenario(world).await);
+    // Before anything is cleaned up: the scenario's secrets and its CRs are still there. The
+    // end-of-scenario checks first: they wait for the CRs to settle, so the watch's findings
+    // read after them include the settled states' (D-15).
+    let mut findings = crate::scenario_checks::end_of_scenario(world).await;
+    findings.extend(crate::scenario_checks::leaks::findings(world).await);
     if let (false, Some(generated)) = (findings.is_empty(), &world.generated) {
         findings.push(generated.describe());
     }

@@ -66,11 +66,7 @@ async fn checks(world: &ProvisionerWorld) -> anyhow::Result<Vec<String>> {
         }
     }
     let crs = list_provisioners(world).await?;
-    let settled: Vec<String> = crs
-        .iter()
-        .filter(|cr| oracle::settled(cr))
-        .filter_map(|cr| name_of(cr).map(str::to_owned))
-        .collect();
+    let settled = settled_among(world, &crs).await;
     if settled.is_empty() {
         return Ok(findings);
     }
@@ -143,7 +139,7 @@ async fn settle_once_coderd_answers(world: &ProvisionerWorld) -> anyhow::Result<
             .await?
             .into_iter()
             .filter(|cr| cr.pointer("/metadata/deletionTimestamp").is_none())
-            .filter(|cr| !oracle::settled(cr))
+            .filter(|cr| !oracle::ready_for_its_spec(cr))
             .collect();
         if unsettled.is_empty() {
             return Ok(Vec::new());
@@ -235,6 +231,38 @@ pub async fn list_provisioners(world: &ProvisionerWorld) -> anyhow::Result<Vec<V
         .collect()
 }
 
+/// The names of the CRs, among `crs`, whose key is ready for their spec once each has settled
+/// (D-15: unchanged for the tier's window). The end-of-scenario oracle judges those alone; a CR
+/// still changing after D-10's prompt window, or no longer ready, is not judged here.
+async fn settled_among(world: &ProvisionerWorld, crs: &[Value]) -> Vec<String> {
+    let timeouts = crate::wait::Timeouts {
+        eventually: prompt(world),
+        ..*world.timeouts()
+    };
+    let mut settled = Vec::new();
+    for name in crs
+        .iter()
+        .filter(|cr| cr.pointer("/metadata/deletionTimestamp").is_none())
+        .filter(|cr| oracle::ready_for_its_spec(cr))
+        .filter_map(name_of)
+    {
+        let ready = |cr: &Value| {
+            if oracle::ready_for_its_spec(cr) {
+                Ok(())
+            } else {
+                Err("its key is no longer ready for its spec".to_owned())
+            }
+        };
+        let waited = world
+            .provisioner_settles(name, "the CR to settle", &timeouts, ready)
+            .await;
+        if waited.is_ok() {
+            settled.push(name.to_owned());
+        }
+    }
+    settled
+}
+
 /// How long a settled CR's world may take to catch up with its status (D-10's prompt outcome):
 /// an operator that writes its status before its children is given that long.
 fn prompt(world: &ProvisionerWorld) -> Duration {
@@ -250,7 +278,7 @@ pub async fn settled_findings(world: &ProvisionerWorld, name: &str) -> anyhow::R
             return Ok(Vec::new());
         };
         let cr = serde_json::to_value(cr)?;
-        if !oracle::settled(&cr) {
+        if !oracle::ready_for_its_spec(&cr) {
             return Ok(Vec::new());
         }
         let around = surroundings(world, &cr).await?;

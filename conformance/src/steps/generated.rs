@@ -388,7 +388,7 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|c| c.control_plane_url.clone());
     world
-        .provisioner_named_within(
+        .provisioner_settles(
             &world.provisioner,
             "the generated provisioner to settle",
             &timeouts,
@@ -405,11 +405,11 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
                     }
                     _ => {}
                 }
-                if oracle::settled(cr) {
+                if oracle::ready_for_its_spec(cr) {
                     Ok(())
                 } else {
                     Err(format!(
-                        "not settled: generation {}, observed {}; conditions: {} ({})",
+                        "its key not ready for its spec: generation {}, observed {}; conditions: {} ({})",
                         cr.pointer("/metadata/generation").unwrap_or(&Value::Null),
                         cr.pointer("/status/observedGeneration")
                             .unwrap_or(&Value::Null),
@@ -634,11 +634,11 @@ async fn trial(
             ..*world.timeouts()
         };
         let settled = world
-            .provisioner_named_within(name, "the trial to settle", &timeouts, |cr| {
-                if oracle::settled(cr) {
+            .provisioner_settles(name, "the trial to settle", &timeouts, |cr| {
+                if oracle::ready_for_its_spec(cr) {
                     Ok(())
                 } else {
-                    Err("not settled".to_owned())
+                    Err("its key not ready for its spec".to_owned())
                 }
             })
             .await;

@@ -574,6 +574,36 @@ async fn has_no_condition(world: &mut ProvisionerWorld, kind: String) -> anyhow:
         .await
 }
 
+/// A rule that says what a condition never is (D-15: judged on every version the namespace
+/// watch saw since the scenario began, not only on those a poll met), optionally allowing one
+/// reason.
+#[then(
+    regex = r#"^the provisioner never showed condition "(\w+)" "False"(?: with a reason other than "(\w+)")?$"#
+)]
+async fn never_showed_false(
+    world: &mut ProvisionerWorld,
+    kind: String,
+    allowed: String,
+) -> anyhow::Result<()> {
+    let recorder = world
+        .recorder
+        .as_ref()
+        .ok_or_else(|| anyhow!("the scenario has no namespace watch"))?;
+    let shown: Vec<String> = recorder.read(|seen| {
+        seen.false_conditions
+            .iter()
+            .filter(|(name, type_, reason)| {
+                *name == world.provisioner && *type_ == kind && *reason != allowed
+            })
+            .map(|(_, _, reason)| reason.clone())
+            .collect()
+    });
+    if !shown.is_empty() {
+        bail!("the provisioner showed {kind}=False with reason(s) {shown:?}");
+    }
+    Ok(())
+}
+
 #[then("the provisioner carries the finalizer \"coder.com/provisioner-key-cleanup\"")]
 async fn carries_finalizer(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world
