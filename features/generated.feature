@@ -20,7 +20,7 @@ Feature: Generated provisioners
   its key requests must fit what the change can justify. A failure names its seed; the same seed
   gives the same case (`conformance run --name 'seed 5'`).
 
-  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-KEY-4 @R-KEY-15 @R-ENT-1 @D-4 @R-CRD-6 @extended
+  @R-KEY-20 @R-SEC-7 @R-ST-4 @R-ST-7 @R-KEY-4 @R-KEY-15 @R-ENT-1 @D-4 @R-CRD-6 @extended
   Scenario Outline: The provisioner generated from seed <seed> settles as its spec says, before and after a change
     Given a Ready control plane with operator access
     And the scenario has a second coderd organization
@@ -28,10 +28,10 @@ Feature: Generated provisioners
     When the provisioner generated from seed <seed> is applied
     # checks: D-4, R-CRD-6
     Then the API server admitted the generated provisioner at its limit and refused it past the limit
-    # checks: R-KEY-20, R-SEC-7, R-ST-4
+    # checks: R-KEY-20, R-SEC-7, R-ST-4, R-KEY-4, R-ST-7
     And the generated provisioner settles
     When the generated provisioner or its control plane is changed as its seed says
-    # checks: R-KEY-20, R-SEC-7, R-ST-4, R-KEY-15
+    # checks: R-KEY-20, R-SEC-7, R-ST-4, R-KEY-4, R-ST-7, R-KEY-15
     Then the generated provisioner settles
     # checks: R-KEY-15
     And the key the change replaced is gone from where it was applied

@@ -1563,7 +1563,9 @@ impl ProvisionerWorld {
 
     /// Polls the CR `name` until `check` accepts it in a settled state (D-15): its generation
     /// and status, and the scenario's coderd requests, unchanged for [`Self::settle_window`].
-    /// The deadline is `timeouts`' plus that window.
+    /// The deadline is `timeouts`' plus that window. A CR that never stands that long is said to
+    /// break what its last change shows: key requests with the key in place (R-KEY-4), or a
+    /// status rewritten (R-ST-7).
     pub async fn provisioner_settles(
         &self,
         name: &str,
@@ -1577,8 +1579,9 @@ impl ProvisionerWorld {
             reach_and_hold: 1,
             ..*timeouts
         };
-        let steady = std::sync::Mutex::new(wait::Steady::default());
-        let (check, steady) = (&check, &steady);
+        // How long the state has stood, and what changed last.
+        let moved = std::sync::Mutex::new((wait::Steady::default(), None::<(String, usize)>, ""));
+        let (check, moved) = (&check, &moved);
         wait::eventually(what, &timeouts, || async move {
             if let Some(exit) = self.operator_exit().await {
                 return Err(wait::Hopeless(format!("the operator exited ({exit})")).into());
@@ -1588,10 +1591,42 @@ impl ProvisionerWorld {
             };
             let fingerprint = crate::invariants::oracle::state_fingerprint(&cr);
             let (requests, quiet_for) = self.scenario_requests_quiet().await?;
-            let seen_here = steady
+            let before = moved
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .observe((fingerprint.clone(), requests), tokio::time::Instant::now());
+                .1
+                .clone();
+            let change = match before {
+                Some((status, count)) if count < requests => {
+                    let journal = self.journal().await?;
+                    let key_writes = journal.iter().skip(count).any(|entry| {
+                        entry.method != "GET"
+                            && crate::coderd_routes::is_key_request(entry.route.as_deref())
+                    });
+                    Some(if key_writes {
+                        "key requests went on with its key in place (R-KEY-4)"
+                    } else if status != fingerprint {
+                        "its status was rewritten (R-ST-7)"
+                    } else {
+                        "coderd requests went on"
+                    })
+                }
+                Some((status, _)) if status != fingerprint => {
+                    Some("its status was rewritten (R-ST-7)")
+                }
+                _ => None,
+            };
+            let (seen_here, last_change) = {
+                let mut moved = moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                moved.1 = Some((fingerprint.clone(), requests));
+                if let Some(change) = change {
+                    moved.2 = change;
+                }
+                let stood = moved
+                    .0
+                    .observe((fingerprint.clone(), requests), tokio::time::Instant::now());
+                (stood, moved.2)
+            };
             // The watch may have seen this status stand since before the wait began.
             let watched = self
                 .recorder
@@ -1606,9 +1641,14 @@ impl ProvisionerWorld {
                 Ok(())
             } else {
                 Err(format!(
-                    "its status and the coderd requests stood {:.1} s of the {:.0} s that make a settled state (D-15)",
+                    "its status and the coderd requests stood {:.1} s of the {:.0} s that make a settled state (D-15){}",
                     stood.as_secs_f64(),
-                    window.as_secs_f64()
+                    window.as_secs_f64(),
+                    if last_change.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the last change: {last_change}")
+                    }
                 ))
             })
         })

@@ -99,23 +99,29 @@ pub fn shows_rate_limited(cr: &Value) -> bool {
 /// The rule an unsettled CR's status contradicts first, in D-1's gate order (a later stage's
 /// shortfall follows from an earlier one's, so only the root is blamed): its key Secret not
 /// ready (R-SEC-7, the ownership gate comes before the key), its key not ready (R-KEY-20), the
-/// generation not observed (R-ST-4). Only for a CR that should have settled (a valid spec, a
-/// healthy coderd); another gate's `False` names no rule here.
+/// generation not observed (R-ST-4). A condition shown `False` is the root before one that is
+/// only absent (a pass that stopped at the key sets no Secret condition). Only for a CR that
+/// should have settled (a valid spec, a healthy coderd); another gate's `False` names no rule
+/// here.
 pub fn unsettled_rules(cr: &Value) -> Vec<&'static str> {
+    const STAGES: [(&str, &str); 2] = [
+        ("ProvisionerKeySecretReady", "R-SEC-7"),
+        ("ProvisionerKeyReady", "R-KEY-20"),
+    ];
     let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
     let observed = cr
         .pointer("/status/observedGeneration")
         .and_then(Value::as_i64);
-    let root = if condition_status(cr, "ProvisionerKeySecretReady") != Some("True") {
-        "R-SEC-7"
-    } else if condition_status(cr, "ProvisionerKeyReady") != Some("True") {
-        "R-KEY-20"
-    } else if generation.is_none() || observed != generation {
-        "R-ST-4"
-    } else {
-        return Vec::new();
+    let first = |shown: fn(Option<&str>) -> bool| {
+        STAGES
+            .iter()
+            .find(|(kind, _)| shown(condition_status(cr, kind)))
+            .map(|(_, rule)| *rule)
     };
-    vec![root]
+    let root = first(|status| status == Some("False"))
+        .or_else(|| first(|status| status != Some("True")))
+        .or((generation.is_none() || observed != generation).then_some("R-ST-4"));
+    root.into_iter().collect()
 }
 
 /// FNV-1a 32 over `bytes`, as 8 lowercase hex digits (R-ST-8).

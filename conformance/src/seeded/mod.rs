@@ -301,6 +301,9 @@ pub struct PatchHeader {
     pub name: String,
     /// Contract rule ids it breaks (`# breaks: none` for none).
     pub breaks: Vec<String>,
+    /// Rules whose failure truly follows from the broken ones (`# consequences:`): blaming them
+    /// too is no imprecision of the suite's blame.
+    pub consequences: Vec<String>,
     /// A cucumber tag expression selecting the scenarios run against it; `None`: the scenarios
     /// tagged with any rule of [`PatchHeader::breaks`].
     pub scenarios: Option<String>,
@@ -320,6 +323,7 @@ pub struct PatchHeader {
 pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
     let mut name = None;
     let mut breaks = None;
+    let mut consequences = None;
     let mut scenarios = None;
     let mut verdict = None;
     let mut permits = None;
@@ -340,6 +344,7 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
         let slot = match key.trim().to_ascii_lowercase().as_str() {
             "name" => &mut name,
             "breaks" => &mut breaks,
+            "consequences" => &mut consequences,
             "scenarios" => &mut scenarios,
             "verdict" => &mut verdict,
             "permits" => &mut permits,
@@ -400,6 +405,7 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
         return Ok(PatchHeader {
             name,
             breaks: Vec::new(),
+            consequences: Vec::new(),
             scenarios,
             breakage: Breakage::Legal,
             permits,
@@ -418,6 +424,10 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
         "no `# breaks:` line (rule ids, comma-separated, or none), nor `# permits:` for a legal variant",
     )?;
     let breaks = rule_list("breaks", breaks)?;
+    let consequences = match consequences {
+        Some(list) => rule_list("consequences", list)?,
+        None => Vec::new(),
+    };
     let breakage = match verdict.as_deref() {
         None | Some("rules") => Breakage::Rules,
         Some("fixture-guard") => Breakage::ControlPlaneWriter,
@@ -443,6 +453,7 @@ pub fn parse_header(text: &str) -> Result<PatchHeader, String> {
     Ok(PatchHeader {
         name,
         breaks,
+        consequences,
         scenarios,
         breakage,
         permits: Vec::new(),
@@ -474,6 +485,8 @@ pub struct Variant {
     pub breakage: Breakage,
     /// Contract rule ids the variant breaks.
     pub breaks: Vec<String>,
+    /// Rules whose failure follows from the broken ones (`# consequences:`).
+    pub consequences: Vec<String>,
     /// `# scenarios:`, if given.
     pub scenarios: Option<String>,
     /// What permits a legal variant (`# permits:`).
@@ -497,6 +510,7 @@ impl Variant {
             name: header.name,
             breakage: header.breakage,
             breaks: header.breaks,
+            consequences: header.consequences,
             scenarios: header.scenarios,
             permits: header.permits,
             operator_cmd: header.operator_cmd,
@@ -1790,6 +1804,11 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         .count();
     if !broken.is_empty() {
         println!("caught {caught} of {}", broken.len());
+        let runs = results
+            .iter()
+            .filter(|(run, _)| !run.read_only)
+            .filter_map(|(run, outcome)| Some((run.variant.as_ref()?, outcome)));
+        print!("{}", BlamePrecision::of(runs));
     }
     let legal_passed = legal
         .iter()
@@ -2101,6 +2120,71 @@ impl Runner<'_> {
             verdicts.extend(alone);
         }
         verdicts
+    }
+}
+
+/// Issue 51: how precisely the suite blames. Of the scenarios failed against broken variants,
+/// those whose blamed rules all lie in their variant's `# breaks:` or `# consequences:`.
+#[derive(Debug, Default, PartialEq)]
+pub struct BlamePrecision {
+    pub failed: usize,
+    /// (variant, scenario, the blamed rules outside its list; empty: it blamed no rule at all).
+    pub imprecise: Vec<(String, String, Vec<String>)>,
+}
+
+impl BlamePrecision {
+    pub fn of<'a>(runs: impl IntoIterator<Item = (&'a Variant, &'a RunOutcome)>) -> Self {
+        let mut precision = BlamePrecision::default();
+        for (variant, outcome) in runs {
+            let RunOutcome::Report { failed, .. } = outcome else {
+                continue;
+            };
+            if variant.is_legal() || variant.breakage == Breakage::ControlPlaneWriter {
+                continue;
+            }
+            for scenario in failed {
+                precision.failed += 1;
+                let outside: Vec<String> = scenario
+                    .failed_rules
+                    .iter()
+                    .filter(|rule| {
+                        !variant.breaks.contains(rule) && !variant.consequences.contains(rule)
+                    })
+                    .cloned()
+                    .collect();
+                if !outside.is_empty() || scenario.failed_rules.is_empty() {
+                    precision.imprecise.push((
+                        variant.name.clone(),
+                        format!("{}:{} {}", scenario.feature, scenario.line, scenario.name),
+                        outside,
+                    ));
+                }
+            }
+        }
+        precision
+    }
+}
+
+impl std::fmt::Display for BlamePrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let precise = self.failed - self.imprecise.len();
+        let share = if self.failed == 0 {
+            100.0
+        } else {
+            100.0 * precise as f64 / self.failed as f64
+        };
+        writeln!(
+            f,
+            "blame precision: {precise} of {} failed scenarios ({share:.1} %) blame only their variant's rules (# breaks: or # consequences:)",
+            self.failed
+        )?;
+        for (variant, scenario, outside) in &self.imprecise {
+            match outside.as_slice() {
+                [] => writeln!(f, "  {variant}: {scenario} blames no rule")?,
+                rules => writeln!(f, "  {variant}: {scenario} also blames {}", rules.join(", "))?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -2465,6 +2549,7 @@ mod tests {
             Ok(PatchHeader {
                 name: "tags-ignored-on-drift".into(),
                 breaks: vec!["R-KEY-13".into(), "D-5".into()],
+                consequences: vec![],
                 scenarios: None,
                 breakage: Breakage::Rules,
                 permits: vec![],
@@ -2481,6 +2566,7 @@ mod tests {
             Ok(PatchHeader {
                 name: "writer".into(),
                 breaks: vec![],
+                consequences: vec![],
                 scenarios: Some("@R-PRE-11 and not @slow".into()),
                 breakage: Breakage::ControlPlaneWriter,
                 permits: vec![],
@@ -2505,6 +2591,7 @@ mod tests {
             Ok(PatchHeader {
                 name: "sh-wrapped".into(),
                 breaks: vec![],
+                consequences: vec![],
                 scenarios: None,
                 breakage: Breakage::Legal,
                 permits: vec!["D-11".into(), "D-13".into()],
@@ -2751,6 +2838,39 @@ mod tests {
         assert!(
             error.to_string().contains(&path.display().to_string()),
             "the error names the file: {error}"
+        );
+    }
+
+    #[test]
+    fn blame_is_precise_when_every_blamed_rule_is_the_variants_own() {
+        let variant = Variant::parse(
+            "test",
+            "# name: test\n# breaks: R-KEY-4\n# consequences: R-KEY-25\ndiff --git a/x b/x\n",
+        )
+        .expect("a header");
+        let mut own = scenario(1);
+        own.failed_rules = vec!["R-KEY-4".into(), "R-KEY-25".into()];
+        let mut blames_none = scenario(3);
+        blames_none.failed_rules.clear();
+        let outcome = RunOutcome::Report {
+            passed: vec![],
+            failed: vec![own, elsewhere(2), blames_none],
+            skipped: vec![],
+            aborted: None,
+        };
+        let precision = BlamePrecision::of([(&variant, &outcome)]);
+        assert_eq!(precision.failed, 3);
+        let imprecise: Vec<&str> = precision
+            .imprecise
+            .iter()
+            .map(|(_, scenario, _)| scenario.as_str())
+            .collect();
+        assert_eq!(imprecise, ["f.feature:2 s2", "f.feature:3 s3"]);
+        assert!(
+            precision
+                .to_string()
+                .starts_with("blame precision: 1 of 3 failed scenarios (33.3 %)"),
+            "{precision}"
         );
     }
 

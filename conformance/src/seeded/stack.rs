@@ -40,6 +40,7 @@ impl Stack {
             name: format!("stack-{number}"),
             breakage: Breakage::Legal,
             breaks: Vec::new(),
+            consequences: Vec::new(),
             scenarios: members[0].scenarios.clone(),
             permits: permits.into_iter().collect(),
             operator_cmd: first(|v| &v.operator_cmd),

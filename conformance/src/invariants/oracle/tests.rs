@@ -78,6 +78,26 @@ fn an_unsettled_cr_names_the_rules_its_status_contradicts() {
 }
 
 #[test]
+fn a_condition_shown_false_is_the_root_before_one_left_absent() {
+    let mut cr = fixture().cr;
+    let conditions = cr["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions");
+    conditions.retain(|c| c["type"] != "ProvisionerKeySecretReady");
+    for condition in conditions.iter_mut() {
+        if condition["type"] == "ProvisionerKeyReady" {
+            condition["status"] = Value::from("False");
+        }
+    }
+    assert_eq!(unsettled_rules(&cr), vec!["R-KEY-20"]);
+    cr["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions")
+        .retain(|c| c["type"] != "ProvisionerKeyReady");
+    assert_eq!(unsettled_rules(&cr), vec!["R-SEC-7"], "absent, the earlier stage is the root");
+}
+
+#[test]
 fn tags_hash_of_no_tags_is_the_offset_basis() {
     assert_eq!(tags_hash(&BTreeMap::new()), "811c9dc5");
 }
