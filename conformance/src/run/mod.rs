@@ -29,6 +29,7 @@ use crate::features::{all_tags, feature_hashes, parse_features};
 use crate::paths::{HTML_REPORT_FILE, KIND_LOGS_DIR, REPORT_FILE};
 use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
+use crate::report::not_applicable::SkipNotApplicable;
 use crate::selection::{NOT_STARTED, Selection, list};
 use crate::world::{Gate, ProvisionerWorld, install_environment, install_private_environments};
 use args::{ClusterTier, OperatorMode, RunArgs};
@@ -153,12 +154,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
     let json = std::fs::File::create(report_dir.join("cucumber.json"))
         .context("creating cucumber.json")?;
-    let writer = writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
-        .summarized()
-        .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
-        .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json))
-        .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
-        .normalized();
+    // The terminal, JUnit and JSON writers see a scenario that does not apply as skipped; the
+    // collector sees the step's failure, which carries the reason.
+    let writer = SkipNotApplicable(
+        writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
+            .summarized()
+            .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
+            .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json)),
+    )
+    .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
+    .normalized();
 
     let filter_outcomes = outcomes.clone();
     let filter = move |feature: &gherkin::Feature,
@@ -236,11 +241,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {
-            let failed = matches!(
-                finished,
-                event::ScenarioFinished::StepFailed(..)
-                    | event::ScenarioFinished::BeforeHookFailed(_)
-            );
+            // A scenario that does not apply to the implementation is skipped: no diagnostics.
+            let failed = match finished {
+                event::ScenarioFinished::StepFailed(_, _, error) => {
+                    crate::report::not_applicable::reason(error).is_none()
+                }
+                event::ScenarioFinished::BeforeHookFailed(_) => true,
+                event::ScenarioFinished::StepPassed | event::ScenarioFinished::StepSkipped => false,
+            };
             after_scenario(
                 hook_outcomes.clone(),
                 key(feature, scenario),
@@ -272,7 +280,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let (cucumber_failed, aborted) = match aborted {
         // Failed steps are judged from the report (a step that found its scenario does not
-        // apply fails in cucumber's eyes, and is a reasoned skip in the report's).
+        // apply fails in cucumber's runner, and is a reasoned skip in the report's).
         Err(finished) => {
             use cucumber::writer::Stats;
             (

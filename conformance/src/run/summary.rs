@@ -364,6 +364,28 @@ mod tests {
     }
 
     #[test]
+    fn a_scenario_that_does_not_apply_is_counted_and_listed_as_skipped() {
+        use model::{Level, Status};
+        let reason = format!(
+            "{}it records key ids by listing (D-12)",
+            crate::report::not_applicable::DOES_NOT_APPLY
+        );
+        let lines = summary_of(vec![
+            ran(Level::Extended, Status::Passed),
+            skipped(Level::Extended, &reason),
+        ]);
+        assert_eq!(
+            line(&lines, "Extended:"),
+            "Extended: 1 passed, 0 failed, 1 skipped, 0 flaky"
+        );
+        assert!(line(&lines, "  skipped ").ends_with(&reason), "{lines:#?}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("  failed ")),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
     fn the_rules_verdicts_are_counted_and_failed_rules_named() {
         use model::{Level, Status};
         let failed = summary_of(vec![ran(Level::Core, Status::Failed)]);

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
 use crate::coderd_routes::{is_daemon_key_fetch, is_key_request, route_template};
-use crate::report::collector::DOES_NOT_APPLY;
+use crate::report::not_applicable::DOES_NOT_APPLY;
 use crate::wait;
 use crate::world::ProvisionerWorld;
 
