@@ -99,9 +99,9 @@ pub struct Environment {
     /// The API server's audit log of ServiceAccount requests, when the suite started the API
     /// server (local tier); `None` elsewhere.
     pub audit_log: Option<PathBuf>,
-    /// How long a failed generated case may spend looking for a smaller failing case (zero:
-    /// not at all).
-    pub shrink_budget: std::time::Duration,
+    /// The time the run may spend looking for smaller failing generated cases, shared by every
+    /// environment of the run.
+    pub shrink_budget: Arc<crate::shrink_budget::ShrinkBudget>,
 }
 
 static ENVIRONMENT: OnceLock<Arc<Environment>> = OnceLock::new();

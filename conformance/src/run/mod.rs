@@ -11,8 +11,8 @@ pub(crate) mod summary;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::PoisonError;
-use std::time::Instant;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
 use cucumber::gherkin::tagexpr::TagOperation;
@@ -31,6 +31,7 @@ use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
 use crate::report::not_applicable::SkipNotApplicable;
 use crate::selection::{NOT_STARTED, Selection, list};
+use crate::shrink_budget::ShrinkBudget;
 use crate::world::{Gate, ProvisionerWorld, install_environment, install_private_environments};
 use args::{ClusterTier, OperatorMode, RunArgs};
 
@@ -91,7 +92,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         1 if serial == selected => 0,
         count => count,
     };
-    let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
+    // Scaled like the deadlines (an invalid --timeout-scale is refused by `prepare`).
+    let scale = args
+        .timeout_scale
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(1.0);
+    let shrink_budget = Arc::new(ShrinkBudget::new(
+        Duration::from_secs(args.shrink_seconds).mul_f64(scale),
+    ));
+    let prepared = prepare(&args, &inputs, &report_dir, Role::Shared, &shrink_budget).await?;
     install_environment(prepared.environment.clone())?;
     // Once its @serial scenarios are done, a private environment takes a share of the others.
     let private_seats = args.private_seats(private_count);
@@ -118,10 +127,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let Some(pool) = pool else {
             return std::future::pending::<String>().await;
         };
-        let made = futures::future::join_all(
-            (1..=private_count)
-                .map(|number| prepare(&args, &inputs, &report_dir, Role::Private(number))),
-        )
+        let made = futures::future::join_all((1..=private_count).map(|number| {
+            prepare(
+                &args,
+                &inputs,
+                &report_dir,
+                Role::Private(number),
+                &shrink_budget,
+            )
+        }))
         .await;
         let mut guards = Vec::new();
         for result in made {
@@ -390,6 +404,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             others: crate::world::moved_to_private_environments(),
         }),
         window: window_sized,
+        shrinking: shrink_budget.summary(),
     };
     print_summary(&report, &report_dir, &pace);
 

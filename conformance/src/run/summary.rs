@@ -15,6 +15,9 @@ pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path, pace:
     if let Some(window) = &pace.window {
         println!("Window:   observations after an action watched {window}");
     }
+    if let Some(shrinking) = &pace.shrinking {
+        println!("{shrinking}");
+    }
     println!(
         "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}, {HTML_REPORT_FILE}",
         report_dir.display()
@@ -35,6 +38,8 @@ pub(super) struct Pace {
     pub private: Option<PrivateLanes>,
     /// How a measured observation window was sized (real clusters); `None` when constant.
     pub window: Option<String>,
+    /// What shrinking failed generated cases spent of the run's budget; `None` when none was.
+    pub shrinking: Option<String>,
 }
 
 impl Pace {
