@@ -1153,6 +1153,30 @@ impl ProvisionerWorld {
         })
     }
 
+    /// Removes the faults of the scenario's session tokens, at the fake coderd and the other
+    /// coderds (the after-hook, the end-of-scenario checks, "coderd answers normally again").
+    pub async fn clear_scenario_faults(&self) -> anyhow::Result<()> {
+        let (Some(coderd), Some(admin)) = (&self.coderd, &self.env.coderd.admin) else {
+            return Ok(());
+        };
+        admin.clear_faults_for(&coderd.token_fingerprint).await?;
+        for other in &self.other_coderds {
+            if let Some(admin) = &self.env.other_coderds[other.index].admin {
+                admin.clear_faults_for(&other.token_fingerprint).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the fake's global switches back after a scenario that changed them.
+    pub async fn restore_global_coderd(&self) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        admin.clear_faults().await?;
+        admin.set_unreachable(false).await?;
+        admin.set_rate_limit(None).await?;
+        Ok(())
+    }
+
     pub fn scenario_coderd(&self) -> anyhow::Result<&ScenarioCoderd> {
         self.coderd
             .as_ref()

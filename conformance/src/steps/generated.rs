@@ -423,7 +423,7 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .map_err(|error| with_case(error, &described))?;
     // A fault armed for the first create that the operator never met ends with that phase.
     if generated(world)?.change.is_none() {
-        super::coderd::clear_scenario_faults(world).await?;
+        world.clear_scenario_faults().await?;
     }
     let findings = crate::scenario_checks::settled_findings(world, &world.provisioner).await?;
     world
