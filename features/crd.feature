@@ -13,7 +13,7 @@ Feature: The CoderProvisioner CRD and what the API server admits
 
   @R-CRD-3 @extended
   Scenario: kubectl shows the phase, the ready replicas and the age
-    Then the CRD "coderprovisioners.coder.com" shows the columns:
+    Then `kubectl get coderprovisioner` shows, among its columns:
       | name     | type    | jsonPath                    |
       | Phase    | string  | .status.phase               |
       | Replicas | integer | .status.readyReplicas       |

@@ -699,16 +699,55 @@ pub fn simpler(case: &Case) -> Vec<Case> {
     out
 }
 
-/// The name of a shrinking trial: `name` with its end replaced by `-t<trial>`, the same length,
-/// so that a trial keeps the name's shape (at or past a limit) and never meets an earlier one.
-pub fn trial_name(name: &str, trial: usize) -> String {
-    let suffix = format!("t{trial}");
-    let keep = name.len().saturating_sub(suffix.len()).max(1);
+/// The name of a shrinking trial: `name` with its end replaced by `-t<trial>` (`-T<trial>` in a
+/// name without lower-case letters), the same length, so that a trial keeps the name's shape (at
+/// or past a limit, upper-case or not) and never meets another trial's objects.
+fn trial_name(name: &str, trial: usize) -> String {
+    let upper = !name.chars().any(|c| c.is_ascii_lowercase());
+    let (marker, filler) = if upper { ('T', 'X') } else { ('t', 'x') };
+    let suffix = format!("-{marker}{trial}");
+    let keep = name.len().saturating_sub(suffix.len());
     let mut head = name[..keep].trim_end_matches('-').to_owned();
-    if head.is_empty() {
-        head.push('g');
+    while head.len() < keep.max(1) {
+        head.push(filler);
     }
     format!("{head}{suffix}")
+}
+
+/// The names in a spec or a change's patch that a trial must not share with the scenario's CR
+/// or another trial: the coderd key's name and the key Secret's name.
+fn rename_for_trial(spec: &mut Value, trial: usize) {
+    for field in ["name", "secretName"] {
+        if let Some(value) = spec.pointer_mut(&format!("/key/{field}"))
+            && let Some(name) = value.as_str()
+        {
+            *value = json!(trial_name(name, trial));
+        }
+    }
+}
+
+/// `case` as shrinking trial `trial` applies it: its CR, explicit key name and key Secret name
+/// renamed by [`trial_name`] (the default key and Secret names follow the CR's), so that trials
+/// never meet each other's objects, nor the scenario's.
+pub fn for_trial(case: &Case, trial: usize) -> Case {
+    let mut spec = case.spec.clone();
+    rename_for_trial(&mut spec, trial);
+    Case {
+        name: trial_name(&case.name, trial),
+        spec,
+        ..case.clone()
+    }
+}
+
+/// `change` as shrinking trial `trial` makes it: a new key name or key Secret renamed as
+/// [`for_trial`] renames the case's.
+pub fn change_for_trial(change: &Change, trial: usize) -> Change {
+    let mut patch = change.patch.clone();
+    rename_for_trial(&mut patch, trial);
+    Change {
+        patch,
+        ..change.clone()
+    }
 }
 
 /// The case as a reader wants it in a failure: name, spec, and the change.
@@ -845,11 +884,69 @@ mod tests {
     }
 
     #[test]
-    fn a_trial_name_keeps_the_length_and_never_ends_in_a_dash() {
-        assert_eq!(trial_name("gen3-abcdefgh", 7), "gen3-abcdeft7");
-        assert_eq!(trial_name("gen3-abc-xy", 5), "gen3-abct5");
+    fn a_trial_name_keeps_the_length_and_the_case() {
+        assert_eq!(trial_name("gen3-abcdefgh", 7), "gen3-abcde-t7");
+        assert_eq!(trial_name("gen3-abc-xyz", 5), "gen3-abcx-t5");
+        assert_eq!(trial_name("KEY-ABCDEF", 12), "KEY-AB-T12");
+        assert_eq!(trial_name("key", 100), "x-t100");
         let long = name_of_length(&mut StdRng::seed_from_u64(1), "gen1-", 70);
         assert_eq!(trial_name(&long, 3).len(), 70);
+    }
+
+    /// A shrunk case once reused the scenario's key Secret name in every trial, and its trials
+    /// failed on each other's Secret.
+    #[test]
+    fn trials_share_no_name_with_the_case_or_each_other() {
+        let names = |case: &Case, change: &Change| {
+            [
+                Some(case.name.clone()),
+                case.spec.pointer("/key/name").map(Value::to_string),
+                case.spec.pointer("/key/secretName").map(Value::to_string),
+                change.patch.pointer("/key/name").map(Value::to_string),
+                change
+                    .patch
+                    .pointer("/key/secretName")
+                    .map(Value::to_string),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+        };
+        let mut checked = 0;
+        for seed in 0..200 {
+            let case = case(seed, &context());
+            let change = change(seed, &case, &context());
+            let original = names(&case, &change);
+            let trials: Vec<Vec<String>> = (1..=3)
+                .map(|n| names(&for_trial(&case, n), &change_for_trial(&change, n)))
+                .collect();
+            for trial in &trials {
+                assert_eq!(trial.len(), original.len());
+                for name in trial {
+                    assert!(!original.contains(name), "{name} in {original:?}");
+                    assert!(
+                        trials.iter().filter(|t| t.contains(name)).count() == 1,
+                        "{name} in two trials"
+                    );
+                }
+            }
+            let trial = for_trial(&case, 2);
+            assert_eq!(trial.name.len(), case.name.len());
+            assert_eq!(
+                trial
+                    .spec
+                    .pointer("/key/name")
+                    .and_then(Value::as_str)
+                    .map(str::len),
+                case.spec
+                    .pointer("/key/name")
+                    .and_then(Value::as_str)
+                    .map(str::len),
+                "a key name keeps its length (D-4's limit)"
+            );
+            checked += usize::from(case.spec.pointer("/key/secretName").is_some());
+        }
+        assert!(checked > 0, "some cases name their key Secret");
     }
 
     #[test]

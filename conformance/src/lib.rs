@@ -7,7 +7,7 @@
 //! pure checks and the namespace recorder), `world` (a scenario's state and clients),
 //! `scenario_checks` (the checks run against a scenario's cluster), `steps` (cucumber), `wait`
 //! (polling with deadlines), `schedule` (which scenarios start first), `load` (how busy the CPUs are, so that starts wait for room), `features` (parsing the
-//! feature files), `selection` (which scenarios a run executes), `report` and `diagnostics`,
+//! feature files), `selection` (which scenarios a run executes), `shrink_budget` (the time a run may spend shrinking failed generated cases), `report` and `diagnostics`,
 //! `paths` (the repository root, the report folder's file names). Commands: `cli` (the command
 //! line, with `shared_args` for the arguments `run` and `bench` share) dispatches to `run`,
 //! `verify_report`, `local_cluster`, `bench`, `seeded` and `coverage`; `seeded` runs the suite
@@ -42,6 +42,7 @@ pub mod seeded;
 pub mod selection;
 pub mod setup;
 pub mod shared_args;
+pub mod shrink_budget;
 pub mod steps;
 pub mod verify_report;
 pub mod wait;

@@ -100,9 +100,9 @@ pub struct Environment {
     /// The API server's audit log of ServiceAccount requests, when the suite started the API
     /// server (local tier); `None` elsewhere.
     pub audit_log: Option<PathBuf>,
-    /// How long a failed generated case may spend looking for a smaller failing case (zero:
-    /// not at all).
-    pub shrink_budget: std::time::Duration,
+    /// The time the run may spend looking for smaller failing generated cases, shared by every
+    /// environment of the run.
+    pub shrink_budget: Arc<crate::shrink_budget::ShrinkBudget>,
     /// Whether the suite plays the kubelet (D-8): a runnable pod template is ready at once.
     pub readiness_simulated: bool,
 }
@@ -1160,6 +1160,30 @@ impl ProvisionerWorld {
                 "this step needs the fake coderd's admin API, but --coderd points at a real coderd"
             )
         })
+    }
+
+    /// Removes the faults of the scenario's session tokens, at the fake coderd and the other
+    /// coderds (the after-hook, the end-of-scenario checks, "coderd answers normally again").
+    pub async fn clear_scenario_faults(&self) -> anyhow::Result<()> {
+        let (Some(coderd), Some(admin)) = (&self.coderd, &self.env.coderd.admin) else {
+            return Ok(());
+        };
+        admin.clear_faults_for(&coderd.token_fingerprint).await?;
+        for other in &self.other_coderds {
+            if let Some(admin) = &self.env.other_coderds[other.index].admin {
+                admin.clear_faults_for(&other.token_fingerprint).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the fake's global switches back after a scenario that changed them.
+    pub async fn restore_global_coderd(&self) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        admin.clear_faults().await?;
+        admin.set_unreachable(false).await?;
+        admin.set_rate_limit(None).await?;
+        Ok(())
     }
 
     pub fn scenario_coderd(&self) -> anyhow::Result<&ScenarioCoderd> {

@@ -11,11 +11,6 @@ use cucumber::{Event, Writer, cli, gherkin, parser};
 
 use super::model::{Level, ScenarioResult, Status};
 
-/// Opens the error of a step that found its scenario does not apply to the implementation under
-/// test (e.g. a fault on a coderd route it does not use, D-12): the scenario is reported skipped
-/// with that reason, and fails nothing.
-pub const DOES_NOT_APPLY: &str = "does not apply to this implementation: ";
-
 /// Identifies a scenario across events: feature file and line.
 pub type ScenarioKey = (String, usize);
 
@@ -151,11 +146,9 @@ impl Collector {
             }
             event::Scenario::Step(step, event::Step::Failed(_, _, _, error))
             | event::Scenario::Background(step, event::Step::Failed(_, _, _, error)) => {
-                let message = error.to_string();
                 // A step that found the scenario does not apply to this implementation (D-12):
                 // skipped with that reason, not failed.
-                if let Some(at) = message.find(DOES_NOT_APPLY) {
-                    let why = message[at..].lines().next().unwrap_or_default().to_owned();
+                if let Some(why) = super::not_applicable::reason(error) {
                     outcomes.annotate(&key, |r| {
                         r.status = Status::Skipped;
                         r.reason = Some(why);
@@ -399,6 +392,35 @@ mod tests {
         assert!(
             !crate::rule_ids::step_failure(reason).contains("R-SEC-14"),
             "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scenario_that_does_not_apply_is_skipped_with_its_reason_and_counted_so() {
+        let (_, _, step) = feature();
+        let mut collector = Collector::default();
+        let error = StepError::Panic(Arc::new(format!(
+            "{}it records key ids by listing (D-12)",
+            crate::report::not_applicable::DOES_NOT_APPLY
+        )));
+        send(&mut collector, Scenario::Started, 0, 0).await;
+        let failed = Scenario::Step(Arc::new(step).into(), Step::Failed(None, None, None, error));
+        send(&mut collector, failed, 0, 0).await;
+        send(&mut collector, Scenario::Finished, 0, 0).await;
+        let results = collector.outcomes.lock().unwrap().into_results();
+        assert_eq!(results[0].status, Status::Skipped);
+        assert_eq!(
+            results[0].reason.as_deref(),
+            Some("does not apply to this implementation: it records key ids by listing (D-12)")
+        );
+        let summary = crate::report::model::summarise(&results);
+        assert_eq!(
+            (
+                summary.core.passed,
+                summary.core.failed,
+                summary.core.skipped
+            ),
+            (0, 0, 1)
         );
     }
 

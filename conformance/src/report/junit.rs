@@ -5,8 +5,9 @@
 //! `<testcase>` whose feature file and line match a result gets a `<properties>` child (as
 //! Jenkins, GitLab and pytest's `record_property` read it) with `rules`, `level` and, for a
 //! failure, `failed_rules` (the rules it is attributed to), `failed_step` (the failing step's
-//! line) and `diagnostics` (the bundle, relative to the report folder).
-use super::model::{Level, ScenarioResult};
+//! line) and `diagnostics` (the bundle, relative to the report folder). A skipped case's
+//! `<skipped/>` gets the reason as its `message`.
+use super::model::{Level, ScenarioResult, Status};
 
 /// `xml` with a `<properties>` element in every test case that matches one of `results`.
 pub fn annotate(xml: &str, results: &[ScenarioResult]) -> String {
@@ -17,10 +18,13 @@ pub fn annotate(xml: &str, results: &[ScenarioResult]) -> String {
         let tag_len = start_tag_len(&rest[start..]);
         let tag = &rest[start..start + tag_len];
         rest = &rest[start + tag_len..];
-        let properties = attribute(tag, "name")
+        let result = attribute(tag, "name")
             .and_then(|name| feature_and_line(&name))
-            .and_then(|(file, line)| results.iter().find(|r| r.line == line && r.feature == file))
-            .map(properties);
+            .and_then(|(file, line)| results.iter().find(|r| r.line == line && r.feature == file));
+        let skip_reason = result
+            .filter(|r| r.status == Status::Skipped)
+            .and_then(|r| r.reason.as_deref());
+        let properties = result.map(properties);
         match (properties, tag.strip_suffix("/>")) {
             (None, _) => out.push_str(tag),
             (Some(properties), Some(open)) => {
@@ -32,6 +36,12 @@ pub fn annotate(xml: &str, results: &[ScenarioResult]) -> String {
             (Some(properties), None) => {
                 out.push_str(tag);
                 out.push_str(&properties);
+                // cucumber writes a bare `<skipped/>`: the reason is the report's.
+                if let (Some(reason), Some(after)) = (skip_reason, rest.strip_prefix("<skipped/>"))
+                {
+                    out.push_str(&format!(r#"<skipped message="{}"/>"#, escape(reason)));
+                    rest = after;
+                }
             }
         }
     }
@@ -134,7 +144,6 @@ fn unescape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::Status;
     use rstest::rstest;
 
     fn result(feature: &str, line: usize, diagnostics: Option<&str>) -> ScenarioResult {
@@ -192,6 +201,18 @@ mod tests {
         assert!(
             annotated.contains(r#"rbac.feature:20:3" time="0.5"/>"#),
             "{annotated}"
+        );
+    }
+
+    #[test]
+    fn a_skipped_case_says_why() {
+        let xml = r#"<testcase name="Scenario: s: /t/features/rate_limit.feature:49:3" time="0"><skipped/><system-out/></testcase>"#;
+        let mut skipped = result("rate_limit.feature", 49, None);
+        skipped.status = Status::Skipped;
+        skipped.reason = Some("does not apply to this implementation: it lists <keys>".into());
+        assert_eq!(
+            annotate(xml, &[skipped]),
+            r#"<testcase name="Scenario: s: /t/features/rate_limit.feature:49:3" time="0"><properties><property name="rules" value="R-KEY-4 D-5"/><property name="level" value="core"/></properties><skipped message="does not apply to this implementation: it lists &lt;keys&gt;"/><system-out/></testcase>"#
         );
     }
 

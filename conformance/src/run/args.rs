@@ -176,8 +176,9 @@ pub struct RunArgs {
     /// The first seed of --explore (default: drawn from the clock, and printed).
     #[arg(long, value_name = "SEED", requires = "explore")]
     pub explore_from: Option<u64>,
-    /// How long a failed generated case may look for the smallest spec that still fails, trying
-    /// one-step simpler specs as new CRs in its namespace (0: no shrinking).
+    /// How long the whole run may spend looking for the smallest specs that still fail, shared by
+    /// every failed generated case, each trying one-step simpler specs as new CRs in its
+    /// namespace (0: no shrinking). The summary says how much was spent, and whether it ran out.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub shrink_seconds: u64,
 }

@@ -4,7 +4,6 @@
 //! readiness simulator, the fixture guard and the operator under test.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 
@@ -17,6 +16,7 @@ use crate::cluster::local::{LocalControlPlane, LocalOptions};
 use crate::implementation::{OperatorCommand, OperatorProcess, OperatorUnderTest};
 use crate::paths::{KIND_LOGS_DIR, OPERATOR_LOG_FILE, repo_root};
 use crate::report::model;
+use crate::shrink_budget::ShrinkBudget;
 use crate::wait::{ObservationWindow, TimeoutProfile, Timeouts};
 use crate::world::{Coderd, Environment, ExistingControlPlane, Operator};
 
@@ -159,6 +159,7 @@ pub(super) async fn prepare(
     inputs: &crate::assets::Inputs,
     report_dir: &Path,
     role: Role,
+    shrink_budget: &Arc<ShrinkBudget>,
 ) -> anyhow::Result<Prepared> {
     if args.control_plane.is_some() && args.concurrency() > 1 {
         bail!(
@@ -546,7 +547,7 @@ pub(super) async fn prepare(
         audit_log: control_plane
             .as_ref()
             .map(LocalControlPlane::audit_log_path),
-        shrink_budget: Duration::from_secs(args.shrink_seconds).mul_f64(timeouts.scale),
+        shrink_budget: shrink_budget.clone(),
         readiness_simulated: simulator.is_some(),
     });
     Ok(Prepared {

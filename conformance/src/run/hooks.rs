@@ -65,12 +65,12 @@ pub(super) async fn after_scenario(
         eprintln!("conformance: \"{scenario_name}\": {shrunk}");
         findings.push(shrunk);
     }
-    if let Err(error) = crate::steps::coderd::clear_scenario_faults(world).await {
+    if let Err(error) = world.clear_scenario_faults().await {
         eprintln!("conformance: could not clear the scenario's coderd faults: {error:#}");
     }
     let faults_cleared = tokio::time::Instant::now();
     if world.touched_global_coderd
-        && let Err(error) = crate::steps::coderd::restore_global_coderd(world).await
+        && let Err(error) = world.restore_global_coderd().await
     {
         eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
     }

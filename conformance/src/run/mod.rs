@@ -11,8 +11,8 @@ pub(crate) mod summary;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::PoisonError;
-use std::time::Instant;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
 use cucumber::gherkin::tagexpr::TagOperation;
@@ -29,7 +29,9 @@ use crate::features::{all_tags, feature_hashes, parse_features};
 use crate::paths::{HTML_REPORT_FILE, KIND_LOGS_DIR, REPORT_FILE};
 use crate::report::collector::{Collector, key};
 use crate::report::model::{self, ConformanceReport, Implementation, SCHEMA, Suite};
+use crate::report::not_applicable::SkipNotApplicable;
 use crate::selection::{NOT_STARTED, Selection, list};
+use crate::shrink_budget::ShrinkBudget;
 use crate::world::{Gate, ProvisionerWorld, install_environment, install_private_environments};
 use args::{ClusterTier, OperatorMode, RunArgs};
 
@@ -90,7 +92,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         1 if serial == selected => 0,
         count => count,
     };
-    let prepared = prepare(&args, &inputs, &report_dir, Role::Shared).await?;
+    // Scaled like the deadlines (an invalid --timeout-scale is refused by `prepare`).
+    let scale = args
+        .timeout_scale
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(1.0);
+    let shrink_budget = Arc::new(ShrinkBudget::new(
+        Duration::from_secs(args.shrink_seconds).mul_f64(scale),
+    ));
+    let prepared = prepare(&args, &inputs, &report_dir, Role::Shared, &shrink_budget).await?;
     install_environment(prepared.environment.clone())?;
     // Once its @serial scenarios are done, a private environment takes a share of the others.
     let private_seats = args.private_seats(private_count);
@@ -117,10 +127,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let Some(pool) = pool else {
             return std::future::pending::<String>().await;
         };
-        let made = futures::future::join_all(
-            (1..=private_count)
-                .map(|number| prepare(&args, &inputs, &report_dir, Role::Private(number))),
-        )
+        let made = futures::future::join_all((1..=private_count).map(|number| {
+            prepare(
+                &args,
+                &inputs,
+                &report_dir,
+                Role::Private(number),
+                &shrink_budget,
+            )
+        }))
         .await;
         let mut guards = Vec::new();
         for result in made {
@@ -153,12 +168,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         std::fs::File::create(report_dir.join("junit.xml")).context("creating junit.xml")?;
     let json = std::fs::File::create(report_dir.join("cucumber.json"))
         .context("creating cucumber.json")?;
-    let writer = writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
-        .summarized()
-        .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
-        .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json))
-        .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
-        .normalized();
+    // The terminal, JUnit and JSON writers see a scenario that does not apply as skipped; the
+    // collector sees the step's failure, which carries the reason.
+    let writer = SkipNotApplicable(
+        writer::Basic::raw(io::stdout(), writer::Coloring::Auto, 0)
+            .summarized()
+            .tee::<ProvisionerWorld, _>(writer::JUnit::for_tee(junit, 0))
+            .tee::<ProvisionerWorld, _>(writer::Json::for_tee(json)),
+    )
+    .tee::<ProvisionerWorld, _>(collector.discard_stats_writes().discard_arbitrary_writes())
+    .normalized();
 
     let filter_outcomes = outcomes.clone();
     let filter = move |feature: &gherkin::Feature,
@@ -236,11 +255,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .boxed_local()
         })
         .after(move |feature, _rule, scenario, finished, world| {
-            let failed = matches!(
-                finished,
-                event::ScenarioFinished::StepFailed(..)
-                    | event::ScenarioFinished::BeforeHookFailed(_)
-            );
+            // A scenario that does not apply to the implementation is skipped: no diagnostics.
+            let failed = match finished {
+                event::ScenarioFinished::StepFailed(_, _, error) => {
+                    crate::report::not_applicable::reason(error).is_none()
+                }
+                event::ScenarioFinished::BeforeHookFailed(_) => true,
+                event::ScenarioFinished::StepPassed | event::ScenarioFinished::StepSkipped => false,
+            };
             after_scenario(
                 hook_outcomes.clone(),
                 key(feature, scenario),
@@ -272,7 +294,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let (cucumber_failed, aborted) = match aborted {
         // Failed steps are judged from the report (a step that found its scenario does not
-        // apply fails in cucumber's eyes, and is a reasoned skip in the report's).
+        // apply fails in cucumber's runner, and is a reasoned skip in the report's).
         Err(finished) => {
             use cucumber::writer::Stats;
             (
@@ -382,6 +404,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             others: crate::world::moved_to_private_environments(),
         }),
         window: window_sized,
+        shrinking: shrink_budget.summary(),
     };
     print_summary(&report, &report_dir, &pace);
 

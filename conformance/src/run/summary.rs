@@ -15,6 +15,9 @@ pub(super) fn print_summary(report: &ConformanceReport, report_dir: &Path, pace:
     if let Some(window) = &pace.window {
         println!("Window:   observations after an action watched {window}");
     }
+    if let Some(shrinking) = &pace.shrinking {
+        println!("{shrinking}");
+    }
     println!(
         "Reports in {}: junit.xml, cucumber.json, {REPORT_FILE}, {HTML_REPORT_FILE}",
         report_dir.display()
@@ -35,6 +38,8 @@ pub(super) struct Pace {
     pub private: Option<PrivateLanes>,
     /// How a measured observation window was sized (real clusters); `None` when constant.
     pub window: Option<String>,
+    /// What shrinking failed generated cases spent of the run's budget; `None` when none was.
+    pub shrinking: Option<String>,
 }
 
 impl Pace {
@@ -360,6 +365,28 @@ mod tests {
         assert_eq!(
             line(&full, "Extended conformance:"),
             "Extended conformance: yes"
+        );
+    }
+
+    #[test]
+    fn a_scenario_that_does_not_apply_is_counted_and_listed_as_skipped() {
+        use model::{Level, Status};
+        let reason = format!(
+            "{}it records key ids by listing (D-12)",
+            crate::report::not_applicable::DOES_NOT_APPLY
+        );
+        let lines = summary_of(vec![
+            ran(Level::Extended, Status::Passed),
+            skipped(Level::Extended, &reason),
+        ]);
+        assert_eq!(
+            line(&lines, "Extended:"),
+            "Extended: 1 passed, 0 failed, 1 skipped, 0 flaky"
+        );
+        assert!(line(&lines, "  skipped ").ends_with(&reason), "{lines:#?}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("  failed ")),
+            "{lines:#?}"
         );
     }
 

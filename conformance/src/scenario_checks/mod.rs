@@ -128,9 +128,9 @@ async fn settle_once_coderd_answers(world: &ProvisionerWorld) -> anyhow::Result<
     if world.env.coderd.admin.is_none() || world.coderd.is_none() {
         return Ok(Vec::new());
     }
-    crate::steps::coderd::clear_scenario_faults(world).await?;
+    world.clear_scenario_faults().await?;
     if world.touched_global_coderd {
-        crate::steps::coderd::restore_global_coderd(world).await?;
+        world.restore_global_coderd().await?;
     }
     let started = tokio::time::Instant::now();
     let deadline = started + settle_deadline(world);

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
 use crate::coderd_routes::{is_daemon_key_fetch, is_key_request, route_template};
-use crate::report::collector::DOES_NOT_APPLY;
+use crate::report::not_applicable::DOES_NOT_APPLY;
 use crate::wait;
 use crate::world::ProvisionerWorld;
 
@@ -773,22 +773,8 @@ async fn coderd_delay(
 #[when("coderd answers normally again")]
 async fn coderd_normal(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     world.mark_action().await?;
-    clear_scenario_faults(world).await?;
+    world.clear_scenario_faults().await?;
     world.fault_cleared();
-    Ok(())
-}
-
-/// Removes the faults of the scenario's session token (after-hook and "answers normally").
-pub async fn clear_scenario_faults(world: &ProvisionerWorld) -> anyhow::Result<()> {
-    let (Some(coderd), Some(admin)) = (&world.coderd, &world.env.coderd.admin) else {
-        return Ok(());
-    };
-    admin.clear_faults_for(&coderd.token_fingerprint).await?;
-    for other in &world.other_coderds {
-        if let Some(admin) = &world.env.other_coderds[other.index].admin {
-            admin.clear_faults_for(&other.token_fingerprint).await?;
-        }
-    }
     Ok(())
 }
 
@@ -1015,15 +1001,6 @@ async fn recorded_key_replaced_elsewhere(world: &mut ProvisionerWorld) -> anyhow
         .create_key_directly(&organization, &key.name, key.tags.clone())
         .await
         .context("creating the replacement key")?;
-    Ok(())
-}
-
-/// Puts the fake's global switches back after a scenario that changed them.
-pub async fn restore_global_coderd(world: &ProvisionerWorld) -> anyhow::Result<()> {
-    let admin = world.admin()?;
-    admin.clear_faults().await?;
-    admin.set_unreachable(false).await?;
-    admin.set_rate_limit(None).await?;
     Ok(())
 }
 

@@ -423,7 +423,7 @@ async fn generated_settles(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
         .map_err(|error| with_case(error, &described))?;
     // A fault armed for the first create that the operator never met ends with that phase.
     if generated(world)?.change.is_none() {
-        super::coderd::clear_scenario_faults(world).await?;
+        world.clear_scenario_faults().await?;
     }
     let findings = crate::scenario_checks::settled_findings(world, &world.provisioner).await?;
     world
@@ -592,30 +592,60 @@ enum Trial {
     /// The smaller case fails too: it did not settle, or the oracle found something.
     Fails,
     Passes,
-    /// The shrinking budget ran out before the trial could tell.
+    /// The run's shrinking budget ran out before the trial could tell.
     Undecided,
 }
 
-/// Whether `case`, applied as `name`, settles and satisfies the oracle, before and (when the
-/// scenario got that far) after its seed's change.
+/// Whether `case`, applied as trial `number` (fresh names: [`cases::for_trial`]), settles and
+/// satisfies the oracle, before and (when the scenario got that far) after its seed's change.
+/// It waits only as long as it could hold of the run's shrinking budget.
 async fn trial(
     world: &ProvisionerWorld,
     context: &cases::Context,
     seed: u64,
     case: &Case,
-    name: &str,
+    number: usize,
     with_change: bool,
+) -> anyhow::Result<Trial> {
+    // A moved control plane URL stays moved: trials only try the first phase then.
+    let change = cases::change(seed, case, context);
+    let phases = if with_change && change.control_plane_url.is_none() {
+        2
+    } else {
+        1
+    };
+    // A third of the tier's deadline: a case that settles settles in seconds, and one that
+    // does not (an operator churning its key) should not spend the whole budget on one trial.
+    let usual = world.timeouts().eventually / 3;
+    let budget = &world.env.shrink_budget;
+    let held = budget.hold(usual * phases);
+    if held.is_zero() {
+        return Ok(Trial::Undecided);
+    }
+    let started = tokio::time::Instant::now();
+    let outcome = try_trial(
+        world,
+        &cases::for_trial(case, number),
+        &cases::change_for_trial(&change, number),
+        phases,
+        started + held,
+    )
+    .await;
+    budget.spend(held, started.elapsed());
+    outcome
+}
+
+async fn try_trial(
+    world: &ProvisionerWorld,
+    case: &Case,
+    change: &cases::Change,
+    phases: u32,
     deadline: tokio::time::Instant,
 ) -> anyhow::Result<Trial> {
+    let name = &case.name;
     apply_case(world, case, name).await?;
-    // A moved control plane URL stays moved: trials only try the first phase then.
-    let moves_url = cases::change(seed, case, context)
-        .control_plane_url
-        .is_some();
-    let phases = if with_change && !moves_url { 2 } else { 1 };
     for phase in 0..phases {
         if phase == 1 {
-            let change = cases::change(seed, case, context);
             world
                 .provisioners()
                 .patch(
@@ -626,8 +656,6 @@ async fn trial(
                 .await?;
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        // A third of the tier's deadline: a case that settles settles in seconds, and one that
-        // does not (an operator churning its key) should not spend the whole budget on one trial.
         let usual = world.timeouts().eventually / 3;
         let timeouts = wait::Timeouts {
             eventually: left.min(usual),
@@ -659,42 +687,48 @@ async fn trial(
 
 /// After a generated case failed: the smallest case one-step simplifications of it reach that
 /// still fails to settle or to satisfy the oracle ([`cases::simpler`], greedily, each trial a
-/// new CR in the scenario's namespace), within the run's shrinking budget. `None` when shrinking
-/// is off, or no simpler case fails.
+/// new CR with fresh names in the scenario's namespace), within what is left of the run's
+/// shrinking budget (`--shrink-seconds`, shared by every failed case). `None` when shrinking is
+/// off, or no simpler case fails.
 pub async fn shrink(world: &ProvisionerWorld) -> Option<String> {
-    let budget = world.env.shrink_budget;
+    let budget = &world.env.shrink_budget;
     let generated = world.generated.as_ref()?;
-    if budget.is_zero() {
+    if budget.is_off() {
         return None;
     }
     let context = context(world).ok()?;
-    let deadline = tokio::time::Instant::now() + budget;
     let with_change = generated.change.is_some();
     let mut smallest = generated.case.clone();
+    // The trial that showed it, as applied.
+    let mut smallest_trial = None;
     let mut trials = 0;
     let mut stopped = None;
+    let mut ran_out = false;
     'smaller: loop {
         for candidate in cases::simpler(&smallest) {
             trials += 1;
-            let name = cases::trial_name(&candidate.name, trials);
             let outcome = trial(
                 world,
                 &context,
                 generated.seed,
                 &candidate,
-                &name,
+                trials,
                 with_change,
-                deadline,
             )
             .await;
             match outcome {
                 Ok(Trial::Fails) => {
+                    smallest_trial = Some((trials, cases::for_trial(&candidate, trials)));
                     smallest = candidate;
                     continue 'smaller;
                 }
                 Ok(Trial::Passes) => {}
                 Ok(Trial::Undecided) => {
-                    stopped = Some(format!("its {}s budget ran out", budget.as_secs()));
+                    ran_out = true;
+                    stopped = Some(format!(
+                        "the run's {} s shrinking budget ran out",
+                        budget.total().as_secs()
+                    ));
                     break 'smaller;
                 }
                 Err(error) => {
@@ -705,16 +739,20 @@ pub async fn shrink(world: &ProvisionerWorld) -> Option<String> {
         }
         break;
     }
-    if smallest == generated.case {
+    budget.case_done(ran_out);
+    let Some((number, shown)) = smallest_trial else {
         return stopped.map(|why| format!("no smaller failing case found ({why})"));
-    }
-    let change = with_change.then(|| cases::change(generated.seed, &smallest, &context));
+    };
+    let change = with_change.then(|| {
+        let change = cases::change(generated.seed, &smallest, &context);
+        cases::change_for_trial(&change, number)
+    });
     Some(format!(
         "smallest failing case found in {trials} trials{}: {}",
         stopped
             .map(|why| format!(" (not the smallest possible: {why})"))
             .unwrap_or_default(),
-        cases::describe(generated.seed, &smallest, change.as_ref())
+        cases::describe(generated.seed, &shown, change.as_ref())
     ))
 }
 

@@ -13,7 +13,7 @@ use kube::Api;
 
 use crate::coderd_routes::route_template;
 use crate::implementation::REPLICA_NAME_PREFIX;
-use crate::report::collector::DOES_NOT_APPLY;
+use crate::report::not_applicable::DOES_NOT_APPLY;
 use crate::steps::coderd::count_observation;
 use crate::wait;
 use crate::world::ProvisionerWorld;
