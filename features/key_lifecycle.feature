@@ -330,22 +330,28 @@ Feature: The provisioner key in coderd
       | 401    |
       | 403    |
 
-  # The new key's own lookup is authenticated by the key, not by the session token: coderd's
-  # 401 there refuses the key, not the operator's access. (How the message words it is the
+  # The request that learns the new key's id (D-12: with the key itself, authenticated by the key,
+  # or by listing the organization's keys) comes after the operator's access was checked: coderd's
+  # 401 there refuses a key request, not the operator's access. (How the message words it is the
   # implementation's own, D-13.)
   @R-KEY-18 @fault-injection @extended
-  Scenario: A refused lookup of a new key is a key failure, not an operator access failure
+  Scenario Outline: A refused <id request> of a new key is a key failure, not an operator access failure
     Given a Ready control plane with operator access
-    And coderd answers the next GET on "daemon-key" with status 401
+    And coderd answers the next GET on "<route>" after a key create with status 401
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: R-KEY-18
     And the provisioner has condition "ProvisionerKeyReady" "False" with reason "ProvisionerKeyFailed"
     # checks: R-KEY-18
     And the provisioner has condition "OperatorAccessReady" "True" with reason "OperatorAccessReady"
     # checks: none
     And the provisioner becomes Ready
+
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
 
   @R-KEY-22 @D-5 @extended
   Scenario: A same-named key the provisioner has no plaintext for is replaced
