@@ -1177,8 +1177,8 @@ async fn learns_new_key_id_on(world: &mut ProvisionerWorld, way: String) -> anyh
     match used {
         Some(route) if route == wanted => Ok(()),
         Some(_) => bail!(
-            "{DOES_NOT_APPLY}it learned its new key's id with GET {other}, not {wanted} (D-12 \
-             permits either), so the fault this scenario injects on the latter cannot reach it"
+            "{DOES_NOT_APPLY}it asked for its new key's id with GET {other} (D-12 permits either \
+             route), so the fault this scenario injects on GET {wanted} cannot reach it"
         ),
         None => bail!(
             "{DOES_NOT_APPLY}it recorded its new key's id without GET {wanted} (D-12), so the \
