@@ -87,22 +87,28 @@ Feature: Clean-up when a provisioner is deleted
     And the recorded provisioner key no longer exists in coderd
     And coderd saw exactly 1 DELETE on "provisionerkey"
 
-  # A key whose own lookup met a 429 and then a 503 is stored and recorded by name, its id not yet
-  # known. Deleted then, the provisioner must not leave that stored key valid in coderd.
+  # A key whose id request (D-12: a lookup with the key itself, or a listing of the organization's
+  # keys) met a 429 and then a 503 is stored and recorded by name, its id not yet known. Deleted
+  # then, the provisioner must not leave that stored key valid in coderd.
   @R-KEY-25 @fault-injection @extended
-  Scenario: A provisioner deleted while its stored key's id is unknown leaves no key in coderd
-    Given coderd answers the next GET on "daemon-key" with status 429
-    And coderd answers the next GET on "daemon-key" with status 503
+  Scenario Outline: A provisioner deleted while its stored key's <id request> fails leaves no key in coderd
+    Given coderd answers the next GET on "<route>" after a key create with status 429
+    And coderd answers the next GET on "<route>" after a key create with status 503
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: none
-    And coderd saw at least 2 GET on "daemon-key"
+    And coderd answered a GET on "<route>" with status 503
     When the provisioner is deleted
     # checks: none
     Then the provisioner is gone
     # checks: R-KEY-25
     And coderd holds exactly 0 provisioner key named "coderprovisioner-sample"
+
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
 
   @R-DEL-5 @tutorial @core
   Scenario: A provisioner without a recorded key is removed without calling coderd

@@ -330,22 +330,28 @@ Feature: The provisioner key in coderd
       | 401    |
       | 403    |
 
-  # The new key's own lookup is authenticated by the key, not by the session token: coderd's
-  # 401 there refuses the key, not the operator's access. An operator may report the failure and
-  # retry, or learn the id by listing instead (D-12); either way it never blames its access.
+  # The request that learns the new key's id (D-12: with the key itself, authenticated by the key,
+  # or by listing the organization's keys) comes after the operator's access was checked: coderd's
+  # 401 there refuses a key request, not the operator's access. An operator may report the failure
+  # and retry, or learn the id the other way (D-12); either way it never blames its access.
   @R-KEY-18 @R-PRE-11 @fault-injection @extended
-  Scenario: A refused lookup of a new key is not taken for an operator access failure
+  Scenario Outline: A refused <id request> of a new key is not taken for an operator access failure
     Given a Ready control plane with operator access
-    And coderd answers the next GET on "daemon-key" with status 401
+    And coderd answers the next GET on "<route>" after a key create with status 401
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: none
     And the provisioner becomes Ready
     # checks: R-KEY-18
     And the provisioner never showed condition "ProvisionerKeyReady" "False" with a reason other than "ProvisionerKeyFailed"
     # checks: R-PRE-11
     And the provisioner never showed condition "OperatorAccessReady" "False"
+
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
 
   @R-KEY-22 @D-5 @extended
   Scenario: A same-named key the provisioner has no plaintext for is replaced

@@ -42,16 +42,17 @@ Feature: Rate limiting by coderd
     # checks: R-KEY-16
     And coderd holds exactly 1 provisioner key named "renamed-key"
 
-  # After a create the operator learns the new key's id with the key itself. A 429 on that
-  # lookup says nothing against the key: it is stored and recorded, and only the lookup is
+  # After a create the operator learns the new key's id, with the key itself or by listing the
+  # organization's keys (D-12): each row tests an operator that uses its route. A 429 on that
+  # request says nothing against the key: it is stored and recorded, and only the id request is
   # retried; deleting it and creating another would meet the same 429 again (key churn).
   @R-RL-1 @R-KEY-4 @extended
-  Scenario: A rate-limited lookup of a new key keeps the key
+  Scenario Outline: A rate-limited <id request> of a new key keeps the key
     Given a Ready control plane with operator access
-    And coderd answers the next GET on "daemon-key" with status 429
+    And coderd answers the next GET on "<route>" after a key create with status 429
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: R-RL-1
     And the provisioner becomes Ready
     # checks: R-KEY-4
@@ -61,16 +62,21 @@ Feature: Rate limiting by coderd
     # checks: none
     And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
 
-  # The kept key's id is then learned on a later pass, with the key again. Only a 401 there
-  # (R-KEY-18's failures are reported and retried) says the key is no key any more.
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
+
+  # The kept key's id is then learned on a later pass, the same way. Only a 401 there (R-KEY-18's
+  # failures are reported and retried) says the key is no key any more.
   @R-KEY-18 @R-KEY-4 @extended
-  Scenario Outline: A kept key whose next lookup is answered <status> is still kept
+  Scenario Outline: A kept key whose next <id request> is answered <status> is still kept
     Given a Ready control plane with operator access
-    And coderd answers the next GET on "daemon-key" with status 429
-    And coderd answers the next GET on "daemon-key" with status <status>
+    And coderd answers the next GET on "<route>" after a key create with status 429
+    And coderd answers the next GET on "<route>" after a key create with status <status>
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: R-KEY-18
     And the provisioner becomes Ready
     # checks: R-KEY-4
@@ -79,24 +85,27 @@ Feature: Rate limiting by coderd
     And coderd saw no DELETE on "provisionerkey"
 
     Examples:
-      | status |
-      | 429    |
-      | 403    |
-      | 500    |
+      | id request | route           | way                                | status |
+      | lookup     | daemon-key      | with the key itself                | 429    |
+      | lookup     | daemon-key      | with the key itself                | 403    |
+      | lookup     | daemon-key      | with the key itself                | 500    |
+      | listing    | provisionerkeys | by listing the organization's keys | 429    |
+      | listing    | provisionerkeys | by listing the organization's keys | 403    |
+      | listing    | provisionerkeys | by listing the organization's keys | 500    |
 
-  # A rotation's new key is looked up the same way; until its id is known the status must not
+  # A rotation's new key's id is learned the same way; until it is known the status must not
   # keep the old key's (deleted) id, or the new key is never looked up nor cleaned up.
   @R-RL-1 @R-KEY-6 @R-KEY-24 @extended
-  Scenario: A rate-limited lookup of a rotated key records the new key
+  Scenario Outline: A rate-limited <id request> of a rotated key records the new key
     Given a Ready control plane with operator access
     And the sample provisioner is Ready
-    When coderd answers the next GET on "daemon-key" with status 429
+    When coderd answers the next GET on "<route>" after a key create with status 429
     And the provisioner spec is changed to:
       """
       tags: {team: green}
       """
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: R-KEY-6
     And the provisioner status has:
       | field    | value    |
@@ -108,6 +117,11 @@ Feature: Rate limiting by coderd
     # checks: R-RL-1
     And the provisioner becomes Ready
 
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
+
   @R-RL-2 @slow @serial @extended
   Scenario: Rate-limited key requests are retried with a doubling backoff
     Given a Ready control plane with operator access
@@ -115,19 +129,25 @@ Feature: Rate limiting by coderd
     When the sample provisioner is applied
     Then coderd sees 5 POST on "provisionerkeys" spaced by a backoff doubling from 2 seconds
 
-  # A 429 on the new key's own lookup stops the pass like any other (R-RL-4): the kept key is
-  # looked up again after the backoff, and no Deployment runs a key whose record is unknown.
+  # A 429 on the request that learns the new key's id stops the pass like any other (R-RL-4): the
+  # kept key's id is asked again after the backoff, and no Deployment runs a key whose record is
+  # unknown. (Only the answers 429 count: an operator may list before its create too.)
   @R-RL-2 @R-RL-4 @slow @serial @extended
-  Scenario: Rate-limited lookups of a new key are retried with a doubling backoff
+  Scenario Outline: Rate-limited <id request>s of a new key are retried with a doubling backoff
     Given a Ready control plane with operator access
-    And coderd answers every GET on "daemon-key" with status 429
+    And coderd answers every GET on "<route>" after a key create with status 429
     When the sample provisioner is applied
     # checks: none
-    Then the operator looks its new key up with the key itself, or this scenario does not apply (D-12)
+    Then the operator learns its new key's id <way>, or this scenario does not apply (D-12)
     # checks: R-RL-2
-    And coderd sees 3 GET on "daemon-key" spaced by a backoff doubling from 2 seconds
+    And coderd sees 3 GET on "<route>" answered 429 spaced by a backoff doubling from 2 seconds
     # checks: R-RL-4
     And no Deployment named "provisioner-{provisioner}" exists during the observation window
+
+    Examples:
+      | id request | route           | way                                |
+      | lookup     | daemon-key      | with the key itself                |
+      | listing    | provisionerkeys | by listing the organization's keys |
 
   @R-RL-3 @slow @serial @extended
   Scenario: A success starts the backoff over

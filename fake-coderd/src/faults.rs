@@ -1,6 +1,8 @@
 //! Scripted misbehaviour per route (method + route template): an error answer, a slow answer, or a
 //! connection reset; for the next N matching requests or until cleared; optionally after applying
-//! the request's state change (the crash-safety case: "key created, but the client saw a 500").
+//! the request's state change (the crash-safety case: "key created, but the client saw a 500");
+//! optionally only once another request of the same callers has succeeded (`after`: "the first
+//! list that follows a key create", whatever lists came before it).
 //!
 //! Each injected fault is a wiremock mock of its own (`routes::fault_mock`): wiremock's priority puts
 //! it before the routes, and `up_to_n_times` ends a counted one. `Faults` is the list of those in
@@ -13,6 +15,7 @@ use serde_json::Value;
 
 use crate::api::{ApiError, Reply};
 use crate::error::Error;
+use crate::journal::JournalEntry;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -59,6 +62,20 @@ pub struct FaultSpec {
     /// `GET /api/v2/provisionerkeys/{key}`), so a test can fault its own keys' lookups too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_organization: Option<String>,
+    /// The fault is in force only once a request of its callers matching this one was answered
+    /// with a success (2xx) after the fault was injected; until then matching requests pass, and
+    /// none of its `times` is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Trigger>,
+}
+
+/// The request that arms a fault with [`FaultSpec::after`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Trigger {
+    /// HTTP method, case-insensitive.
+    pub method: String,
+    /// Route template, one of the `routes::*` constants.
+    pub route: String,
 }
 
 impl FaultSpec {
@@ -93,6 +110,7 @@ impl FaultSpec {
             apply_then_fail: false,
             session_token_fingerprint: None,
             key_organization: None,
+            after: None,
         }
     }
 
@@ -126,10 +144,52 @@ impl FaultSpec {
         self
     }
 
+    /// In force only once a `method` on `route` of the fault's callers has succeeded after the
+    /// injection (e.g. the next list that follows a key create: `after("POST", CREATE_KEY)`).
+    pub fn after(mut self, method: &str, route: &str) -> Self {
+        self.after = Some(Trigger {
+            method: method.to_string(),
+            route: route.to_string(),
+        });
+        self
+    }
+
+    /// Whether `entry` is a request of the fault's callers: any client's but an observer's, or
+    /// only those of its session token and, with `key_organization`, of that organization's keys.
+    fn covers(&self, entry: &JournalEntry) -> bool {
+        if entry.observer {
+            return false;
+        }
+        let Some(fingerprint) = &self.session_token_fingerprint else {
+            return true;
+        };
+        entry.session_token_fingerprint.as_ref() == Some(fingerprint)
+            || self.key_organization.as_ref().is_some_and(|organization| {
+                entry
+                    .key_organization_id
+                    .as_ref()
+                    .is_some_and(|of| of.eq_ignore_ascii_case(organization))
+            })
+    }
+
+    /// Whether `entry` arms the fault: a success of its trigger request, from its callers.
+    fn armed_by(&self, entry: &JournalEntry) -> bool {
+        self.after.as_ref().is_some_and(|trigger| {
+            entry.method.eq_ignore_ascii_case(&trigger.method)
+                && entry.route.as_deref() == Some(trigger.route.as_str())
+                && (200..300).contains(&entry.status)
+                && self.covers(entry)
+        })
+    }
+
     /// Rejects specs the fake could not honour.
     pub fn validate(&self) -> Result<(), Error> {
-        if !crate::routes::templates::TEMPLATES.contains(&self.route.as_str()) {
+        let known = |route: &str| crate::routes::templates::TEMPLATES.contains(&route);
+        if !known(&self.route) {
             return Err(Error::UnknownRouteTemplate(self.route.clone()));
+        }
+        if let Some(trigger) = self.after.as_ref().filter(|trigger| !known(&trigger.route)) {
+            return Err(Error::UnknownRouteTemplate(trigger.route.clone()));
         }
         if self.times == Some(0) {
             return Err(Error::ZeroFaultTimes);
@@ -175,28 +235,65 @@ pub type FaultId = u64;
 pub struct Faults {
     active: Vec<(FaultId, FaultSpec)>,
     last_id: FaultId,
+    /// The faults with an `after` trigger not yet seen, each with the journal sequence number it
+    /// was injected at: only a later request arms it.
+    unarmed: Vec<(FaultId, u64)>,
 }
 
 impl Faults {
-    pub fn inject(&mut self, spec: FaultSpec) -> Result<FaultId, Error> {
+    /// Adds a fault; `journal_seq` is the sequence number of the last journal entry so far.
+    pub fn inject(&mut self, spec: FaultSpec, journal_seq: u64) -> Result<FaultId, Error> {
         spec.validate()?;
         self.last_id += 1;
+        if spec.after.is_some() {
+            self.unarmed.push((self.last_id, journal_seq));
+        }
         self.active.push((self.last_id, spec));
         Ok(self.last_id)
     }
 
     pub fn clear(&mut self) {
         self.active.clear();
+        self.unarmed.clear();
     }
 
     /// Removes the faults scoped to one session-token fingerprint, leaving the others.
     pub fn clear_for(&mut self, fingerprint: &str) {
         self.active
             .retain(|(_, fault)| fault.session_token_fingerprint.as_deref() != Some(fingerprint));
+        self.forget_unarmed_inactive();
     }
 
-    pub fn is_active(&self, id: FaultId) -> bool {
-        self.active.iter().any(|(active, _)| *active == id)
+    fn forget_unarmed_inactive(&mut self) {
+        let active = &self.active;
+        self.unarmed
+            .retain(|(id, _)| active.iter().any(|(active, _)| active == id));
+    }
+
+    /// Whether the fault is in force and armed: it has no `after` trigger, or `journal` shows the
+    /// trigger's success after the fault's injection (remembered from then on).
+    pub fn is_in_force(&mut self, id: FaultId, journal: &[JournalEntry]) -> bool {
+        let Some(spec) = self
+            .active
+            .iter()
+            .find(|(active, _)| *active == id)
+            .map(|(_, spec)| spec)
+        else {
+            return false;
+        };
+        let Some(index) = self.unarmed.iter().position(|(unarmed, _)| *unarmed == id) else {
+            return true;
+        };
+        let injected_at = self.unarmed[index].1;
+        let armed = journal
+            .iter()
+            .rev()
+            .take_while(|entry| entry.seq > injected_at)
+            .any(|entry| spec.armed_by(entry));
+        if armed {
+            self.unarmed.remove(index);
+        }
+        armed
     }
 
     /// Counts one use of a fault (its mock answered); a counted fault that runs out is removed.
@@ -228,19 +325,19 @@ mod tests {
     fn counted_faults_run_out_and_sticky_ones_do_not() {
         let mut faults = Faults::default();
         let counted = faults
-            .inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2))
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500).times(2), 0)
             .expect("valid");
         let sticky = faults
-            .inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky())
+            .inject(FaultSpec::status("GET", CREATE_KEY, 503).sticky(), 0)
             .expect("valid");
         faults.used(counted);
         assert_eq!(faults.active()[0].1.times, Some(1), "one use left");
         faults.used(counted);
-        assert!(!faults.is_active(counted));
+        assert!(!faults.is_in_force(counted, &[]));
         for _ in 0..5 {
             faults.used(sticky);
         }
-        assert!(faults.is_active(sticky));
+        assert!(faults.is_in_force(sticky, &[]));
     }
 
     #[test]
@@ -248,17 +345,20 @@ mod tests {
         let mut faults = Faults::default();
         let mine = crate::journal::fingerprint("mine");
         let scoped = faults
-            .inject(FaultSpec::status("POST", CREATE_KEY, 429).for_session_token_fingerprint(&mine))
+            .inject(
+                FaultSpec::status("POST", CREATE_KEY, 429).for_session_token_fingerprint(&mine),
+                0,
+            )
             .expect("valid");
         let everyone = faults
-            .inject(FaultSpec::status("POST", CREATE_KEY, 500))
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500), 0)
             .expect("valid");
         faults.clear_for(&mine);
-        assert!(!faults.is_active(scoped));
-        assert!(faults.is_active(everyone));
+        assert!(!faults.is_in_force(scoped, &[]));
+        assert!(faults.is_in_force(everyone, &[]));
         faults.clear();
         let next = faults
-            .inject(FaultSpec::status("POST", CREATE_KEY, 500))
+            .inject(FaultSpec::status("POST", CREATE_KEY, 500), 0)
             .expect("valid");
         assert!(
             next > everyone,
@@ -270,10 +370,11 @@ mod tests {
     #[case(FaultSpec::status("POST", "/api/v2/nope", 500))]
     #[case(FaultSpec::status("POST", CREATE_KEY, 200))]
     #[case(FaultSpec::status("POST", CREATE_KEY, 500).times(0))]
+    #[case(FaultSpec::status("GET", CREATE_KEY, 500).after("POST", "/api/v2/nope"))]
     #[case(FaultSpec::reset("POST", CREATE_KEY).apply_then_fail())]
     #[case(FaultSpec::legacy_organization_not_found("GET", crate::routes::ENTITLEMENTS))]
     #[case(FaultSpec::legacy_organization_not_found("POST", CREATE_KEY).apply_then_fail())]
     fn invalid_specs_are_rejected(#[case] spec: FaultSpec) {
-        assert!(Faults::default().inject(spec).is_err());
+        assert!(Faults::default().inject(spec, 0).is_err());
     }
 }

@@ -136,6 +136,11 @@ impl Journal {
         self.entries.push(entry);
     }
 
+    /// The sequence number of the latest entry recorded (0 before the first), kept by a clear.
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     pub fn entries(&self) -> &[JournalEntry] {
         &self.entries
     }

@@ -134,7 +134,11 @@ impl CoderdListener {
     /// Records the fault and mounts its mock, unless the listener is closed (a reopen mounts it).
     pub(crate) fn inject_fault(&self, spec: FaultSpec) -> Result<(), Error> {
         let server = self.server();
-        let id = self.shared.lock().faults.inject(spec.clone())?;
+        let id = {
+            let mut world = self.shared.lock();
+            let journal_seq = world.journal.last_seq();
+            world.faults.inject(spec.clone(), journal_seq)?
+        };
         if let (Some(server), Some(mock)) = (
             server.as_ref(),
             crate::routes::fault_mock(&self.shared, id, &spec),

@@ -1110,6 +1110,58 @@ async fn a_scoped_fault_can_cover_its_organizations_daemon_keys() {
     );
 }
 
+/// A fault with an `after` trigger is in force only once its callers' trigger request succeeded
+/// after the injection: the lists before a key create pass (none of the fault's uses spent), a
+/// failed create, another caller's create and an observer's do not arm it, and the list that
+/// follows the caller's own create meets it.
+#[tokio::test]
+async fn a_fault_after_a_trigger_waits_for_its_callers_success_of_it() {
+    let env = Env::start().await;
+    let mine = env.fake.operator_token();
+    let theirs = env.fake.add_user("theirs", UserRole::Owner).expect("user");
+    assert_eq!(env.create_key("default", "before").await.status, 201);
+    env.fake
+        .inject_fault(
+            FaultSpec::status("GET", routes::LIST_KEYS, 429)
+                .times(2)
+                .after("POST", routes::CREATE_KEY)
+                .for_session_token_fingerprint(fingerprint(&mine)),
+        )
+        .expect("valid");
+    let list = || env.send(Request::new("GET", KEYS).token(&mine));
+    let create = |token: &str, name: &str| {
+        let body = json!({ "name": name }).to_string();
+        env.send(Request::new("POST", KEYS).token(token).body(&body))
+    };
+    assert_eq!(
+        list().await.status,
+        200,
+        "a create before the injection arms nothing"
+    );
+    assert_eq!(create(&mine, "before").await.status, 409, "a failed create");
+    assert_eq!(
+        create(&theirs, "theirs").await.status,
+        201,
+        "another caller's create"
+    );
+    let observed = Request::new("POST", KEYS)
+        .token(&mine)
+        .header(fake_coderd::routes::OBSERVER_HEADER, "true")
+        .body(r#"{"name":"observed"}"#);
+    assert_eq!(env.send(observed).await.status, 201, "an observer's create");
+    assert_eq!(list().await.status, 200);
+    assert_eq!(create(&mine, "mine").await.status, 201);
+    assert_eq!(
+        [
+            list().await.status,
+            list().await.status,
+            list().await.status
+        ],
+        [429, 429, 200],
+        "armed, then used up"
+    );
+}
+
 /// One user's own entitlement: its `/entitlements` and its key requests follow it, every other
 /// caller keeps the deployment's, and `null` gives the user the deployment's again.
 #[tokio::test]

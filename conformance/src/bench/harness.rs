@@ -729,6 +729,7 @@ fn key_faults() -> [FaultSpec; 3] {
         apply_then_fail: false,
         session_token_fingerprint: None,
         key_organization: None,
+        after: None,
     };
     [
         rate_limited("GET", routes::PROVISIONER_KEYS),

@@ -878,7 +878,9 @@ fn legal_verdict(outcome: &RunOutcome) -> Verdict {
 }
 
 /// Why a run that must pass every selected scenario (the unbroken operator, which backs the
-/// verdicts; a control-plane writer under read-only access) does not, if it does not.
+/// verdicts; a control-plane writer under read-only access) does not, if it does not. A scenario
+/// that does not apply to it (a fault on the coderd route it does not use, D-12) is no problem:
+/// it backs no catch either (see [`unbacked_catches`]).
 pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
     match outcome {
         RunOutcome::Error(why) => Some(format!("the run failed: {why}")),
@@ -900,7 +902,17 @@ pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
                 format!("{verb} {s}: {reason}")
             };
             problems.extend(failed.iter().map(|s| with_reason("failed", s)));
-            problems.extend(skipped.iter().map(|s| with_reason("skipped", s)));
+            let not_applying = |s: &&ScenarioRef| {
+                s.reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(crate::report::collector::DOES_NOT_APPLY))
+            };
+            problems.extend(
+                skipped
+                    .iter()
+                    .filter(|s| !not_applying(s))
+                    .map(|s| with_reason("skipped", s)),
+            );
             (!problems.is_empty()).then(|| problems.join("; "))
         }
     }
@@ -1829,11 +1841,20 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         let problem = unclean_run_problem(outcome);
         all_clean &= problem.is_none();
         match (problem, outcome) {
-            (None, RunOutcome::Report { passed, .. }) => {
+            (
+                None,
+                RunOutcome::Report {
+                    passed, skipped, ..
+                },
+            ) => {
                 println!(
-                    "{}: all {} selected scenarios passed",
+                    "{}: all {} selected scenarios passed{}",
                     run.label(),
-                    passed.len()
+                    passed.len(),
+                    match skipped.len() {
+                        0 => String::new(),
+                        n => format!(" ({n} more do not apply to it, D-12)"),
+                    }
                 )
             }
             (Some(problem), _) if run.variant.is_none() => println!(
@@ -2363,6 +2384,33 @@ mod tests {
         }
     }
 
+    /// `outcome` with its skipped scenarios not applying to the implementation (D-12).
+    fn not_applying(outcome: RunOutcome) -> RunOutcome {
+        match outcome {
+            RunOutcome::Report {
+                passed,
+                failed,
+                skipped,
+                aborted,
+            } => RunOutcome::Report {
+                passed,
+                failed,
+                skipped: skipped
+                    .into_iter()
+                    .map(|s| ScenarioRef {
+                        reason: Some(format!(
+                            "{}it uses the other route",
+                            crate::report::collector::DOES_NOT_APPLY
+                        )),
+                        ..s
+                    })
+                    .collect(),
+                aborted,
+            },
+            error => error,
+        }
+    }
+
     fn stopped(outcome: RunOutcome, why: &str) -> RunOutcome {
         match outcome {
             RunOutcome::Report {
@@ -2525,6 +2573,7 @@ mod tests {
     #[case::clean(report(&[1, 2], &[], &[]), None)]
     #[case::a_failure(report(&[1], &[2], &[]), Some("failed f.feature:2 \"s2\": step 2 failed"))]
     #[case::a_skip(report(&[1], &[], &[3]), Some("skipped f.feature:3"))]
+    #[case::not_applying(not_applying(report(&[1], &[], &[3])), None)]
     #[case::nothing_ran(report(&[], &[], &[]), Some("no scenario passed"))]
     #[case::run_failed(RunOutcome::Error("boom".into()), Some("boom"))]
     #[case::stopped(stopped(report(&[1, 2], &[], &[]), "fixture changed"), Some("the run was stopped: fixture changed"))]

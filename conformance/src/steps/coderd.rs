@@ -94,6 +94,33 @@ async fn answered_none_with(
     Ok(())
 }
 
+/// Some request got that answer (e.g. the fault injected for it was met).
+#[then(expr = "coderd answered a {word} on {string} with status {int}")]
+async fn answered_one_with(
+    world: &mut ProvisionerWorld,
+    method: String,
+    alias: String,
+    status: u16,
+) -> anyhow::Result<()> {
+    let template = route_template(&alias)?;
+    wait::eventually(
+        &format!("a {method} on {template} answered {status}"),
+        world.timeouts(),
+        || async {
+            let journal = world.journal().await?;
+            let answered = requests_on(&journal, &method, template)
+                .iter()
+                .any(|e| e.status == status);
+            Ok(if answered {
+                Ok(())
+            } else {
+                Err(format!("calls: {}", describe(&journal)))
+            })
+        },
+    )
+    .await
+}
+
 /// One look at the journal: whether the number of `method` calls on `template` is acceptable.
 pub(crate) async fn count_observation(
     world: &ProvisionerWorld,
@@ -737,6 +764,32 @@ async fn coderd_fault_once(
     inject_scenario_fault_as_given(world, fault).await
 }
 
+/// A fault armed by the scenario's next successful key create: "the next GET on
+/// \"provisionerkeys\" after a key create" is the list that learns a new key's id (D-12), not one an
+/// operator makes before its create.
+#[given(
+    regex = r#"^coderd answers (the next|every) (\w+) on "([^"]+)" after a key create with status (\d+)$"#
+)]
+#[when(
+    regex = r#"^coderd answers (the next|every) (\w+) on "([^"]+)" after a key create with status (\d+)$"#
+)]
+async fn coderd_fault_after_create(
+    world: &mut ProvisionerWorld,
+    which: String,
+    method: String,
+    alias: String,
+    status: u16,
+) -> anyhow::Result<()> {
+    let fault = FaultSpec::status(&method, route_template(&alias)?, status)
+        .after("POST", route_template("provisionerkeys")?);
+    let fault = if which == "every" {
+        fault.sticky()
+    } else {
+        fault
+    };
+    inject_scenario_fault_as_given(world, fault).await
+}
+
 /// coderd before PR #13629 wrote a second JSON object after an organization's 404 into the same
 /// body (coderd-api.md §2.3); current coderd writes one. Every route the operator resolves an
 /// organization on answers that legacy body, so a client that decodes error bodies strictly fails.
@@ -1033,86 +1086,125 @@ async fn no_abandoned_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// D-12: a new key's id may be learned by listing keys or with the key itself
-/// (`GET /api/v2/provisionerkeys/{key}`). A scenario that faults the second route tests only an
-/// implementation shown to use it: this step waits until the operator either made that request
-/// since the last action, or recorded the id of the key in its Secret without it; then the
-/// scenario is reported skipped with that reason. (On clusters with kubelets a daemon pod's own
-/// fetch of its key counts as a use: the two cannot be told apart from coderd's side.)
-#[then(
-    "the operator looks its new key up with the key itself, or this scenario does not apply (D-12)"
-)]
-async fn looks_new_key_up_with_the_key(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
-    let start = world.action_mark.unwrap_or(0);
-    let daemon_key = route_template("daemon-key")?;
+/// The two routes D-12 lets an operator learn a new key's id on: by listing the organization's
+/// keys, or with the key itself (`GET /api/v2/provisionerkeys/{key}`).
+fn id_routes() -> anyhow::Result<[&'static str; 2]> {
+    Ok([
+        route_template("provisionerkeys")?,
+        route_template("daemon-key")?,
+    ])
+}
+
+/// After the operator's first key create since `start`: the route of its first request on either
+/// route of [`id_routes`], the one it learns the new key's id on (`Some(None)` while it has not
+/// asked yet). `None` while no key was created.
+fn id_route_used(
+    journal: &[JournalEntry],
+    start: usize,
+) -> anyhow::Result<Option<Option<&'static str>>> {
     let create = route_template("provisionerkeys")?;
+    let id_routes = id_routes()?;
+    let mut since = journal.iter().skip(start);
+    if !since
+        .by_ref()
+        .any(|e| e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300)
+    {
+        return Ok(None);
+    }
+    Ok(Some(since.filter(|e| e.method == "GET").find_map(|e| {
+        id_routes
+            .into_iter()
+            .find(|route| e.route.as_deref() == Some(*route))
+    })))
+}
+
+/// D-12: a new key's id may be learned by listing keys or with the key itself. A scenario that
+/// faults one of the two routes tests only an implementation shown to use it: this step waits
+/// until, after its key create since the last action, the operator asked for the id on one of
+/// them (the first such request tells which), or recorded the id of the key in its Secret without
+/// either; unless it used the scenario's route, the scenario is reported skipped with that
+/// reason. (On clusters with kubelets a daemon pod's own fetch of its key, in the moment between
+/// the create and the operator's list, would count as a use: the two cannot be told apart from
+/// coderd's side.)
+#[then(
+    regex = r"^the operator learns its new key's id (with the key itself|by listing the organization's keys), or this scenario does not apply \(D-12\)$"
+)]
+async fn learns_new_key_id_on(world: &mut ProvisionerWorld, way: String) -> anyhow::Result<()> {
+    let [list, daemon_key] = id_routes()?;
+    let (wanted, other) = if way == "with the key itself" {
+        (daemon_key, list)
+    } else {
+        (list, daemon_key)
+    };
+    let start = world.action_mark.unwrap_or(0);
     let world = &*world;
     let used = wait::eventually(
-        "the operator to look its new key up with the key, or to record the key's id without",
+        "the operator to ask for its new key's id, or to record it without",
         world.timeouts(),
         || async {
             let journal = world.journal().await?;
-            let since: Vec<&JournalEntry> = journal.iter().skip(start).collect();
-            if since
-                .iter()
-                .any(|e| e.method == "GET" && e.route.as_deref() == Some(daemon_key))
-            {
-                return Ok(Ok(true));
-            }
-            let created = since.iter().any(|e| {
-                e.method == "POST" && e.route.as_deref() == Some(create) && e.status < 300
-            });
-            if !created {
-                return Ok(Err("no key created since the last action".to_owned()));
-            }
-            let Some(cr) = world.provisioner_json().await? else {
-                return Ok(Err("the CoderProvisioner does not exist".to_owned()));
-            };
-            let recorded = cr
-                .pointer("/status/provisionerKeyID")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let secret = cr.pointer("/status/secretRef/name").and_then(Value::as_str);
-            let data_key = cr
-                .pointer("/status/secretRef/key")
-                .and_then(Value::as_str)
-                .unwrap_or("key");
-            let (Some(secret), false) = (secret, recorded.is_empty()) else {
-                return Ok(Err(
-                    "no key id recorded yet, and no lookup with the key".to_owned()
-                ));
-            };
-            let api: kube::Api<Secret> = world.api();
-            let plaintext = api
-                .get_opt(secret)
-                .await?
-                .and_then(|s| s.data)
-                .and_then(|d| d.get(data_key).map(|v| v.0.clone()))
-                .filter(|v| !v.is_empty());
-            let Some(plaintext) = plaintext else {
-                return Ok(Err(format!("Secret {secret} holds no key yet")));
-            };
-            world.saw_secret(&plaintext);
-            let stored_id = world
-                .daemon_key_lookup(&String::from_utf8_lossy(&plaintext))
-                .await
-                .ok()
-                .and_then(|key| key.get("id").and_then(Value::as_str).map(str::to_owned));
-            Ok(if stored_id.as_deref() == Some(recorded) {
-                Ok(false)
-            } else {
-                Err(format!(
-                    "status records key {recorded}, not yet the one in Secret {secret}"
-                ))
+            Ok(match id_route_used(&journal, start)? {
+                None => Err("no key created since the last action".to_owned()),
+                Some(Some(route)) => Ok(Some(route)),
+                Some(None) => recorded_without_asking(world).await?.map(|()| None),
             })
         },
     )
     .await?;
-    if used {
-        return Ok(());
+    match used {
+        Some(route) if route == wanted => Ok(()),
+        Some(_) => bail!(
+            "{DOES_NOT_APPLY}it asked for its new key's id with GET {other} (D-12 permits either \
+             route), so the fault this scenario injects on GET {wanted} cannot reach it"
+        ),
+        None => bail!(
+            "{DOES_NOT_APPLY}it recorded its new key's id without GET {wanted} (D-12), so the \
+             fault this scenario injects on that route cannot reach it"
+        ),
     }
-    bail!(
-        "{DOES_NOT_APPLY}it recorded its new key's id without GET {daemon_key} (by listing keys, \
-         as D-12 permits), so the fault this scenario injects on that route cannot reach it"
-    )
+}
+
+/// `Ok` once the CR's status records the id of the key in its Secret (learned some way the
+/// journal does not show), else why not yet.
+async fn recorded_without_asking(
+    world: &ProvisionerWorld,
+) -> anyhow::Result<wait::Observation<()>> {
+    let Some(cr) = world.provisioner_json().await? else {
+        return Ok(Err("the CoderProvisioner does not exist".to_owned()));
+    };
+    let recorded = cr
+        .pointer("/status/provisionerKeyID")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let secret = cr.pointer("/status/secretRef/name").and_then(Value::as_str);
+    let data_key = cr
+        .pointer("/status/secretRef/key")
+        .and_then(Value::as_str)
+        .unwrap_or("key");
+    let (Some(secret), false) = (secret, recorded.is_empty()) else {
+        return Ok(Err("no key id recorded yet, and not asked for".to_owned()));
+    };
+    let api: kube::Api<Secret> = world.api();
+    let plaintext = api
+        .get_opt(secret)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(data_key).map(|v| v.0.clone()))
+        .filter(|v| !v.is_empty());
+    let Some(plaintext) = plaintext else {
+        return Ok(Err(format!("Secret {secret} holds no key yet")));
+    };
+    world.saw_secret(&plaintext);
+    let stored_id = world
+        .daemon_key_lookup(&String::from_utf8_lossy(&plaintext))
+        .await
+        .ok()
+        .and_then(|key| key.get("id").and_then(Value::as_str).map(str::to_owned));
+    Ok(if stored_id.as_deref() == Some(recorded) {
+        Ok(())
+    } else {
+        Err(format!(
+            "status records key {recorded}, not yet the one in Secret {secret}"
+        ))
+    })
 }

@@ -510,9 +510,10 @@ impl Match for CallerScope {
     }
 }
 
-/// wiremock matcher that only reads the world: the fault is still in force (not cleared, not used
-/// up) and its endpoint is served (an AGPL coderd has no enterprise route to fault). Clearing works
-/// through this read because wiremock 0.6 cannot safely unmount one mock (see the README).
+/// wiremock matcher that reads the world: the fault is still in force (not cleared, not used up,
+/// armed by its `after` trigger if it has one) and its endpoint is served (an AGPL coderd has no
+/// enterprise route to fault). Clearing works through this read because wiremock 0.6 cannot
+/// safely unmount one mock (see the README).
 struct FaultInForce {
     id: FaultId,
     endpoint: Endpoint,
@@ -521,8 +522,9 @@ struct FaultInForce {
 
 impl Match for FaultInForce {
     fn matches(&self, _: &Request) -> bool {
-        let world = self.shared.lock();
-        world.faults.is_active(self.id) && served(&world, self.endpoint)
+        let mut world = self.shared.lock();
+        let world = &mut *world;
+        world.faults.is_in_force(self.id, world.journal.entries()) && served(world, self.endpoint)
     }
 }
 
