@@ -905,7 +905,7 @@ pub fn unclean_run_problem(outcome: &RunOutcome) -> Option<String> {
             let not_applying = |s: &&ScenarioRef| {
                 s.reason
                     .as_deref()
-                    .is_some_and(|r| r.starts_with(crate::report::collector::DOES_NOT_APPLY))
+                    .is_some_and(|r| r.starts_with(crate::report::not_applicable::DOES_NOT_APPLY))
             };
             problems.extend(
                 skipped
@@ -2400,7 +2400,7 @@ mod tests {
                     .map(|s| ScenarioRef {
                         reason: Some(format!(
                             "{}it uses the other route",
-                            crate::report::collector::DOES_NOT_APPLY
+                            crate::report::not_applicable::DOES_NOT_APPLY
                         )),
                         ..s
                     })
