@@ -43,7 +43,7 @@ use crate::report::model::{ConformanceReport, Status};
 mod binary_cache;
 mod catches;
 mod stack;
-use stack::Stack;
+use stack::{Stack, StackOnly};
 
 /// Folder of the built-in variants, relative to the repository root.
 pub const PATCH_DIR: &str = "conformance/seeded";
@@ -268,6 +268,15 @@ pub const BUILT_IN_LEGAL: &[(&str, &str)] = built_in!["legal":
     "organization-looked-up-every-time",
     "rate-limit-backoff-half-jitter",
     "workload-name-keeps-40-characters",
+    // Issue 51 (2026-12-07): shapes a blind operator took that the suite failed or could miss:
+    // status written at each stage, observedGeneration on every pass (together: intermediate
+    // versions under the new generation, D-15), children by create and update, extra `-o wide`
+    // columns and short names, a refused lookup of a new key recovered by listing (D-12).
+    "status-written-at-each-stage",
+    "observed-generation-on-every-pass",
+    "children-by-create-and-update",
+    "wide-columns-and-short-names",
+    "refused-key-lookup-recovered-by-listing",
 ];
 
 /// How a variant is judged.
@@ -829,41 +838,13 @@ fn legal_verdict(outcome: &RunOutcome) -> Verdict {
             skipped,
             aborted,
         } => {
-            let unfinished: Vec<&ScenarioRef> = skipped
-                .iter()
-                .filter(|s| {
-                    s.reason.as_deref().is_none_or(|r| {
-                        r.starts_with(crate::selection::NOT_STARTED)
-                            || r.starts_with("not finished")
-                    })
-                })
-                .collect();
             let mut problems = Vec::new();
             if let Some(why) = aborted {
                 problems.push(format!("the run was stopped: {why}"));
             }
-            for scenario in failed {
-                problems.push(format!(
-                    "{scenario} failed on {}: {}",
-                    if scenario.failed_rules.is_empty() {
-                        "no rule".to_owned()
-                    } else {
-                        scenario.failed_rules.join(", ")
-                    },
-                    scenario.reason.as_deref().unwrap_or("no reason recorded")
-                ));
-            }
-            for scenario in unfinished {
-                problems.push(format!("{scenario} did not finish"));
-            }
+            problems.extend(scenario_problems(failed, skipped).map(|(_, problem)| problem));
             if passed.is_empty() {
                 problems.push("no scenario passed".to_owned());
-            }
-            const SHOWN: usize = 3;
-            if problems.len() > SHOWN {
-                let more = problems.len() - SHOWN;
-                problems.truncate(SHOWN);
-                problems.push(format!("(+{more} more; see the run's report)"));
             }
             if problems.is_empty() {
                 Verdict::Passed {
@@ -871,10 +852,47 @@ fn legal_verdict(outcome: &RunOutcome) -> Verdict {
                     skipped: skipped.len(),
                 }
             } else {
-                Verdict::FalselyFailed(problems.join("; "))
+                Verdict::FalselyFailed(problem_list(problems))
             }
         }
     }
+}
+
+/// The scenarios a legal operator's run failed or did not finish (a skip with its reason is
+/// neither), each with what it tells.
+fn scenario_problems<'a>(
+    failed: &'a [ScenarioRef],
+    skipped: &'a [ScenarioRef],
+) -> impl Iterator<Item = (&'a ScenarioRef, String)> {
+    let failed = failed.iter().map(|scenario| {
+        let rules = if scenario.failed_rules.is_empty() {
+            "no rule".to_owned()
+        } else {
+            scenario.failed_rules.join(", ")
+        };
+        let reason = scenario.reason.as_deref().unwrap_or("no reason recorded");
+        (scenario, format!("{scenario} failed on {rules}: {reason}"))
+    });
+    let unfinished = skipped
+        .iter()
+        .filter(|s| {
+            s.reason.as_deref().is_none_or(|r| {
+                r.starts_with(crate::selection::NOT_STARTED) || r.starts_with("not finished")
+            })
+        })
+        .map(|scenario| (scenario, format!("{scenario} did not finish")));
+    failed.chain(unfinished)
+}
+
+/// Problems as one line, the first few of them.
+fn problem_list(mut problems: Vec<String>) -> String {
+    const SHOWN: usize = 3;
+    if problems.len() > SHOWN {
+        let more = problems.len() - SHOWN;
+        problems.truncate(SHOWN);
+        problems.push(format!("(+{more} more; see the run's report)"));
+    }
+    problems.join("; ")
 }
 
 /// Why a run that must pass every selected scenario (the unbroken operator, which backs the
@@ -1749,14 +1767,15 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         let verdict = verdict(variant, outcome);
         match stacks.iter().find(|s| s.combined.name == variant.name) {
             Some(stack) if stack.members.len() > 1 => match verdict {
-                Verdict::FalselyFailed(_) => failed_stacks.push((stack, verdict, outcome)),
+                Verdict::FalselyFailed(_) => failed_stacks.push((stack, outcome)),
                 // Passed, or an error (the changes do not build together): the same for each.
                 _ => verdicts.extend(stack.members.iter().map(|m| (m.clone(), verdict.clone()))),
             },
             _ => verdicts.push((variant.clone(), verdict)),
         }
     }
-    verdicts.extend(runner.members_alone(failed_stacks).await);
+    let (alone, stack_only) = runner.members_alone(failed_stacks).await;
+    verdicts.extend(alone);
     let mut results = results;
     if unbroken_names.is_some() && unbroken_runs > 0 {
         let unbacked = unbacked_catches(&verdicts, &results);
@@ -1809,6 +1828,12 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
     };
     verdicts.sort_by_key(|(variant, _)| position(&variant.name));
     print!("{}", table(&verdicts));
+    for failure in &stack_only {
+        println!(
+            "{failure}: FALSE only together (each member passes alone where the stack failed): {}",
+            failure.problems
+        );
+    }
     let (legal, broken): (Vec<_>, Vec<_>) = verdicts.iter().partition(|(v, _)| v.is_legal());
     let caught = broken
         .iter()
@@ -1827,11 +1852,7 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         .filter(|(_, v)| matches!(v, Verdict::Passed { .. }))
         .count();
     if !legal.is_empty() {
-        println!(
-            "legal variants: {legal_passed} of {} passed ({} falsely failed)",
-            legal.len(),
-            legal.len() - legal_passed
-        );
+        println!("{}", stack::legal_summary(&legal, &stack_only));
     }
     let mut all_clean = true;
     let must_pass = results
@@ -1883,7 +1904,11 @@ pub async fn run(args: SeededArgs) -> anyhow::Result<ExitCode> {
         reports.display()
     );
     Ok(
-        if caught == broken.len() && legal_passed == legal.len() && all_clean {
+        if caught == broken.len()
+            && legal_passed == legal.len()
+            && stack_only.is_empty()
+            && all_clean
+        {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -2063,18 +2088,18 @@ impl Runner<'_> {
     }
 
     /// Each member of each failed stack, alone on the scenarios its stack failed (all of the
-    /// stack's, when the run names none): the members' verdicts, and the stack's own when no
-    /// member fails alone (the combination fails, not a change).
+    /// stack's, when the run names none): the members' verdicts, and the stacks' failures that
+    /// no member shows alone (the combination fails, not a change).
     async fn members_alone(
         &self,
-        failed_stacks: Vec<(&Stack, Verdict, &RunOutcome)>,
-    ) -> Vec<(Variant, Verdict)> {
+        failed_stacks: Vec<(&Stack, &RunOutcome)>,
+    ) -> (Vec<(Variant, Verdict)>, Vec<StackOnly>) {
         if failed_stacks.is_empty() {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         let mut members = Vec::new();
         let mut runs = Vec::new();
-        for (stack, _, outcome) in &failed_stacks {
+        for (stack, outcome) in &failed_stacks {
             let name = match outcome {
                 RunOutcome::Report {
                     failed, skipped, ..
@@ -2111,8 +2136,9 @@ impl Runner<'_> {
         }
         let results = self.build_and_run(&members, runs).await;
         let mut verdicts = Vec::new();
-        for (stack, stack_verdict, _) in failed_stacks {
-            let alone: Vec<(Variant, Verdict)> = results
+        let mut stack_only = Vec::new();
+        for (stack, together) in failed_stacks {
+            let alone: Vec<(&Variant, &RunOutcome)> = results
                 .iter()
                 .filter_map(|(run, outcome)| {
                     let member = run.variant.as_ref()?;
@@ -2120,27 +2146,18 @@ impl Runner<'_> {
                         .members
                         .iter()
                         .any(|m| m.name == member.name)
-                        .then(|| (member.clone(), legal_verdict(outcome)))
+                        .then_some((member, outcome))
                 })
                 .collect();
-            if alone
-                .iter()
-                .all(|(_, v)| matches!(v, Verdict::Passed { .. }))
-            {
-                let Verdict::FalselyFailed(problems) = stack_verdict else {
-                    unreachable!("only falsely failed stacks are re-run")
-                };
-                verdicts.push((
-                    stack.combined.clone(),
-                    Verdict::FalselyFailed(format!(
-                        "each member passes alone, together they fail ({}): {problems}",
-                        stack.combined.origin
-                    )),
-                ));
-            }
-            verdicts.extend(alone);
+            let outcomes: Vec<&RunOutcome> = alone.iter().map(|(_, outcome)| *outcome).collect();
+            stack_only.extend(stack::stack_only(stack, together, &outcomes));
+            verdicts.extend(
+                alone
+                    .into_iter()
+                    .map(|(member, outcome)| (member.clone(), legal_verdict(outcome))),
+            );
         }
-        verdicts
+        (verdicts, stack_only)
     }
 }
 

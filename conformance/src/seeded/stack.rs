@@ -7,7 +7,9 @@
 //! combination's, reported as the stack's).
 use std::collections::BTreeSet;
 
-use super::{Breakage, Variant};
+use super::{
+    Breakage, RunOutcome, Variant, Verdict, legal_verdict, problem_list, scenario_problems,
+};
 
 /// Legal variants built and run as one operator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +85,111 @@ impl Stack {
     }
 }
 
+/// A failure of a legal stack that none of its members shows alone. The members' changes
+/// together make a legal operator too, so it is a false failure of the suite like any other,
+/// named by the stack and its members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackOnly {
+    pub stack: String,
+    pub members: Vec<String>,
+    /// What failed together and in no member alone.
+    pub problems: String,
+}
+
+impl std::fmt::Display for StackOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.stack, self.members.join(", "))
+    }
+}
+
+/// What a failed stack's run (`together`) and its members' runs `alone` (each on the scenarios
+/// the stack failed) show: the stack's failures that no member shows alone, if any. When the
+/// stack failed as a whole (stopped, nothing passed) rather than on scenarios, that is its own
+/// failure once every member passes alone. A member run that ended in an error proves nothing,
+/// and its error is its verdict.
+pub fn stack_only(
+    stack: &Stack,
+    together: &RunOutcome,
+    alone: &[&RunOutcome],
+) -> Option<StackOnly> {
+    let RunOutcome::Report {
+        failed, skipped, ..
+    } = together
+    else {
+        return None;
+    };
+    let mut failed_alone = BTreeSet::new();
+    for outcome in alone {
+        let RunOutcome::Report {
+            failed, skipped, ..
+        } = outcome
+        else {
+            return None;
+        };
+        failed_alone.extend(scenario_problems(failed, skipped).map(|(s, _)| s.name.as_str()));
+    }
+    let only_together: Vec<String> = scenario_problems(failed, skipped)
+        .filter(|(scenario, _)| !failed_alone.contains(scenario.name.as_str()))
+        .map(|(_, problem)| problem)
+        .collect();
+    let problems = if only_together.is_empty() {
+        let every_member_passes = alone
+            .iter()
+            .all(|outcome| matches!(legal_verdict(outcome), Verdict::Passed { .. }));
+        match legal_verdict(together) {
+            Verdict::FalselyFailed(problems) if every_member_passes => problems,
+            _ => return None,
+        }
+    } else {
+        problem_list(only_together)
+    };
+    Some(StackOnly {
+        stack: stack.combined.name.clone(),
+        members: stack.members.iter().map(|m| m.name.clone()).collect(),
+        problems,
+    })
+}
+
+/// The line CI reads about the legal variants: how many passed, alone or in their stacks (a
+/// member of a stack that failed passes when it passes alone where the stack failed), and the
+/// false failures only a stack shows, each named.
+pub fn legal_summary(verdicts: &[&(Variant, Verdict)], stack_only: &[StackOnly]) -> String {
+    let passed = verdicts
+        .iter()
+        .filter(|(_, verdict)| matches!(verdict, Verdict::Passed { .. }))
+        .count();
+    let falsely = verdicts
+        .iter()
+        .filter(|(_, verdict)| matches!(verdict, Verdict::FalselyFailed(_)))
+        .count();
+    let errors = verdicts.len() - passed - falsely;
+    let mut line = format!(
+        "legal variants: {passed} of {} passed alone or in their stacks",
+        verdicts.len()
+    );
+    let others: Vec<String> = [(falsely, "falsely failed alone"), (errors, "with an error")]
+        .into_iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect();
+    if !others.is_empty() {
+        line.push_str(&format!(" ({})", others.join(", ")));
+    }
+    match stack_only {
+        [] => line.push_str("; 0 stack-only false failures"),
+        failures => line.push_str(&format!(
+            "; {} stack-only false failure(s): {}",
+            failures.len(),
+            failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )),
+    }
+    line
+}
+
 /// The diff part of a patch file: from its first `diff --git` on (empty for a header-only one).
 fn diff_of(patch: &str) -> &str {
     patch.find("diff --git").map_or("", |start| &patch[start..])
@@ -156,6 +263,124 @@ mod tests {
                 false
             )),
             "a replica command alone does not contradict an operator command"
+        );
+    }
+
+    fn run(passed: &[usize], failed: &[usize], aborted: Option<&str>) -> RunOutcome {
+        let scenarios = |lines: &[usize]| {
+            lines
+                .iter()
+                .map(|line| super::super::ScenarioRef {
+                    feature: "f.feature".into(),
+                    line: *line,
+                    name: format!("s{line}"),
+                    reason: Some(format!("step {line} failed")),
+                    failed_rules: vec!["R-ST-4".into()],
+                })
+                .collect()
+        };
+        RunOutcome::Report {
+            passed: scenarios(passed),
+            failed: scenarios(failed),
+            skipped: Vec::new(),
+            aborted: aborted.map(str::to_owned),
+        }
+    }
+
+    fn pair() -> Stack {
+        Stack::of(vec![legal("a", "", true), legal("b", "", true)], 3)
+    }
+
+    #[test]
+    fn a_failure_no_member_shows_alone_is_the_stacks_own() {
+        let together = run(&[1], &[2, 3], None);
+        let found = stack_only(
+            &pair(),
+            &together,
+            &[&run(&[3], &[2], None), &run(&[2, 3], &[], None)],
+        )
+        .expect("s3 fails only together");
+        assert_eq!(found.to_string(), "stack-3 (a, b)");
+        assert!(
+            found.problems.contains("\"s3\" failed on R-ST-4")
+                && !found.problems.contains("\"s2\""),
+            "{}",
+            found.problems
+        );
+        let each_passes = run(&[2, 3], &[], None);
+        let found = stack_only(&pair(), &together, &[&each_passes, &each_passes])
+            .expect("both fail only together");
+        assert!(found.problems.contains("\"s2\"") && found.problems.contains("\"s3\""));
+    }
+
+    #[test]
+    fn a_failure_a_member_shows_alone_is_that_members() {
+        let together = run(&[1], &[2], None);
+        assert_eq!(
+            stack_only(
+                &pair(),
+                &together,
+                &[&run(&[], &[2], None), &run(&[2], &[], None)]
+            ),
+            None
+        );
+        let error = RunOutcome::Error("the build failed".into());
+        assert_eq!(
+            stack_only(&pair(), &together, &[&error, &run(&[2], &[], None)]),
+            None,
+            "a member that could not be run proves nothing"
+        );
+    }
+
+    #[test]
+    fn a_stack_stopped_as_a_whole_fails_on_its_own_when_each_member_passes() {
+        let together = run(&[1], &[], Some("the operator exited"));
+        let passes = run(&[1, 2], &[], None);
+        let found = stack_only(&pair(), &together, &[&passes, &passes]).expect("stack-only");
+        assert!(
+            found
+                .problems
+                .contains("the run was stopped: the operator exited")
+        );
+        let fails = run(&[1], &[2], None);
+        assert_eq!(stack_only(&pair(), &together, &[&passes, &fails]), None);
+    }
+
+    #[test]
+    fn the_summary_counts_stack_only_failures_and_names_them() {
+        let passed = Verdict::Passed {
+            passed: 3,
+            skipped: 0,
+        };
+        let verdicts = [
+            (legal("a", "", true), passed.clone()),
+            (legal("b", "", true), passed.clone()),
+            (
+                legal("c", "", true),
+                Verdict::FalselyFailed("s2 failed".into()),
+            ),
+        ];
+        let all: Vec<&(Variant, Verdict)> = verdicts.iter().collect();
+        let failure = StackOnly {
+            stack: "stack-3".into(),
+            members: vec!["a".into(), "b".into()],
+            problems: "s3 failed".into(),
+        };
+        assert_eq!(
+            legal_summary(&all, std::slice::from_ref(&failure)),
+            "legal variants: 2 of 3 passed alone or in their stacks (1 falsely failed alone); 1 stack-only false failure(s): stack-3 (a, b)"
+        );
+        assert_eq!(
+            legal_summary(&all[..2], &[]),
+            "legal variants: 2 of 2 passed alone or in their stacks; 0 stack-only false failures"
+        );
+        let errored = [(legal("d", "", true), Verdict::Error("no build".into()))];
+        assert_eq!(
+            legal_summary(
+                &errored.iter().collect::<Vec<_>>(),
+                &[failure.clone(), failure]
+            ),
+            "legal variants: 0 of 1 passed alone or in their stacks (1 with an error); 2 stack-only false failure(s): stack-3 (a, b); stack-3 (a, b)"
         );
     }
 
