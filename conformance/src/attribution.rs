@@ -293,6 +293,7 @@ impl Attribution {
     pub fn verdict(&self, result: &ScenarioResult, rule: &str) -> RuleVerdict {
         match result.status {
             Status::Passed => RuleVerdict::Passed,
+            Status::Skipped if result.does_not_apply() => RuleVerdict::NotApplicable,
             Status::Skipped if result.attempts == 0 => RuleVerdict::NotRun,
             Status::Skipped => RuleVerdict::NotReached,
             Status::Failed if result.failed_rules.iter().any(|r| r == rule) => RuleVerdict::Failed,

@@ -354,7 +354,7 @@ fn verdict_badge(verdict: Option<RuleVerdict>) -> String {
                 RuleVerdict::Passed => "pass",
                 RuleVerdict::Failed => "fail",
                 RuleVerdict::NotReached => "skip",
-                RuleVerdict::NotRun => "none",
+                RuleVerdict::NotRun | RuleVerdict::NotApplicable => "none",
             };
             format!("<span class=\"badge {class}\">{}</span>", verdict.label())
         }

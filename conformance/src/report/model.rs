@@ -71,6 +71,16 @@ pub struct ScenarioResult {
     pub failed_rules: Vec<String>,
 }
 
+impl ScenarioResult {
+    /// Skipped because the scenario does not apply to this implementation (D-12).
+    pub fn does_not_apply(&self) -> bool {
+        self.status == Status::Skipped
+            && self.reason.as_deref().is_some_and(|reason| {
+                reason.starts_with(crate::report::not_applicable::DOES_NOT_APPLY)
+            })
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct Implementation {
     pub name: String,
@@ -167,8 +177,24 @@ pub struct Setup {
 pub struct Tally {
     pub passed: usize,
     pub failed: usize,
+    /// Every skip, those that do not apply included.
     pub skipped: usize,
     pub flaky: usize,
+    /// Skips because the scenario does not apply to the implementation (D-12): they neither
+    /// prove nor deny conformance.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_applicable: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
+}
+
+impl Tally {
+    /// Skips that deny a claim: the scenario applied, but nothing proved it.
+    pub fn unproven(&self) -> usize {
+        self.skipped - self.not_applicable
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -195,6 +221,9 @@ pub enum RuleVerdict {
     NotReached,
     /// None of its scenarios ran (none selected, none started, or it has none).
     NotRun,
+    /// The scenario does not apply to this implementation (D-12: it injects a fault on a route
+    /// the implementation does not use): it says nothing of the rule, for or against.
+    NotApplicable,
 }
 
 impl RuleVerdict {
@@ -203,6 +232,9 @@ impl RuleVerdict {
     pub fn combine(verdicts: impl IntoIterator<Item = RuleVerdict>) -> RuleVerdict {
         let (mut any, mut all_passed, mut all_not_run) = (false, true, true);
         for verdict in verdicts {
+            if verdict == RuleVerdict::NotApplicable {
+                continue;
+            }
             if verdict == RuleVerdict::Failed {
                 return RuleVerdict::Failed;
             }
@@ -224,6 +256,7 @@ impl RuleVerdict {
             RuleVerdict::Failed => "failed",
             RuleVerdict::NotReached => "not reached",
             RuleVerdict::NotRun => "not run",
+            RuleVerdict::NotApplicable => "not applicable",
         }
     }
 }
@@ -298,13 +331,16 @@ pub fn summarise(results: &[ScenarioResult]) -> Summary {
         match result.status {
             Status::Passed => tally.passed += 1,
             Status::Failed => tally.failed += 1,
-            Status::Skipped => tally.skipped += 1,
+            Status::Skipped => {
+                tally.skipped += 1;
+                tally.not_applicable += usize::from(result.does_not_apply());
+            }
         }
         if result.flaky {
             tally.flaky += 1;
         }
     }
-    let conformant = |t: &Tally| t.passed > 0 && t.failed == 0 && t.skipped == 0;
+    let conformant = |t: &Tally| t.passed > 0 && t.failed == 0 && t.unproven() == 0;
     Summary {
         core_conformant: conformant(&core),
         extended_conformant: conformant(&core) && conformant(&extended),
@@ -463,7 +499,7 @@ pub fn verify(
     }
     problems.extend(verdict_problems(report));
     problems.extend(setup_problems(report));
-    if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.skipped > 0) {
+    if report.summary.core_conformant && (summary.core.failed > 0 || summary.core.unproven() > 0) {
         problems.push(
             "claims Core conformance although a Core scenario failed or was skipped".to_owned(),
         );
@@ -477,6 +513,7 @@ pub fn verify(
 fn verdict_agrees(result: &ScenarioResult, rule: &str, verdict: RuleVerdict) -> bool {
     match result.status {
         Status::Passed => verdict == RuleVerdict::Passed,
+        Status::Skipped if result.does_not_apply() => verdict == RuleVerdict::NotApplicable,
         Status::Skipped if result.attempts == 0 => verdict == RuleVerdict::NotRun,
         Status::Skipped => verdict == RuleVerdict::NotReached,
         Status::Failed if result.failed_rules.iter().any(|r| r == rule) => {
@@ -813,11 +850,38 @@ pub(crate) mod tests {
         }]
     }
 
+    /// Skipped as not applying to the implementation (D-12).
+    fn not_applying(level: Level) -> ScenarioResult {
+        ScenarioResult {
+            reason: Some(format!(
+                "{}it lists keys (D-12)",
+                crate::report::not_applicable::DOES_NOT_APPLY
+            )),
+            ..result(Some(level), Status::Skipped)
+        }
+    }
+
+    #[test]
+    fn a_scenario_that_does_not_apply_neither_proves_nor_denies_a_rule() {
+        use RuleVerdict::*;
+        assert_eq!(RuleVerdict::combine([Passed, NotApplicable]), Passed);
+        assert_eq!(RuleVerdict::combine([NotApplicable]), NotRun);
+        assert_eq!(RuleVerdict::combine([Failed, NotApplicable]), Failed);
+        let summary = summarise(&[
+            result(Some(Level::Core), Status::Passed),
+            not_applying(Level::Extended),
+            result(Some(Level::Extended), Status::Passed),
+        ]);
+        assert!(summary.extended_conformant);
+        assert_eq!((summary.extended.skipped, summary.extended.not_applicable), (1, 1));
+    }
+
     #[rstest]
     #[case(vec![result(Some(Level::Core), Status::Passed)], true)]
     #[case(vec![result(Some(Level::Core), Status::Passed), result(Some(Level::Core), Status::Skipped)], false)]
     #[case(vec![result(Some(Level::Core), Status::Failed)], false)]
     #[case(vec![result(Some(Level::Extended), Status::Passed)], false)]
+    #[case(vec![result(Some(Level::Core), Status::Passed), not_applying(Level::Core)], true)]
     fn core_conformance_means_no_core_failure_or_skip(
         #[case] results: Vec<ScenarioResult>,
         #[case] conformant: bool,

@@ -147,6 +147,9 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
             t.skipped.saturating_sub(left_out),
             t.flaky
         );
+        if t.not_applicable > 0 {
+            line += &format!(" ({} of them not applying to it, D-12)", t.not_applicable);
+        }
         if left_out > 0 {
             line += &format!("; {left_out} not run");
         }
@@ -212,7 +215,7 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
         claim(
             summary.core_conformant,
             summary.core.failed,
-            summary.core.skipped - core_left_out,
+            summary.core.unproven() - core_left_out,
             core_left_out
         )
     ));
@@ -221,7 +224,7 @@ fn summary_lines(report: &ConformanceReport) -> Vec<String> {
         claim(
             summary.extended_conformant,
             summary.core.failed + summary.extended.failed,
-            summary.core.skipped + summary.extended.skipped - core_left_out - extended_left_out,
+            summary.core.unproven() + summary.extended.unproven() - core_left_out - extended_left_out,
             core_left_out + extended_left_out
         )
     ));
@@ -381,9 +384,14 @@ mod tests {
         ]);
         assert_eq!(
             line(&lines, "Extended:"),
-            "Extended: 1 passed, 0 failed, 1 skipped, 0 flaky"
+            "Extended: 1 passed, 0 failed, 1 skipped, 0 flaky (1 of them not applying to it, D-12)"
         );
         assert!(line(&lines, "  skipped ").ends_with(&reason), "{lines:#?}");
+        assert_eq!(
+            line(&lines, "Extended conformance:"),
+            "Extended conformance: no",
+            "no Core scenario ran; a skip that does not apply denies nothing"
+        );
         assert!(
             !lines.iter().any(|l| l.starts_with("  failed ")),
             "{lines:#?}"
