@@ -705,7 +705,10 @@ impl SettleWatch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stood = if current && !pods_to_come {
-            steady.observe((status, requests, why.to_owned()), tokio::time::Instant::now())
+            steady.observe(
+                (status, requests, why.to_owned()),
+                tokio::time::Instant::now(),
+            )
         } else {
             *steady = wait::Steady::default();
             Duration::ZERO
