@@ -145,6 +145,12 @@ where
             .own_writes
             .track(object, api.create(&params, object))
             .await?;
+        // Moving the fields is a write too: a replica deposed while it created leaves it to the
+        // new leader's next write of the object (R-HA-2).
+        if let Err(fenced) = ctx.fence.check().await {
+            warn!(error = %fenced, "not the leader: leaving the created object's fields as they are");
+            return Ok(created);
+        }
         return match take_over_fields(ctx, &api, &created).await {
             Ok(taken_over) => Ok(taken_over.unwrap_or(created)),
             Err(error) => {
