@@ -85,6 +85,37 @@ Feature: Two replicas, one leader
     # checks: R-HA-2
     And the provisioner status records the key in Secret "{provisioner}-provisioner-key"
 
+  # A pause between each two of a pass's Kubernetes writes, whatever their order: the API server
+  # holds the leader's first write of one kind while the suite freezes it, so it wakes right
+  # after that write. Meanwhile the new leader finishes the pass and the CR changes: every write
+  # the woken replica still tries rests on a stale read, and none may be accepted (R-HA-2).
+  @R-HA-2 @extended
+  Scenario Outline: A leader paused right after its first write of <resource> writes nothing when it wakes
+    When the API server holds the first write of "<resource>" by a replica for 2 seconds
+    And the sample provisioner is applied
+    And the leader is paused as soon as the API server holds its write
+    # checks: none
+    Then another replica takes over the Lease
+    # checks: none
+    And the provisioner becomes Ready
+    When the provisioner spec is changed to:
+      """
+      {replicas: 2}
+      """
+    # checks: none
+    Then the provisioner Deployment has 2 replicas
+    When the paused replica resumes
+    Then the paused replica gets no Kubernetes write accepted after it resumes, during the observation window
+    And the provisioner Deployment has 2 replicas
+
+    Examples:
+      | resource        |
+      | secrets         |
+      | serviceaccounts |
+      | roles           |
+      | rolebindings    |
+      | deployments     |
+
   @R-HA-3 @extended
   Scenario: A leader that stops releases its Lease, and a standby takes it
     When the leader is stopped right after it renews its Lease

@@ -446,9 +446,17 @@ mod tests {
         let mut steady = Steady::default();
         assert_eq!(steady.observe("a", at(0)), Duration::ZERO);
         assert_eq!(steady.observe("a", at(3)), Duration::from_secs(3));
-        assert_eq!(steady.observe("b", at(4)), Duration::ZERO, "a change starts over");
+        assert_eq!(
+            steady.observe("b", at(4)),
+            Duration::ZERO,
+            "a change starts over"
+        );
         assert_eq!(steady.observe("b", at(9)), Duration::from_secs(5));
-        assert_eq!(steady.observe("a", at(10)), Duration::ZERO, "so does a change back");
+        assert_eq!(
+            steady.observe("a", at(10)),
+            Duration::ZERO,
+            "so does a change back"
+        );
     }
 
     #[rstest]

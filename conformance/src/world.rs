@@ -547,6 +547,8 @@ pub struct ProvisionerWorld {
     pub longest_delay: Option<std::time::Duration>,
     /// The Lease holders before the first replica started (the stopped operator's own).
     pub holders_before_replicas: std::collections::BTreeSet<String>,
+    /// The webhook a step set to hold one of the replicas' writes (the after-hook removes it).
+    pub write_hold: Option<crate::steps::write_hold::WriteHold>,
     /// This scenario's journal entries read so far, and the cursor to read on from.
     journal_seen: tokio::sync::Mutex<JournalSeen>,
     /// The scenario on other coderds of the same host, made on demand (issue 38's shapes).
@@ -705,7 +707,10 @@ impl SettleWatch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stood = if current && !pods_to_come {
-            steady.observe((status, requests, why.to_owned()), tokio::time::Instant::now())
+            steady.observe(
+                (status, requests, why.to_owned()),
+                tokio::time::Instant::now(),
+            )
         } else {
             *steady = wait::Steady::default();
             Duration::ZERO
@@ -872,6 +877,7 @@ impl ProvisionerWorld {
             replica_identities: BTreeMap::new(),
             longest_delay: None,
             holders_before_replicas: Default::default(),
+            write_hold: None,
             journal_seen: Default::default(),
             other_coderds: Vec::new(),
             other_token_fingerprints: Vec::new(),

@@ -1,6 +1,7 @@
 //! The leadership fence: proof, asked before every step that changes a provisioner key or writes
-//! its plaintext, and before every status write (a failure status included), that this replica
-//! still holds its Lease.
+//! its plaintext, and before every kind of Kubernetes write (status, a failure status included;
+//! children; the finalizer; Events), that this replica still holds its Lease. The writes carry
+//! their own precondition besides (R-HA-2): a check cannot close the window of a pause after it.
 //!
 //! A leader that was paused (SIGSTOP, a frozen VM, a long GC) can wake after its Lease expired and
 //! a standby took over, with passes in flight; such a pass must stop instead of overwriting the

@@ -185,7 +185,9 @@ impl Recorded {
             Seen::Provisioner(Event::Delete(cr)) => {
                 self.provisioner(&cr);
                 // Its last state stood until now, and stands no longer.
-                let gone = self.standing.remove(cr.metadata.uid.as_deref().unwrap_or_default());
+                let gone = self
+                    .standing
+                    .remove(cr.metadata.uid.as_deref().unwrap_or_default());
                 if let Some(gone) = gone {
                     let found = gone.findings_if_settled(self.settle_window, Instant::now());
                     self.findings.extend(found);

@@ -75,6 +75,11 @@ pub(super) async fn after_scenario(
         eprintln!("conformance: could not restore the fake coderd's global state: {error:#}");
     }
     world.stop_replicas().await;
+    if let Some(hold) = world.write_hold.take()
+        && let Err(error) = hold.remove(world.client()).await
+    {
+        eprintln!("conformance: could not remove the write-hold webhook: {error:#}");
+    }
     if world.operator_stopped
         && let Err(error) = world.restart_operator().await
     {

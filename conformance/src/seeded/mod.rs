@@ -209,6 +209,11 @@ pub const BUILT_IN: &[(&str, &str)] = built_in!["seeded":
     // Blind batch 12's single-status miss (2026-12-05): a 503 on a key create taken for a 429,
     // caught once `RateLimited` without any 429 is a finding.
     "create-503-reported-as-rate-limited",
+    // A deposed leader's writes, every kind (issue 54, 2026-12-07): each caught by a pause
+    // right after one of the pass's writes.
+    "deployment-created-unconditionally",
+    "rbac-applied-unfenced",
+    "status-written-unfenced",
     // The suite's own fixture.
     "control-plane-status-rewritten",
 ];

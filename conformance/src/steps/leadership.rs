@@ -328,6 +328,11 @@ async fn stop_watching_the_lease(
     Ok(())
 }
 
+/// Remembers `replica` as the one a step paused.
+pub(super) fn remember_paused(world: &mut ProvisionerWorld, replica: String) {
+    world.remembered.insert(PAUSED.to_owned(), replica);
+}
+
 #[then("another replica takes over the Lease")]
 async fn another_replica_leads(world: &mut ProvisionerWorld) -> anyhow::Result<()> {
     let paused = world.remembered.get(PAUSED).cloned();

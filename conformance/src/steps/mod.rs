@@ -9,6 +9,7 @@ pub mod generated;
 pub mod leadership;
 pub mod provisioner;
 pub mod tutorial;
+pub mod write_hold;
 
 use anyhow::{Context as _, anyhow};
 use cucumber::gherkin::Step;

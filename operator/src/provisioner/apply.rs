@@ -2,16 +2,20 @@
 //! edits of managed fields are reverted; fields the operator does not set are left alone).
 //!
 //! Children are applied only when the cluster's copy differs, so steady-state passes and the
-//! passes after a restart write nothing (see [`apply_unless_current`]).
+//! passes after a restart write nothing (see [`apply_unless_current`]). A child the pass saw
+//! absent is created instead, so that the write fails if it exists by now (see [`write_object`]).
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tracing::warn;
 
+use super::context::Context;
 use crate::api::{CoderProvisioner, CoderProvisionerStatus};
 
 /// What a namespaced child object needs to be read, compared and applied.
@@ -89,12 +93,7 @@ fn is_empty(value: &Value) -> bool {
 /// operator stopped setting (which an apply would remove) is noticed, and holds every field of it
 /// (see [`holds`]), so a manual edit or removal of a managed field is reverted (R-RES-5). A false
 /// mismatch (a value the server normalises) only costs the apply that would have happened anyway.
-pub async fn apply_unless_current<K>(
-    client: &Client,
-    field_manager: &str,
-    object: &K,
-    live: Option<&K>,
-) -> kube::Result<K>
+pub async fn apply_unless_current<K>(ctx: &Context, object: &K, live: Option<&K>) -> kube::Result<K>
 where
     K: Child,
 {
@@ -108,46 +107,155 @@ where
             return Ok(live.clone());
         }
     }
-    write_object(client, field_manager, &stamped, live).await
+    write_object(ctx, &stamped, live).await
 }
 
 /// [`apply_unless_current`] after reading the cluster's copy (a read instead of a write).
-pub async fn ensure<K>(client: &Client, field_manager: &str, object: &K) -> kube::Result<K>
+pub async fn ensure<K>(ctx: &Context, object: &K) -> kube::Result<K>
 where
     K: Child,
 {
-    let live = api_for(client, object)
+    let live = api_for(&ctx.client, object)
         .get_opt(object.meta().name.as_deref().unwrap_or_default())
         .await?;
-    apply_unless_current(client, field_manager, object, live.as_ref()).await
+    apply_unless_current(ctx, object, live.as_ref()).await
 }
 
-/// Applies `object` (name and namespace from its metadata) as this pass last saw it, `seen`, and
-/// returns the object as stored: with the resourceVersion read, so the API server refuses (409)
-/// a write computed from a copy that changed since, a deposed leader's after a pause (R-HA-2) or
-/// one racing another writer's. Where the pass saw no object the apply creates it without a
-/// precondition: a POST would be refused when one exists by now, but the fields it sets would
-/// then belong to an Update manager that later applies could not remove (a dropped `extraEnv`
-/// entry would stay).
-pub async fn write_object<K>(
-    client: &Client,
-    field_manager: &str,
-    object: &K,
-    seen: Option<&K>,
-) -> kube::Result<K>
+/// Writes `object` (name and namespace from its metadata) as this pass last saw it, `seen`, and
+/// returns the object as stored; the API server refuses (409) a write computed from a copy that
+/// changed since, a deposed leader's after a pause (R-HA-2) or one racing another writer's:
+/// - seen present, a forced apply with the resourceVersion read;
+/// - seen absent, a create (POST), refused when the object exists by now. Its fields then belong
+///   to an `Update` entry of the operator's field manager, which later applies would not remove
+///   (a dropped `extraEnv` entry would stay): they are moved into the manager's `Apply` entry at
+///   once, and again before the next apply should that fail (see [`take_over_fields`]).
+///
+/// Each request is one of the operator's own writes (see `OwnWrites`).
+pub async fn write_object<K>(ctx: &Context, object: &K, seen: Option<&K>) -> kube::Result<K>
 where
     K: Child,
 {
+    let api = api_for(&ctx.client, object);
+    let Some(seen) = seen else {
+        let params = PostParams {
+            field_manager: Some(ctx.field_manager.clone()),
+            ..PostParams::default()
+        };
+        let created = ctx
+            .own_writes
+            .track(object, api.create(&params, object))
+            .await?;
+        // Moving the fields is a write too: a replica deposed while it created leaves it to the
+        // new leader's next write of the object (R-HA-2).
+        if let Err(fenced) = ctx.fence.check().await {
+            warn!(error = %fenced, "not the leader: leaving the created object's fields as they are");
+            return Ok(created);
+        }
+        return match take_over_fields(ctx, &api, &created).await {
+            Ok(taken_over) => Ok(taken_over.unwrap_or(created)),
+            Err(error) => {
+                // The object is stored; the next write takes its fields over first.
+                warn!(kind = K::kind(&()).as_ref(), name = created.name_any(), %error,
+                    "could not move the created object's fields to the operator's apply");
+                Ok(created)
+            }
+        };
+    };
+    let taken_over = take_over_fields(ctx, &api, seen).await?;
     let mut object = object.clone();
-    object.meta_mut().resource_version = seen.and_then(|seen| seen.meta().resource_version.clone());
+    object.meta_mut().resource_version = taken_over
+        .as_ref()
+        .unwrap_or(seen)
+        .meta()
+        .resource_version
+        .clone();
     let name = object.meta().name.clone().unwrap_or_default();
-    api_for(client, &object)
-        .patch(
-            &name,
-            &PatchParams::apply(field_manager).force(),
-            &Patch::Apply(&object),
-        )
+    let params = PatchParams::apply(&ctx.field_manager).force();
+    let applied = Patch::Apply(&object);
+    ctx.own_writes
+        .track(&object, api.patch(&name, &params, &applied))
         .await
+}
+
+/// Moves the fields of the operator's `Update` entries in `stored`'s managed fields into its
+/// `Apply` entry (see [`upgraded_managed_fields`]), on the condition that `stored` is still at
+/// the resourceVersion read (as `csaupgrade`'s patch does: a 409 otherwise). Returns the object
+/// as stored after the move, `None` when there was nothing to move.
+async fn take_over_fields<K>(ctx: &Context, api: &Api<K>, stored: &K) -> kube::Result<Option<K>>
+where
+    K: Child,
+{
+    let entries = stored.meta().managed_fields.as_deref().unwrap_or_default();
+    let Some(upgraded) = upgraded_managed_fields(entries, &ctx.field_manager) else {
+        return Ok(None);
+    };
+    let operations = serde_json::json!([
+        {"op": "replace", "path": "/metadata/managedFields", "value": upgraded},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": stored.meta().resource_version},
+    ]);
+    let patch: json_patch::Patch =
+        serde_json::from_value(operations).map_err(kube::Error::SerdeError)?;
+    let name = stored.meta().name.clone().unwrap_or_default();
+    let patch = Patch::Json::<()>(patch);
+    let params = PatchParams::default();
+    ctx.own_writes
+        .track(stored, api.patch(&name, &params, &patch))
+        .await
+        .map(Some)
+}
+
+/// `entries` with every `Update` entry of `manager` (on the object itself, not a subresource)
+/// merged into its `Apply` entry, as client-go's `csaupgrade` does: into the existing `Apply`
+/// entry, else into the first `Update` entry turned into one; the field sets are united.
+/// `None` when `manager` has no such `Update` entry.
+pub fn upgraded_managed_fields(
+    entries: &[ManagedFieldsEntry],
+    manager: &str,
+) -> Option<Vec<ManagedFieldsEntry>> {
+    let of = |entry: &ManagedFieldsEntry, operation: &str| {
+        entry.manager.as_deref() == Some(manager)
+            && entry.operation.as_deref() == Some(operation)
+            && entry.subresource.as_deref().unwrap_or_default().is_empty()
+    };
+    let first_update = entries.iter().position(|entry| of(entry, "Update"))?;
+    let target = entries
+        .iter()
+        .position(|entry| of(entry, "Apply"))
+        .unwrap_or(first_update);
+    let mut merged = entries[target].clone();
+    merged.operation = Some("Apply".to_owned());
+    for update in entries.iter().filter(|entry| of(entry, "Update")) {
+        match (&mut merged.fields_v1, &update.fields_v1) {
+            (Some(into), Some(from)) => unite(&mut into.0, &from.0),
+            (into @ None, from) => into.clone_from(from),
+            (Some(_), None) => {}
+        }
+    }
+    Some(
+        entries
+            .iter()
+            .enumerate()
+            .filter_map(|(at, entry)| match at {
+                _ if at == target => Some(merged.clone()),
+                _ if of(entry, "Update") => None,
+                _ => Some(entry.clone()),
+            })
+            .collect(),
+    )
+}
+
+/// Adds the field set `from` to `into` (fieldsV1 trees: nested JSON objects).
+fn unite(into: &mut Value, from: &Value) {
+    if let (Value::Object(into), Value::Object(from)) = (into, from) {
+        for (key, value) in from {
+            match into.get_mut(key) {
+                Some(existing) => unite(existing, value),
+                None => {
+                    into.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
 }
 
 /// A server-side dry-run of a forced apply (`dryRun=All`): the API server validates and admits the
@@ -322,6 +430,86 @@ mod tests {
             .expect("parent object");
         parent.remove(last).expect("field existed");
         assert!(!matches_desired(&live));
+    }
+
+    fn entry(manager: &str, operation: &str, subresource: Option<&str>, fields: Value) -> Value {
+        let mut entry = json!({"manager": manager, "operation": operation,
+            "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": fields});
+        if let Some(subresource) = subresource {
+            entry["subresource"] = json!(subresource);
+        }
+        entry
+    }
+
+    fn upgraded(entries: &[Value]) -> Option<Value> {
+        let entries: Vec<ManagedFieldsEntry> =
+            serde_json::from_value(Value::Array(entries.to_vec())).expect("entries");
+        upgraded_managed_fields(&entries, "op").map(|e| serde_json::to_value(e).expect("json"))
+    }
+
+    #[test]
+    fn a_created_objects_update_entry_becomes_the_managers_apply_entry() {
+        let fields = json!({"f:spec": {"f:replicas": {}}});
+        let kept = entry(
+            "kube-controller-manager",
+            "Update",
+            Some("status"),
+            json!({"f:status": {}}),
+        );
+        let upgraded = upgraded(&[entry("op", "Update", None, fields.clone()), kept.clone()]);
+        assert_eq!(
+            upgraded,
+            Some(json!([entry("op", "Apply", None, fields), kept]))
+        );
+    }
+
+    #[test]
+    fn update_entries_are_united_into_the_existing_apply_entry() {
+        let upgraded = upgraded(&[
+            entry(
+                "other",
+                "Update",
+                None,
+                json!({"f:metadata": {"f:labels": {"f:x": {}}}}),
+            ),
+            entry("op", "Apply", None, json!({"f:spec": {"f:replicas": {}}})),
+            entry(
+                "op",
+                "Update",
+                None,
+                json!({"f:spec": {"f:template": {".": {}}}}),
+            ),
+            entry(
+                "op",
+                "Update",
+                None,
+                json!({"f:metadata": {"f:annotations": {}}, "f:spec": {"f:template": {"f:spec": {}}}}),
+            ),
+        ]);
+        let united = json!({
+            "f:spec": {"f:replicas": {}, "f:template": {".": {}, "f:spec": {}}},
+            "f:metadata": {"f:annotations": {}},
+        });
+        assert_eq!(
+            upgraded,
+            Some(json!([
+                entry(
+                    "other",
+                    "Update",
+                    None,
+                    json!({"f:metadata": {"f:labels": {"f:x": {}}}})
+                ),
+                entry("op", "Apply", None, united),
+            ]))
+        );
+    }
+
+    #[rstest]
+    #[case::already_applied(entry("op", "Apply", None, json!({"f:spec": {}})))]
+    #[case::other_managers(entry("other", "Update", None, json!({"f:spec": {}})))]
+    #[case::a_subresource(entry("op", "Update", Some("status"), json!({"f:status": {}})))]
+    fn nothing_to_upgrade(#[case] only: Value) {
+        assert_eq!(upgraded(&[only]), None);
     }
 
     #[rstest]

@@ -2,9 +2,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 use tracing::info;
 
 use crate::api::{CoderProvisioner, CoderProvisionerStatus};
@@ -120,7 +120,8 @@ async fn unidentified_key(
     let organization_id = recorded(&status.organization_id)?;
     recorded(&status.provisioner_key_name)?;
     let secret_ref = status.secret_ref.as_ref()?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
     let secret = secrets.get_opt(&secret_ref.name).await.ok().flatten()?;
     if !gates::is_controlled_by(&secret, &cr.uid().unwrap_or_default()) {
         return None;

@@ -15,11 +15,16 @@ pub enum Error {
     /// The API server refused a child object (the reason is also in the status).
     #[error("applying a child object failed: {0}")]
     Apply(#[source] kube::Error),
-    /// A write refused because the object changed since the pass read it (409): another writer,
-    /// or a new leader, wrote first. The pass ends without further writes and starts again from
+    /// A write refused because the object changed since the pass read it, or was created since
+    /// the pass found it absent (409 Conflict or AlreadyExists): another writer, or a new leader,
+    /// wrote first. The pass ends without further writes and starts again from
     /// fresh reads (R-HA-2).
     #[error("a write rested on a stale read and was refused: {0}")]
     Stale(#[source] kube::Error),
+    /// Stopped before a write to Kubernetes (a child object, the finalizer) by the leadership
+    /// fence: a deposed leader writes nothing (R-HA-2).
+    #[error("stopped before writing to Kubernetes: {0}")]
+    Fenced(#[source] FenceError),
     #[error(transparent)]
     Status(#[from] StatusError),
     #[error(transparent)]
@@ -78,7 +83,7 @@ impl Error {
         match self {
             Self::Dereference(_) => "dereference",
             Self::Key(_) => "keys",
-            Self::Apply(_) | Self::Stale(_) => "apply",
+            Self::Apply(_) | Self::Stale(_) | Self::Fenced(_) => "apply",
             Self::Status(_) => "status",
             Self::Cleanup(_) => "cleanup",
             Self::Finalizer(error) => match error.as_ref() {
@@ -106,6 +111,7 @@ impl Error {
             self,
             Self::Key(KeyError::Fenced(_) | KeyError::Coderd(CoderdError::Fenced { .. }))
                 | Self::Status(StatusError::Fenced(_))
+                | Self::Fenced(_)
         )
     }
 }
@@ -141,6 +147,7 @@ mod tests {
     #[case::fence(Error::Key(KeyError::Fenced(fenced())), true)]
     #[case::fenced_coderd_write(Error::Key(KeyError::Coderd(CoderdError::Fenced { detail: "term over".into() })), true)]
     #[case::fenced_key_record(Error::Status(StatusError::Fenced(fenced())), true)]
+    #[case::fenced_child_write(Error::Fenced(fenced()), true)]
     #[case::coderd_failure(Error::Key(KeyError::Coderd(CoderdError::Timeout)), false)]
     fn only_a_fence_stops_a_pass_silently(#[case] error: Error, #[case] fenced: bool) {
         assert_eq!(error.is_fenced(), fenced);
@@ -155,12 +162,15 @@ mod tests {
     }
 
     #[rstest]
-    #[case::conflict(409, true)]
+    #[case::conflict_or_already_exists(409, true)]
     #[case::invalid(422, false)]
     #[case::forbidden(403, false)]
     fn only_a_conflict_is_a_stale_write(#[case] code: u16, #[case] stale: bool) {
         assert_eq!(
-            matches!(Error::refused_as_stale(api_error(code)), Ok(Error::Stale(_))),
+            matches!(
+                Error::refused_as_stale(api_error(code)),
+                Ok(Error::Stale(_))
+            ),
             stale
         );
     }

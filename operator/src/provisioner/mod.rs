@@ -101,6 +101,7 @@ pub async fn reconcile(cached: Arc<CoderProvisioner>, ctx: Arc<Context>) -> Resu
             return Ok(Action::await_change());
         };
         let live = if needs_finalizer(&live) {
+            ctx.fence.check().await.map_err(Error::Fenced)?;
             // Added here rather than by `finalizer`, which ends the pass after adding it: the
             // pass goes on at once, and the addition's echo starts no pass.
             let added = apply::add_finalizer(&ctx.client, &live, FINALIZER);
@@ -785,19 +786,8 @@ impl Pass<'_> {
         };
         let secret = children::key_secret(inputs, established.plaintext.expose());
         self.ctx.fence.check().await.map_err(KeyError::from)?;
-        let stored = self
-            .ctx
-            .own_writes
-            .track(
-                &secret,
-                apply::write_object(
-                    &self.ctx.client,
-                    &self.ctx.field_manager,
-                    &secret,
-                    self.observed.key_secret.as_ref(),
-                ),
-            )
-            .await;
+        let stored =
+            apply::write_object(self.ctx, &secret, self.observed.key_secret.as_ref()).await;
         if let Err(error) = stored {
             let fate = forget_unstored_key(client, &established.record).await;
             let error = match Error::refused_as_stale(error) {
@@ -829,7 +819,6 @@ impl Pass<'_> {
         workload: &Workload,
         report: &mut PassReport,
     ) -> Result<Deployment, Stop> {
-        let (client, field_manager) = (&self.ctx.client, &self.ctx.field_manager);
         let refused = |kind: &str, name: &str, error: kube::Error, report: &mut PassReport| {
             Error::refused_as_stale(error).unwrap_or_else(|error| {
                 report.refused = Some(format!("applying {kind} {name:?} failed: {error}"));
@@ -837,32 +826,25 @@ impl Pass<'_> {
             })
         };
         let names = &self.names;
-        let own = &self.ctx.own_writes;
-        let account = &workload.service_account;
-        own.track(account, apply::ensure(client, field_manager, account))
+        // Each write kind only while this replica leads (R-HA-2); cheap while the last proof holds.
+        self.ctx.fence.check().await.map_err(Error::Fenced)?;
+        apply::ensure(self.ctx, &workload.service_account)
             .await
             .map_err(|e| refused("ServiceAccount", &names.service_account, e, report))?;
-        let role = &workload.role;
-        own.track(role, apply::ensure(client, field_manager, role))
+        apply::ensure(self.ctx, &workload.role)
             .await
             .map_err(|e| refused("Role", &names.workload, e, report))?;
-        let binding = &workload.role_binding;
-        own.track(binding, apply::ensure(client, field_manager, binding))
+        apply::ensure(self.ctx, &workload.role_binding)
             .await
             .map_err(|e| refused("RoleBinding", &names.workload, e, report))?;
-        let deployment = &workload.deployment;
-        let applied = own
-            .track(
-                deployment,
-                apply::apply_unless_current(
-                    client,
-                    field_manager,
-                    deployment,
-                    self.observed.deployment.as_ref(),
-                ),
-            )
-            .await
-            .map_err(|e| refused("Deployment", &names.workload, e, report))?;
+        self.ctx.fence.check().await.map_err(Error::Fenced)?;
+        let applied = apply::apply_unless_current(
+            self.ctx,
+            &workload.deployment,
+            self.observed.deployment.as_ref(),
+        )
+        .await
+        .map_err(|e| refused("Deployment", &names.workload, e, report))?;
         Ok(applied)
     }
 

@@ -8,7 +8,9 @@
 //!
 //! An echo can arrive before the write's response does (the watch and the response travel
 //! separately), so a write is marked while it is under way, and an event for that object waits
-//! for the write to end before it is judged.
+//! for the write to end before it is judged. A write made of several requests (a create, then
+//! the move of its fields to the operator's apply) has an echo per request: the last few
+//! versions written are remembered.
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,15 +27,23 @@ const MAX_REMEMBERED: usize = 100_000;
 /// How long an event waits for a write under way; past it the event counts as someone else's.
 const LONGEST_WAIT: Duration = Duration::from_secs(5);
 
+/// Versions remembered per object: the requests of one write, and an older one whose echo is due.
+const VERSIONS_PER_OBJECT: usize = 4;
+
 /// kind/namespace/name: a created object has no uid before its write returns.
 type ObjectKey = String;
 
 #[derive(Debug)]
 enum Entry {
-    /// A write is under way; the sender is dropped when it ends.
-    Writing { id: u64, ended: watch::Receiver<()> },
-    /// The resourceVersion this operator's last write produced.
-    Written(String),
+    /// A write is under way; the sender is dropped when it ends. `earlier`: the versions written
+    /// before it whose echoes have not come yet.
+    Writing {
+        id: u64,
+        ended: watch::Receiver<()>,
+        earlier: Vec<String>,
+    },
+    /// The resourceVersions this operator's last writes produced, whose echoes have not come.
+    Written(Vec<String>),
 }
 
 #[derive(Debug, Default)]
@@ -62,9 +72,19 @@ impl OwnWrites {
             }
             writes.next_id += 1;
             let id = writes.next_id;
+            let earlier = match writes.entries.remove(&key) {
+                Some(
+                    Entry::Written(versions)
+                    | Entry::Writing {
+                        earlier: versions, ..
+                    },
+                ) => versions,
+                None => Vec::new(),
+            };
             let entry = Entry::Writing {
                 id,
                 ended: receiver,
+                earlier,
             };
             writes.entries.insert(key.clone(), entry);
             id
@@ -72,17 +92,23 @@ impl OwnWrites {
         let written = write.await;
         {
             let mut writes = self.lock();
-            let ours =
-                matches!(writes.entries.get(&key), Some(Entry::Writing { id: i, .. }) if *i == id);
-            if ours {
-                match written
-                    .as_ref()
-                    .ok()
-                    .and_then(|w| w.meta().resource_version.clone())
-                {
-                    Some(version) => writes.entries.insert(key, Entry::Written(version)),
-                    None => writes.entries.remove(&key),
-                };
+            if let Some(Entry::Writing { id: i, earlier, .. }) = writes.entries.get_mut(&key)
+                && *i == id
+            {
+                let mut versions = std::mem::take(earlier);
+                versions.extend(
+                    written
+                        .as_ref()
+                        .ok()
+                        .and_then(|w| w.meta().resource_version.clone()),
+                );
+                let excess = versions.len().saturating_sub(VERSIONS_PER_OBJECT);
+                versions.drain(..excess);
+                if versions.is_empty() {
+                    writes.entries.remove(&key);
+                } else {
+                    writes.entries.insert(key, Entry::Written(versions));
+                }
             }
         }
         drop(ended);
@@ -99,14 +125,17 @@ impl OwnWrites {
         loop {
             let mut ended = {
                 let mut writes = self.lock();
-                match writes.entries.get(&key) {
+                match writes.entries.get_mut(&key) {
                     None => return false,
                     Some(Entry::Written(written)) => {
-                        let echo = written == version;
-                        if echo {
+                        let Some(at) = written.iter().position(|w| w == version) else {
+                            return false;
+                        };
+                        written.remove(at);
+                        if written.is_empty() {
                             writes.entries.remove(&key);
                         }
-                        return echo;
+                        return true;
                     }
                     Some(Entry::Writing { ended, .. }) => ended.clone(),
                 }
@@ -183,6 +212,27 @@ mod tests {
             !own.is_echo::<Secret>(&event("a", "6")).await,
             "someone else's later write is not"
         );
+    }
+
+    #[tokio::test]
+    async fn each_request_of_a_write_and_an_earlier_write_have_their_echo() {
+        let own = OwnWrites::default();
+        written(&own, "a", "3").await;
+        written(&own, "a", "5").await;
+        written(&own, "a", "6").await;
+        let event = |version| secret("a", Some(version)).metadata;
+        assert!(own.is_echo::<Secret>(&event("5")).await);
+        assert!(own.is_echo::<Secret>(&event("3")).await);
+        assert!(own.is_echo::<Secret>(&event("6")).await);
+        assert!(!own.is_echo::<Secret>(&event("6")).await, "seen once");
+        for version in 10..20 {
+            written(&own, "a", &version.to_string()).await;
+        }
+        assert!(
+            !own.is_echo::<Secret>(&event("10")).await,
+            "only the last few are remembered"
+        );
+        assert!(own.is_echo::<Secret>(&event("19")).await);
     }
 
     #[tokio::test]

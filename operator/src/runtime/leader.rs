@@ -56,6 +56,15 @@ fn released(event: Option<Result<Option<Lease>, watcher::Error>>) -> bool {
         if lease.spec.as_ref().is_none_or(|spec| spec.holder_identity.as_deref().is_none_or(str::is_empty)))
 }
 
+/// The Lease's holder as the API server has it now (`None`: no holder).
+async fn holder_now(api: &Api<Lease>, lease: &str) -> kube::Result<Option<String>> {
+    let lease = api.get(lease).await?;
+    Ok(lease
+        .spec
+        .and_then(|spec| spec.holder_identity)
+        .filter(|holder| !holder.is_empty()))
+}
+
 /// Competes for the Lease until `shutdown` is cancelled and runs `lead` for every term of
 /// leadership. `lead` receives a token that is cancelled when the term ends (lease lost or
 /// shutdown), which it must return once it is, and the term's [`Fence`]. An error from `lead`
@@ -118,7 +127,7 @@ where
         match ended {
             Some(outcome) => break outcome,
             None => {
-                tracing::info!(lease = %settings.lease_name, "the Lease has no holder (released, or never held); competing for it now")
+                tracing::info!(lease = %settings.lease_name, "the Lease has no holder (released); competing for it now")
             }
         }
     }
@@ -150,7 +159,19 @@ where
             }
             event = lease_events.next() => {
                 if released(event) {
-                    return None;
+                    // Events wait in the stream while this replica leads: a release seen now can
+                    // be one the new leader made of this replica's expired Lease before taking it.
+                    match holder_now(api, &settings.lease_name).await {
+                        Ok(None) => return None,
+                        Err(error) => {
+                            tracing::warn!(%error, "reading the Lease seen released failed; competing for it");
+                            return None;
+                        }
+                        // Taken by this replica's manager: `leading` says so next.
+                        Ok(Some(holder)) if holder == settings.identity => {}
+                        Ok(Some(holder)) => tracing::info!(lease = %settings.lease_name,
+                            "the Lease is held by {holder}; standing by"),
+                    }
                 }
                 continue;
             }

@@ -71,7 +71,10 @@ fn an_unsettled_cr_names_the_rules_its_status_contradicts() {
         vec!["R-KEY-20"],
         "the generation unobserved follows from the key's failure: only the root is blamed"
     );
-    for condition in cr["status"]["conditions"].as_array_mut().expect("conditions") {
+    for condition in cr["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions")
+    {
         condition["status"] = Value::from("True");
     }
     assert_eq!(unsettled_rules(&cr), vec!["R-ST-4"]);
